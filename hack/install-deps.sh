@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the build and test dependencies of vfio-dra from Debian 12 packages.
+# Idempotent: when every package is already present it prints nothing and exits 0.
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config clang-format clang-tidy
+  # wire definitions and RPC
+  protobuf-compiler libprotobuf-dev protobuf-compiler-grpc libgrpc++-dev
+  # libraries the daemon links
+  libboost-filesystem-dev libfmt-dev libspdlog-dev libpci-dev pci.ids
+  libcurl4-openssl-dev libcpp-httplib-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libudev-dev
+  # tests
+  libgtest-dev libgmock-dev libbenchmark-dev curl openssl
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,95 @@
+#include "base/file_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+namespace vfio_dra {
+
+std::string ErrnoText(int err) {
+  return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")";
+}
+
+Result<std::string> ReadFileToString(const std::string& path, size_t max_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    return MakeError(err == ENOENT ? ErrorKind::kNotFound : ErrorKind::kUnavailable,
+                     "cannot open " + path + ": " + ErrnoText(err));
+  }
+  std::string out;
+  char buf[65536];
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      return MakeError(ErrorKind::kUnavailable, "cannot read " + path + ": " + ErrnoText(err));
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > max_bytes) {
+      ::close(fd);
+      return MakeError(ErrorKind::kInvalidArgument,
+                       path + " is larger than " + std::to_string(max_bytes) + " bytes");
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
+Status WriteFileAtomically(const std::string& path, const std::string& contents, mode_t mode) {
+  const std::filesystem::path target(path);
+  const std::string dir = target.parent_path().empty() ? "." : target.parent_path().string();
+  std::random_device rd;
+  const std::string tmp =
+      dir + "/." + target.filename().string() + ".tmp-" + std::to_string(rd() & 0xffffff);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+  if (fd < 0) {
+    return MakeError(ErrorKind::kUnavailable,
+                     "cannot create temporary file " + tmp + ": " + ErrnoText(errno));
+  }
+  auto fail = [&](const std::string& what) {
+    int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return Status(MakeError(ErrorKind::kUnavailable, what + " " + tmp + ": " + ErrnoText(err)));
+  };
+  size_t written = 0;
+  while (written < contents.size()) {
+    ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail("cannot write");
+    }
+    written += static_cast<size_t>(n);
+  }
+  // The umask may have narrowed the mode given to open(); the documented mode is what counts.
+  if (::fchmod(fd, mode) != 0) return fail("cannot chmod");
+  if (::fsync(fd) != 0) return fail("cannot fsync");
+  if (::close(fd) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return MakeError(ErrorKind::kUnavailable, "cannot close " + tmp + ": " + ErrnoText(err));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return MakeError(ErrorKind::kUnavailable,
+                     "cannot rename " + tmp + " to " + path + ": " + ErrnoText(err));
+  }
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return Status::Ok();
+}
+
+}  // namespace vfio_dra

@@ -1,0 +1,90 @@
+#include "base/log.h"
+
+#include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/null_sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
+
+#include <cstdio>
+
+namespace vfio_dra {
+namespace {
+
+std::shared_ptr<spdlog::logger> MakeLogger(std::shared_ptr<spdlog::sinks::sink> sink) {
+  auto logger = std::make_shared<spdlog::logger>("vfio-dra", std::move(sink));
+  logger->set_formatter(std::make_unique<spdlog::pattern_formatter>(
+      "%Y-%m-%dT%H:%M:%S.%fZ %l %v", spdlog::pattern_time_type::utc));
+  logger->set_level(spdlog::level::trace);
+  logger->flush_on(spdlog::level::trace);
+  return logger;
+}
+
+}  // namespace
+
+Logger Logger::ToStderr(int verbosity) {
+  return Logger(MakeLogger(std::make_shared<spdlog::sinks::stderr_sink_mt>()), "main", verbosity);
+}
+
+Logger Logger::ToSink(std::shared_ptr<spdlog::sinks::sink> sink, int verbosity) {
+  return Logger(MakeLogger(std::move(sink)), "main", verbosity);
+}
+
+Logger Logger::Discard() {
+  return Logger(MakeLogger(std::make_shared<spdlog::sinks::null_sink_mt>()), "main", -1);
+}
+
+Logger Logger::WithComponent(std::string component) const {
+  return Logger(logger_, std::move(component), verbosity_);
+}
+
+void Logger::Info(std::string_view message, std::initializer_list<LogField> fields) const {
+  if (verbosity_ >= 0) Write(spdlog::level::info, message, fields);
+}
+void Logger::Warn(std::string_view message, std::initializer_list<LogField> fields) const {
+  if (verbosity_ >= 0) Write(spdlog::level::warn, message, fields);
+}
+void Logger::Error(std::string_view message, std::initializer_list<LogField> fields) const {
+  if (verbosity_ >= 0) Write(spdlog::level::err, message, fields);
+}
+void Logger::Debug(int level, std::string_view message,
+                   std::initializer_list<LogField> fields) const {
+  if (verbosity_ >= level) Write(spdlog::level::debug, message, fields);
+}
+
+void Logger::Write(spdlog::level::level_enum level, std::string_view message,
+                   std::initializer_list<LogField> fields) const {
+  std::string line = component_;
+  line += ' ';
+  line += LogQuote(message);
+  for (const auto& [key, value] : fields) {
+    line += ' ';
+    line += key;
+    line += '=';
+    line += LogQuote(value);
+  }
+  logger_->log(level, line);
+}
+
+std::string LogQuote(std::string_view value) {
+  bool needs_quotes = value.empty();
+  for (unsigned char c : value) {
+    if (c <= ' ' || c == '"' || c == '=' || c == 0x7f || c == '\\') needs_quotes = true;
+  }
+  if (!needs_quotes) return std::string(value);
+  std::string out = "\"";
+  for (unsigned char c : value) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += '"';
+  return out;
+}
+
+}  // namespace vfio_dra

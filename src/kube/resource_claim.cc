@@ -1,0 +1,146 @@
+#include "kube/resource_claim.h"
+
+namespace vfio_dra::kube {
+namespace {
+
+Error FieldError(const std::string& field, const std::string& problem) {
+  return MakeError(ErrorKind::kInvalidArgument, "ResourceClaim field " + field + " " + problem);
+}
+
+// Reads an optional string member; missing or null gives "".
+Result<std::string> StringField(const nlohmann::json& object, const char* key,
+                                const std::string& path) {
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return std::string();
+  if (!it->is_string()) return FieldError(path + "." + key, "must be a string");
+  return it->get<std::string>();
+}
+
+Result<std::vector<std::string>> StringList(const nlohmann::json& object, const char* key,
+                                            const std::string& path) {
+  std::vector<std::string> out;
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return out;
+  if (!it->is_array()) return FieldError(path + "." + key, "must be a list");
+  for (size_t i = 0; i < it->size(); ++i) {
+    if (!(*it)[i].is_string()) {
+      return FieldError(path + "." + key + "[" + std::to_string(i) + "]", "must be a string");
+    }
+    out.push_back((*it)[i].get<std::string>());
+  }
+  return out;
+}
+
+Result<AllocationResult> ParseAllocation(const nlohmann::json& allocation) {
+  const std::string base = "status.allocation";
+  if (!allocation.is_object()) return FieldError(base, "must be an object");
+  AllocationResult out;
+  auto devices_it = allocation.find("devices");
+  if (devices_it == allocation.end() || devices_it->is_null()) return out;
+  if (!devices_it->is_object()) return FieldError(base + ".devices", "must be an object");
+  const nlohmann::json& devices = *devices_it;
+
+  if (auto results = devices.find("results"); results != devices.end() && !results->is_null()) {
+    if (!results->is_array()) return FieldError(base + ".devices.results", "must be a list");
+    for (size_t i = 0; i < results->size(); ++i) {
+      const std::string path = base + ".devices.results[" + std::to_string(i) + "]";
+      const nlohmann::json& r = (*results)[i];
+      if (!r.is_object()) return FieldError(path, "must be an object");
+      DeviceRequestAllocationResult result;
+      for (auto [key, target] : {std::pair{"request", &result.request},
+                                 std::pair{"driver", &result.driver},
+                                 std::pair{"pool", &result.pool},
+                                 std::pair{"device", &result.device}}) {
+        auto value = StringField(r, key, path);
+        if (!value.ok()) return value.error();
+        if (value->empty()) return FieldError(path + "." + key, "is required");
+        *target = *value;
+      }
+      if (auto share = r.find("shareID"); share != r.end() && !share->is_null()) {
+        if (!share->is_string()) return FieldError(path + ".shareID", "must be a string");
+        result.share_id = share->get<std::string>();
+      }
+      if (auto admin = r.find("adminAccess"); admin != r.end() && !admin->is_null()) {
+        if (!admin->is_boolean()) return FieldError(path + ".adminAccess", "must be a boolean");
+        result.admin_access = admin->get<bool>();
+      }
+      out.results.push_back(std::move(result));
+    }
+  }
+  if (auto config = devices.find("config"); config != devices.end() && !config->is_null()) {
+    if (!config->is_array()) return FieldError(base + ".devices.config", "must be a list");
+    for (size_t i = 0; i < config->size(); ++i) {
+      const std::string path = base + ".devices.config[" + std::to_string(i) + "]";
+      const nlohmann::json& c = (*config)[i];
+      if (!c.is_object()) return FieldError(path, "must be an object");
+      DeviceAllocationConfiguration entry;
+      auto source = StringField(c, "source", path);
+      if (!source.ok()) return source.error();
+      entry.source = *source;
+      auto requests = StringList(c, "requests", path);
+      if (!requests.ok()) return requests.error();
+      entry.requests = *requests;
+      if (auto opaque = c.find("opaque"); opaque != c.end() && !opaque->is_null()) {
+        if (!opaque->is_object()) return FieldError(path + ".opaque", "must be an object");
+        OpaqueDeviceConfiguration parsed;
+        auto driver = StringField(*opaque, "driver", path + ".opaque");
+        if (!driver.ok()) return driver.error();
+        parsed.driver = *driver;
+        if (auto params = opaque->find("parameters"); params != opaque->end()) {
+          parsed.parameters = *params;
+        }
+        entry.opaque = std::move(parsed);
+      }
+      out.config.push_back(std::move(entry));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string BaseRequestName(const std::string& request) {
+  return request.substr(0, request.find('/'));
+}
+
+Result<ResourceClaim> ParseResourceClaim(const nlohmann::json& object) {
+  if (!object.is_object()) return FieldError("(object)", "must be a JSON object");
+  ResourceClaim claim;
+  auto api_version = StringField(object, "apiVersion", "");
+  if (!api_version.ok()) return api_version.error();
+  claim.api_version = *api_version;
+  auto metadata = object.find("metadata");
+  if (metadata == object.end() || !metadata->is_object()) {
+    return FieldError("metadata", "is missing or not an object");
+  }
+  for (auto [key, target] : {std::pair{"namespace", &claim.namespace_},
+                             std::pair{"name", &claim.name}, std::pair{"uid", &claim.uid},
+                             std::pair{"resourceVersion", &claim.resource_version}}) {
+    auto value = StringField(*metadata, key, "metadata");
+    if (!value.ok()) return value.error();
+    *target = *value;
+  }
+  if (auto annotations = metadata->find("annotations");
+      annotations != metadata->end() && !annotations->is_null()) {
+    if (!annotations->is_object()) return FieldError("metadata.annotations", "must be a map");
+    for (const auto& [key, value] : annotations->items()) {
+      if (!value.is_string()) {
+        return FieldError("metadata.annotations[" + key + "]", "must be a string");
+      }
+      claim.annotations[key] = value.get<std::string>();
+    }
+  }
+  auto status = object.find("status");
+  if (status != object.end() && !status->is_null()) {
+    if (!status->is_object()) return FieldError("status", "must be an object");
+    auto allocation = status->find("allocation");
+    if (allocation != status->end() && !allocation->is_null()) {
+      auto parsed = ParseAllocation(*allocation);
+      if (!parsed.ok()) return parsed.error();
+      claim.allocation = std::move(*parsed);
+    }
+  }
+  return claim;
+}
+
+}  // namespace vfio_dra::kube

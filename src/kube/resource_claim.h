@@ -1,0 +1,57 @@
+// ResourceClaim: the parts of a resource.k8s.io ResourceClaim that a node plugin acts on, parsed
+// from any served version (v1, v1beta2 and v1beta1 share the status shape). Parsing is strict
+// about types: a field of the wrong type is an error naming the field, never a crash.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+
+namespace vfio_dra::kube {
+
+struct DeviceRequestAllocationResult {
+  std::string request;  // "req" or "req/subreq"
+  std::string driver;
+  std::string pool;
+  std::string device;
+  std::optional<std::string> share_id;
+  bool admin_access = false;
+};
+
+struct OpaqueDeviceConfiguration {
+  std::string driver;
+  nlohmann::json parameters;  // an arbitrary JSON object, decoded by the driver
+};
+
+struct DeviceAllocationConfiguration {
+  std::string source;                 // FromClass | FromClaim
+  std::vector<std::string> requests;  // empty: applies to all requests
+  std::optional<OpaqueDeviceConfiguration> opaque;
+};
+
+struct AllocationResult {
+  std::vector<DeviceRequestAllocationResult> results;
+  std::vector<DeviceAllocationConfiguration> config;
+};
+
+struct ResourceClaim {
+  std::string api_version;
+  std::string namespace_;
+  std::string name;
+  std::string uid;
+  std::string resource_version;
+  std::map<std::string, std::string> annotations;
+  std::optional<AllocationResult> allocation;
+};
+
+Result<ResourceClaim> ParseResourceClaim(const nlohmann::json& object);
+
+// "req/subreq" -> "req": container specs and the kubelet only know top-level request names.
+std::string BaseRequestName(const std::string& request);
+
+}  // namespace vfio_dra::kube

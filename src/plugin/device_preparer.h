@@ -1,0 +1,49 @@
+// DevicePreparer: the seam between the kubelet-facing service and the device work (vfio binding,
+// mdev creation, CDI specs, checkpoint). The node service does the protocol (claim lookup,
+// validation, filtering to our driver, serialization); a DevicePreparer only sees claims that are
+// valid, allocated, and have results for this driver.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "kube/resource_claim.h"
+#include "plugin/claim_ref.h"
+
+namespace vfio_dra::plugin {
+
+struct PreparedDevice {
+  std::vector<std::string> request_names;  // base names ("req", never "req/sub")
+  std::string pool_name;
+  std::string device_name;
+  std::vector<std::string> cdi_device_ids;
+  std::optional<std::string> share_id;
+};
+
+class DevicePreparer {
+ public:
+  virtual ~DevicePreparer() = default;
+  // Prepares every result in `ours` (all of them for this driver). Must be idempotent: the kubelet
+  // repeats the call until it sees success.
+  virtual Result<std::vector<PreparedDevice>> Prepare(
+      const kube::ResourceClaim& claim,
+      const std::vector<kube::DeviceRequestAllocationResult>& ours) = 0;
+  // Undoes whatever Prepare did for the claim; works from the reference alone (the claim may be
+  // gone from the API) and succeeds when there is nothing to undo.
+  virtual Status Unprepare(const ClaimRef& claim) = 0;
+};
+
+// Used until device preparation exists: it refuses every claim that has devices of this driver
+// with a clear error instead of pretending, and (because nothing can ever have been prepared)
+// reports unprepare as done.
+class UnimplementedDevicePreparer final : public DevicePreparer {
+ public:
+  Result<std::vector<PreparedDevice>> Prepare(
+      const kube::ResourceClaim& claim,
+      const std::vector<kube::DeviceRequestAllocationResult>& ours) override;
+  Status Unprepare(const ClaimRef& claim) override;
+};
+
+}  // namespace vfio_dra::plugin

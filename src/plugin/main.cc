@@ -1,0 +1,82 @@
+// vfio-dra-plugin: the command line. Subcommands: serve (the kubelet plugin daemon) and version.
+// A bad flag or value is one line on stderr naming it, and exit code 2.
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+#include <iostream>
+
+#include "plugin/serve_command.h"
+#include "plugin/serve_options.h"
+
+namespace {
+
+using vfio_dra::plugin::ServeOptions;
+
+void AddServeFlags(CLI::App& serve, ServeOptions& o) {
+  serve.add_option("--driver-name", o.driver_name,
+                   "DRA driver name: the ResourceSlice spec.driver and the kubelet plugin name "
+                   "(a lower-case DNS subdomain of at most 63 characters)")
+      ->capture_default_str();
+  serve.add_option("--node-name", o.node_name, "name of this node (required)")
+      ->envname("NODE_NAME");
+  serve.add_option("--kubeconfig", o.kubeconfig,
+                   "kubeconfig file; default: $KUBECONFIG, else the in-cluster service account");
+  serve.add_option("--sysfs-root", o.sysfs_root, "where sysfs is mounted")->capture_default_str();
+  serve.add_option("--dev-root", o.dev_root, "where /dev is mounted")->capture_default_str();
+  serve.add_option("--registrar-dir", o.registrar_dir,
+                   "kubelet plugin registration directory")
+      ->capture_default_str();
+  serve.add_option("--plugin-data-dir", o.plugin_data_dir,
+                   "directory for the DRA socket and the plugin's state "
+                   "(default /var/lib/kubelet/plugins/<driver-name>)");
+  serve.add_option("--cdi-dir", o.cdi_dir, "directory for CDI specs")->capture_default_str();
+  serve.add_option("--config", o.config_file, "admin policy file (YAML)");
+  serve.add_option("--pod-uid", o.pod_uid,
+                   "UID of this pod; makes socket names unique so that two instances can overlap "
+                   "in a rolling update (needs a 1.33+ kubelet)")
+      ->envname("POD_UID");
+  serve.add_option("--kube-api-qps", o.kube_api_qps, "client-side API rate limit (queries/s)")
+      ->capture_default_str();
+  serve.add_option("--kube-api-burst", o.kube_api_burst, "client-side API burst")
+      ->capture_default_str();
+  serve.add_option("-v,--v", o.verbosity, "log verbosity (0: info; 2: API retries; 4: gRPC calls)")
+      ->capture_default_str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  vfio_dra::plugin::BlockShutdownSignals();
+  CLI::App app{"vfio-dra-plugin: Kubernetes DRA kubelet plugin for VM passthrough devices "
+               "(PCI GPUs, mediated devices, SR-IOV VFs)",
+               "vfio-dra-plugin"};
+  app.require_subcommand(1);
+  ServeOptions options;
+  CLI::App* serve = app.add_subcommand("serve", "run the kubelet plugin daemon");
+  AddServeFlags(*serve, options);
+  CLI::App* version = app.add_subcommand("version", "print the version");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "vfio-dra-plugin: " << e.what() << " (see --help)" << std::endl;
+    return 2;
+  }
+
+  if (version->parsed()) {
+    std::cout << "vfio-dra-plugin " << vfio_dra::plugin::PluginVersion() << std::endl;
+    return 0;
+  }
+  if (serve->parsed()) {
+    if (auto status = vfio_dra::plugin::FinalizeServeOptions(options); !status.ok()) {
+      std::cerr << "vfio-dra-plugin serve: " << status.error().message << std::endl;
+      return 2;
+    }
+    return vfio_dra::plugin::RunServe(options);
+  }
+  return 2;
+}

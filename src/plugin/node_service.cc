@@ -1,0 +1,127 @@
+#include "plugin/node_service.h"
+
+#include <set>
+
+namespace vfio_dra::plugin {
+
+DraNodeService::DraNodeService(std::string driver_name, ClaimSource& claims,
+                               DevicePreparer& preparer, CallSerializer& serializer, Logger log)
+    : driver_name_(std::move(driver_name)),
+      claims_(claims),
+      preparer_(preparer),
+      serializer_(serializer),
+      log_(std::move(log)) {}
+
+Status DraNodeService::ValidateRequest(const std::vector<ClaimRef>& claims,
+                                       const char* call) const {
+  if (claims.size() > kMaxClaimsPerCall) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     std::string(call) + ": the request lists " + std::to_string(claims.size()) +
+                         " claims; at most " + std::to_string(kMaxClaimsPerCall) +
+                         " are accepted in one call");
+  }
+  std::set<std::string> seen;
+  for (size_t i = 0; i < claims.size(); ++i) {
+    const ClaimRef& claim = claims[i];
+    if (claim.uid.empty()) {
+      // Without a UID there is no key to answer under, so the whole request is malformed.
+      return MakeError(ErrorKind::kInvalidArgument,
+                       std::string(call) + ": claim #" + std::to_string(i) + " (" +
+                           claim.Display() + ") has an empty uid");
+    }
+    if (!seen.insert(claim.uid).second) {
+      return MakeError(ErrorKind::kInvalidArgument,
+                       std::string(call) + ": claim uid " + EscapeForDisplay(claim.uid) +
+                           " appears more than once in the request");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::map<std::string, ClaimPrepareResult>> DraNodeService::Prepare(
+    const std::vector<ClaimRef>& claims) {
+  if (Status s = ValidateRequest(claims, "NodePrepareResources"); !s.ok()) return s.error();
+  std::map<std::string, ClaimPrepareResult> out;
+  for (const ClaimRef& ref : claims) {
+    ClaimPrepareResult result = PrepareOne(ref);
+    if (!result.error.empty()) {
+      log_.Error("prepare failed", {{"claim", ref.Display()}, {"uid", ref.uid},
+                                    {"error", result.error}});
+    } else {
+      log_.Info("prepared claim", {{"claim", ref.Display()}, {"uid", ref.uid},
+                                   {"devices", std::to_string(result.devices.size())}});
+    }
+    out[ref.uid] = std::move(result);
+  }
+  return out;
+}
+
+ClaimPrepareResult DraNodeService::PrepareOne(const ClaimRef& ref) {
+  ClaimPrepareResult result;
+  if (Status s = ValidateClaimRef(ref); !s.ok()) {
+    result.error = s.error().message;
+    return result;
+  }
+  const std::string who = "claim " + ref.Display() + " (uid " + ref.uid + ")";
+  // The claim is read before taking the serialization lock, as upstream does, so a slow API server
+  // does not hold up device work for other pods.
+  auto claim = claims_.Get(ref.namespace_, ref.name);
+  if (!claim.ok()) {
+    result.error = who + ": " + claim.error().message;
+    return result;
+  }
+  if (claim->uid != ref.uid) {
+    result.error = who + ": the ResourceClaim was replaced: the API server has uid " + claim->uid +
+                   " for " + ref.Display();
+    return result;
+  }
+  if (!claim->allocation.has_value()) {
+    result.error = who + ": the ResourceClaim is not allocated (status.allocation is unset)";
+    return result;
+  }
+  std::vector<kube::DeviceRequestAllocationResult> ours;
+  for (const auto& r : claim->allocation->results) {
+    if (r.driver == driver_name_) ours.push_back(r);
+  }
+  if (ours.empty()) {
+    // The kubelet calls every driver that has results in the claim; none are ours, so there is
+    // nothing to do and nothing to return.
+    return result;
+  }
+  CallSerializer::Guard guard(serializer_);
+  auto devices = preparer_.Prepare(*claim, ours);
+  if (!devices.ok()) {
+    result.error = devices.error().message;
+    return result;
+  }
+  result.devices = std::move(*devices);
+  for (PreparedDevice& device : result.devices) {
+    for (std::string& name : device.request_names) name = kube::BaseRequestName(name);
+  }
+  return result;
+}
+
+Result<std::map<std::string, ClaimUnprepareResult>> DraNodeService::Unprepare(
+    const std::vector<ClaimRef>& claims) {
+  if (Status s = ValidateRequest(claims, "NodeUnprepareResources"); !s.ok()) return s.error();
+  std::map<std::string, ClaimUnprepareResult> out;
+  for (const ClaimRef& ref : claims) {
+    ClaimUnprepareResult result;
+    if (Status s = ValidateClaimRef(ref); !s.ok()) {
+      result.error = s.error().message;
+    } else {
+      CallSerializer::Guard guard(serializer_);
+      if (Status u = preparer_.Unprepare(ref); !u.ok()) result.error = u.error().message;
+    }
+    if (result.error.empty()) {
+      log_.Info("unprepared claim", {{"claim", ref.Display()}, {"uid", ref.uid}});
+    } else {
+      log_.Error("unprepare failed", {{"claim", ref.Display()}, {"uid", ref.uid},
+                                      {"error", result.error}});
+    }
+    out[ref.uid] = std::move(result);
+  }
+  return out;
+}
+
+}  // namespace vfio_dra::plugin

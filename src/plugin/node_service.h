@@ -1,0 +1,73 @@
+// DraNodeService: the one implementation of NodePrepareResources / NodeUnprepareResources behind
+// both gRPC API versions. It enforces the kubelet contract: an answer for every claim UID in the
+// request, per-claim failures as per-claim errors naming the claim, whole-call errors only for a
+// malformed request, the claim re-read from the API (UID and allocation checked), only this
+// driver's results handed on, base request names, and device work serialized.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/log.h"
+#include "base/result.h"
+#include "kube/claim_reader.h"
+#include "plugin/call_serializer.h"
+#include "plugin/claim_ref.h"
+#include "plugin/device_preparer.h"
+
+namespace vfio_dra::plugin {
+
+// More claims than any pod can reference; a request beyond this is refused as malformed.
+inline constexpr size_t kMaxClaimsPerCall = 1024;
+
+struct ClaimPrepareResult {
+  std::vector<PreparedDevice> devices;
+  std::string error;  // non-empty: the claim failed, devices are ignored
+};
+
+struct ClaimUnprepareResult {
+  std::string error;
+};
+
+// Reads ResourceClaims; an interface so tests can run the service without an API server.
+class ClaimSource {
+ public:
+  virtual ~ClaimSource() = default;
+  virtual Result<kube::ResourceClaim> Get(const std::string& namespace_,
+                                          const std::string& name) = 0;
+};
+
+class ApiClaimSource final : public ClaimSource {
+ public:
+  explicit ApiClaimSource(kube::ResourceClaimReader& reader) : reader_(reader) {}
+  Result<kube::ResourceClaim> Get(const std::string& namespace_, const std::string& name) override {
+    return reader_.Get(namespace_, name);
+  }
+
+ private:
+  kube::ResourceClaimReader& reader_;
+};
+
+class DraNodeService {
+ public:
+  DraNodeService(std::string driver_name, ClaimSource& claims, DevicePreparer& preparer,
+                 CallSerializer& serializer, Logger log);
+
+  // Whole-call errors (kInvalidArgument) for a malformed request; otherwise one entry per UID.
+  Result<std::map<std::string, ClaimPrepareResult>> Prepare(const std::vector<ClaimRef>& claims);
+  Result<std::map<std::string, ClaimUnprepareResult>> Unprepare(
+      const std::vector<ClaimRef>& claims);
+
+ private:
+  Status ValidateRequest(const std::vector<ClaimRef>& claims, const char* call) const;
+  ClaimPrepareResult PrepareOne(const ClaimRef& ref);
+
+  const std::string driver_name_;
+  ClaimSource& claims_;
+  DevicePreparer& preparer_;
+  CallSerializer& serializer_;
+  Logger log_;
+};
+
+}  // namespace vfio_dra::plugin

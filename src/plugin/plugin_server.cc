@@ -1,0 +1,123 @@
+#include "plugin/plugin_server.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+
+#include "base/file_io.h"
+
+namespace vfio_dra::plugin {
+namespace {
+
+// Owner-only: the kubelet connects as root, and nobody else has business on these sockets.
+constexpr mode_t kSocketMode = 0600;
+
+Result<std::unique_ptr<grpc::Server>> StartUnixServer(const std::string& path,
+                                                       const std::vector<grpc::Service*>& services) {
+  if (Status s = EnsureDirectory(std::filesystem::path(path).parent_path().string());
+      !s.ok()) {
+    return s.error();
+  }
+  if (Status s = RemoveStaleSocket(path); !s.ok()) return s.error();
+  grpc::ServerBuilder builder;
+  int bound = 0;
+  builder.AddListeningPort("unix:" + path, grpc::InsecureServerCredentials(), &bound);
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || bound == 0) {
+    return MakeError(ErrorKind::kUnavailable,
+                     "cannot listen on unix socket " + path +
+                         " (is the directory writable, and the path shorter than 108 bytes?)");
+  }
+  if (::chmod(path.c_str(), kSocketMode) != 0) {
+    server->Shutdown();
+    return MakeError(ErrorKind::kUnavailable,
+                     "cannot set the mode of socket " + path + ": " + ErrnoText(errno));
+  }
+  return server;
+}
+
+void ShutdownAndUnlink(std::unique_ptr<grpc::Server>& server, const std::string& path,
+                       const Logger& log) {
+  if (server == nullptr) return;
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server->Wait();
+  server.reset();
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    log.Warn("cannot remove socket", {{"path", path}, {"error", ErrnoText(errno)}});
+  }
+}
+
+}  // namespace
+
+SocketLayout SocketLayout::For(const ServeOptions& options) {
+  SocketLayout layout;
+  const std::string suffix = options.pod_uid.empty() ? "" : "-" + options.pod_uid;
+  layout.dra_socket = options.plugin_data_dir + "/dra" + suffix + ".sock";
+  layout.registration_socket =
+      options.registrar_dir + "/" + options.driver_name + suffix + "-reg.sock";
+  layout.lock_file = options.plugin_data_dir + "/serialize.lock";
+  return layout;
+}
+
+Status EnsureDirectory(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return MakeError(ErrorKind::kUnavailable, "cannot create directory " + dir + ": " + ec.message());
+  }
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return MakeError(ErrorKind::kUnavailable, dir + " is not a directory");
+  }
+  return Status::Ok();
+}
+
+Status RemoveStaleSocket(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Status::Ok();
+    return MakeError(ErrorKind::kUnavailable, "cannot inspect " + path + ": " + ErrnoText(errno));
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     path + " exists and is not a socket; refusing to replace it (remove it by "
+                            "hand if it is not needed)");
+  }
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return MakeError(ErrorKind::kUnavailable,
+                     "cannot remove stale socket " + path + ": " + ErrnoText(errno));
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<PluginServer>> PluginServer::Start(
+    const SocketLayout& layout, const std::vector<grpc::Service*>& dra_services,
+    grpc::Service* registration, Logger log) {
+  std::unique_ptr<PluginServer> server(new PluginServer(layout, std::move(log)));
+  auto dra = StartUnixServer(layout.dra_socket, dra_services);
+  if (!dra.ok()) return dra.error().Wrap("cannot start the DRA service");
+  server->dra_server_ = std::move(*dra);
+  server->log_.Info("DRA service listening", {{"socket", layout.dra_socket}});
+  // Only now, with the DRA socket accepting connections, may the kubelet learn about us.
+  auto reg = StartUnixServer(layout.registration_socket, {registration});
+  if (!reg.ok()) {
+    server->Stop();
+    return reg.error().Wrap("cannot start the registration service");
+  }
+  server->registration_server_ = std::move(*reg);
+  server->log_.Info("registration socket ready", {{"socket", layout.registration_socket}});
+  return server;
+}
+
+PluginServer::~PluginServer() { Stop(); }
+
+void PluginServer::Stop() {
+  ShutdownAndUnlink(registration_server_, layout_.registration_socket, log_);
+  ShutdownAndUnlink(dra_server_, layout_.dra_socket, log_);
+}
+
+}  // namespace vfio_dra::plugin

@@ -1,0 +1,121 @@
+#include "plugin/serve_command.h"
+
+#include <sys/utsname.h>
+
+#include <csignal>
+#include <iostream>
+#include <string>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "kube/api_client.h"
+#include "kube/claim_reader.h"
+#include "kube/client_config.h"
+#include "kube/curl_transport.h"
+#include "kube/token_source.h"
+#include "plugin/call_serializer.h"
+#include "plugin/device_preparer.h"
+#include "plugin/dra_grpc_service.h"
+#include "plugin/node_service.h"
+#include "plugin/plugin_server.h"
+#include "plugin/registration_service.h"
+
+#ifndef VFIO_DRA_VERSION
+#define VFIO_DRA_VERSION "0.0.0-dev"
+#endif
+
+namespace vfio_dra::plugin {
+
+const char* PluginVersion() { return VFIO_DRA_VERSION; }
+
+std::string UserAgent() {
+  struct utsname uts {};
+  std::string arch = "unknown";
+  if (::uname(&uts) == 0) {
+    arch = uts.machine;
+    if (arch == "x86_64") arch = "amd64";
+    if (arch == "aarch64") arch = "arm64";
+  }
+  return std::string("vfio-dra-plugin/") + PluginVersion() + " (linux/" + arch + ")";
+}
+
+void BlockShutdownSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+int RunServe(const ServeOptions& options) {
+  Logger root = Logger::ToStderr(options.verbosity);
+  Logger log = root.WithComponent("serve");
+  log.Info("starting", {{"version", PluginVersion()},
+                        {"driver", options.driver_name},
+                        {"node", options.node_name}});
+  if (!options.config_file.empty()) {
+    log.Error("--config: the admin policy file is not supported by this build yet; start without "
+              "it",
+              {{"file", options.config_file}});
+    return 1;
+  }
+
+  auto client_config = kube::ResolveClientConfig(options.kubeconfig);
+  if (!client_config.ok()) {
+    log.Error("cannot configure the Kubernetes API client", {{"error", client_config.error().message}});
+    return 1;
+  }
+  auto transport = kube::CurlTransport::Create(*client_config, UserAgent());
+  if (!transport.ok()) {
+    log.Error("cannot configure the Kubernetes API client", {{"error", transport.error().message}});
+    return 1;
+  }
+  kube::TokenSource tokens(client_config->token, client_config->token_file, RealClock());
+  kube::ApiClientOptions api_options;
+  api_options.qps = options.kube_api_qps;
+  api_options.burst = options.kube_api_burst;
+  kube::ApiClient api(**transport, tokens, RealClock(), root.WithComponent("kube"), api_options);
+  kube::ResourceClaimReader claim_reader(api);
+  ApiClaimSource claims(claim_reader);
+  log.Info("Kubernetes API client ready",
+           {{"server", client_config->server}, {"source", client_config->source}});
+
+  const SocketLayout layout = SocketLayout::For(options);
+  if (Status s = EnsureDirectory(options.plugin_data_dir); !s.ok()) {
+    log.Error("cannot prepare the plugin data directory", {{"error", s.error().message}});
+    return 1;
+  }
+  auto serializer = CallSerializer::Open(layout.lock_file);
+  if (!serializer.ok()) {
+    log.Error("cannot set up call serialization", {{"error", serializer.error().message}});
+    return 1;
+  }
+  UnimplementedDevicePreparer preparer;
+  DraNodeService node(options.driver_name, claims, preparer, **serializer,
+                      root.WithComponent("node"));
+  DraGrpcService<DraV1Api> v1(node, root.WithComponent("grpc"));
+  DraGrpcService<DraV1beta1Api> v1beta1(node, root.WithComponent("grpc"));
+  RegistrationService registration(options.driver_name, layout.dra_socket,
+                                   SupportedDraServices(), root.WithComponent("registration"));
+  auto server =
+      PluginServer::Start(layout, {&v1, &v1beta1}, &registration, root.WithComponent("server"));
+  if (!server.ok()) {
+    log.Error("cannot start", {{"error", server.error().message}});
+    return 1;
+  }
+
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  int signal_number = 0;
+  while (sigwait(&set, &signal_number) != 0) {
+  }
+  log.Info("shutting down; ResourceSlices stay in place",
+           {{"signal", signal_number == SIGTERM ? "SIGTERM" : "SIGINT"}});
+  (*server)->Stop();
+  log.Info("stopped");
+  return 0;
+}
+
+}  // namespace vfio_dra::plugin

@@ -1,0 +1,94 @@
+#include "plugin/serve_options.h"
+
+#include <cctype>
+
+namespace vfio_dra::plugin {
+namespace {
+
+bool IsLowerAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
+
+Error FlagError(const std::string& flag, const std::string& problem) {
+  return MakeError(ErrorKind::kInvalidArgument, flag + ": " + problem);
+}
+
+Status CheckAbsolutePath(const std::string& flag, const std::string& value) {
+  if (value.empty() || value[0] != '/') {
+    return FlagError(flag, "must be an absolute path, got \"" + value + "\"");
+  }
+  for (char c : value) {
+    if (c == '\0' || c == '\n') return FlagError(flag, "contains a control character");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool IsDnsLabel(const std::string& value) {
+  if (value.empty() || value.size() > 63) return false;
+  if (!IsLowerAlnum(value.front()) || !IsLowerAlnum(value.back())) return false;
+  for (char c : value) {
+    if (!IsLowerAlnum(c) && c != '-') return false;
+  }
+  return true;
+}
+
+bool IsDnsSubdomain(const std::string& value) {
+  if (value.empty() || value.size() > 253) return false;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = value.find('.', start);
+    const std::string part = value.substr(start, dot == std::string::npos ? dot : dot - start);
+    if (part.empty()) return false;
+    if (!IsLowerAlnum(part.front()) || !IsLowerAlnum(part.back())) return false;
+    for (char c : part) {
+      if (!IsLowerAlnum(c) && c != '-') return false;
+    }
+    if (dot == std::string::npos) return true;
+    start = dot + 1;
+  }
+}
+
+Status FinalizeServeOptions(ServeOptions& options) {
+  if (options.driver_name.size() > 63 || !IsDnsSubdomain(options.driver_name)) {
+    return FlagError("--driver-name", "must be a lower-case DNS subdomain of at most 63 "
+                                      "characters (like vfio.dra.io), got \"" +
+                                          options.driver_name + "\"");
+  }
+  if (options.node_name.empty()) {
+    return FlagError("--node-name", "is required (or set NODE_NAME)");
+  }
+  if (!IsDnsSubdomain(options.node_name)) {
+    return FlagError("--node-name",
+                     "must be a lower-case DNS subdomain, got \"" + options.node_name + "\"");
+  }
+  if (!options.pod_uid.empty()) {
+    // The UID becomes part of socket file names, so it must be a plain token.
+    bool ok = options.pod_uid.size() <= 64;
+    for (char c : options.pod_uid) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') ok = false;
+    }
+    if (!ok) {
+      return FlagError("--pod-uid", "must be a pod UID (letters, digits and '-', at most 64), "
+                                    "got \"" + options.pod_uid + "\"");
+    }
+  }
+  if (options.plugin_data_dir.empty()) {
+    options.plugin_data_dir = "/var/lib/kubelet/plugins/" + options.driver_name;
+  }
+  for (const auto& [flag, value] :
+       {std::pair<std::string, const std::string*>{"--sysfs-root", &options.sysfs_root},
+        {"--dev-root", &options.dev_root},
+        {"--registrar-dir", &options.registrar_dir},
+        {"--plugin-data-dir", &options.plugin_data_dir},
+        {"--cdi-dir", &options.cdi_dir}}) {
+    if (Status s = CheckAbsolutePath(flag, *value); !s.ok()) return s;
+  }
+  if (options.kube_api_qps < 0) return FlagError("--kube-api-qps", "must not be negative");
+  if (options.kube_api_burst < 1) return FlagError("--kube-api-burst", "must be at least 1");
+  if (options.verbosity < 0 || options.verbosity > 10) {
+    return FlagError("-v", "must be between 0 and 10");
+  }
+  return Status::Ok();
+}
+
+}  // namespace vfio_dra::plugin

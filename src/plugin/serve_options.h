@@ -1,0 +1,37 @@
+// ServeOptions: everything `vfio-dra-plugin serve` is told on its command line, and the checks
+// that make a bad value fail at startup with a message naming the flag instead of later.
+#pragma once
+
+#include <string>
+
+#include "base/result.h"
+
+namespace vfio_dra::plugin {
+
+inline constexpr const char* kDefaultDriverName = "vfio.dra.io";
+
+struct ServeOptions {
+  std::string driver_name = kDefaultDriverName;
+  std::string node_name;  // --node-name or $NODE_NAME
+  std::string kubeconfig;
+  std::string sysfs_root = "/sys";
+  std::string dev_root = "/dev";
+  std::string registrar_dir = "/var/lib/kubelet/plugins_registry";
+  std::string plugin_data_dir;  // default /var/lib/kubelet/plugins/<driver-name>
+  std::string cdi_dir = "/var/run/cdi";
+  std::string config_file;  // admin policy (discovery)
+  std::string pod_uid;      // rolling updates: per-instance socket names
+  int verbosity = 0;
+  double kube_api_qps = 5.0;
+  int kube_api_burst = 10;
+};
+
+// Fills defaults that depend on other options (plugin data dir) and validates every value.
+// Errors name the flag: "--driver-name: ...".
+Status FinalizeServeOptions(ServeOptions& options);
+
+// Kubernetes name rules, shared with request validation.
+bool IsDnsLabel(const std::string& value);      // RFC 1123 label, at most 63
+bool IsDnsSubdomain(const std::string& value);  // RFC 1123 subdomain, at most 253
+
+}  // namespace vfio_dra::plugin
