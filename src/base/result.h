@@ -48,6 +48,7 @@ class [[nodiscard]] Result {
   const T& value() const& { return std::get<T>(state_); }
   T& value() & { return std::get<T>(state_); }
   T&& value() && { return std::get<T>(std::move(state_)); }
+  T&& operator*() && { return std::move(*this).value(); }
   const T* operator->() const { return &std::get<T>(state_); }
   T* operator->() { return &std::get<T>(state_); }
   const T& operator*() const& { return value(); }

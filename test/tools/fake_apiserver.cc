@@ -1,0 +1,606 @@
+#include "fake_apiserver.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+namespace vfio_dra::testing {
+namespace {
+
+using nlohmann::json;
+
+json StatusBody(int code, const std::string& reason, const std::string& message,
+                const std::string& kind = "", const std::string& name = "") {
+  json status = {{"kind", "Status"},       {"apiVersion", "v1"}, {"metadata", json::object()},
+                 {"status", "Failure"},    {"message", message}, {"reason", reason},
+                 {"code", code}};
+  if (!kind.empty() || !name.empty()) {
+    status["details"] = {{"name", name}, {"group", "resource.k8s.io"}, {"kind", kind}};
+  }
+  return status;
+}
+
+void Reply(httplib::Response& res, int code, const json& body) {
+  res.status = code;
+  res.set_content(body.dump(), "application/json");
+}
+
+void ReplyStatus(httplib::Response& res, int code, const std::string& reason,
+                 const std::string& message, const std::string& kind = "",
+                 const std::string& name = "") {
+  Reply(res, code, StatusBody(code, reason, message, kind, name));
+}
+
+void ReplyPageNotFound(httplib::Response& res) {
+  // What the real server answers for a path no API group version serves.
+  res.status = 404;
+  res.set_content("404 page not found\n", "text/plain; charset=utf-8");
+}
+
+std::vector<std::string> SplitPath(const std::string& path) {
+  std::vector<std::string> parts;
+  std::string part;
+  std::istringstream in(path);
+  while (std::getline(in, part, '/')) {
+    if (!part.empty()) parts.push_back(part);
+  }
+  return parts;
+}
+
+struct FieldRequirement {
+  std::string key;
+  std::string value;
+  bool negate = false;
+};
+
+// Parses "a=b,c!=d"; returns false on a malformed or unsupported selector.
+bool ParseFieldSelector(const std::string& text, std::vector<FieldRequirement>& out,
+                        std::string& error) {
+  std::istringstream in(text);
+  std::string term;
+  while (std::getline(in, term, ',')) {
+    if (term.empty()) continue;
+    FieldRequirement req;
+    size_t pos;
+    if ((pos = term.find("!=")) != std::string::npos) {
+      req.key = term.substr(0, pos);
+      req.value = term.substr(pos + 2);
+      req.negate = true;
+    } else if ((pos = term.find("==")) != std::string::npos) {
+      req.key = term.substr(0, pos);
+      req.value = term.substr(pos + 2);
+    } else if ((pos = term.find('=')) != std::string::npos) {
+      req.key = term.substr(0, pos);
+      req.value = term.substr(pos + 1);
+    } else {
+      error = "invalid field selector: " + term;
+      return false;
+    }
+    if (req.key != "spec.nodeName" && req.key != "spec.driver" && req.key != "metadata.name") {
+      error = "field label not supported: " + req.key;
+      return false;
+    }
+    out.push_back(req);
+  }
+  return true;
+}
+
+std::string FieldValue(const json& object, const std::string& key) {
+  if (key == "metadata.name") return object["metadata"].value("name", "");
+  const json& spec = object.contains("spec") ? object["spec"] : json::object();
+  if (key == "spec.nodeName") return spec.value("nodeName", "");
+  if (key == "spec.driver") return spec.value("driver", "");
+  return "";
+}
+
+bool Matches(const json& object, const std::vector<FieldRequirement>& selector) {
+  for (const auto& req : selector) {
+    if ((FieldValue(object, req.key) == req.value) == req.negate) return false;
+  }
+  return true;
+}
+
+// v1beta1 wraps every device field but the name in "basic"; the store keeps v1.
+json SliceToVersion(json slice, const std::string& version) {
+  slice["apiVersion"] = "resource.k8s.io/" + version;
+  if (version != "v1beta1" || !slice.contains("spec") || !slice["spec"].contains("devices")) {
+    return slice;
+  }
+  for (json& device : slice["spec"]["devices"]) {
+    json basic = json::object();
+    for (auto it = device.begin(); it != device.end();) {
+      if (it.key() != "name") {
+        basic[it.key()] = it.value();
+        it = device.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    device["basic"] = basic;
+  }
+  return slice;
+}
+
+json SliceFromVersion(json slice, const std::string& version) {
+  slice["apiVersion"] = "resource.k8s.io/v1";
+  if (version != "v1beta1" || !slice.contains("spec") || !slice["spec"].contains("devices")) {
+    return slice;
+  }
+  for (json& device : slice["spec"]["devices"]) {
+    if (!device.contains("basic")) continue;
+    json basic = device["basic"];
+    device.erase("basic");
+    for (auto& [key, value] : basic.items()) device[key] = value;
+  }
+  return slice;
+}
+
+std::string RandomSuffix() {
+  static thread_local std::mt19937 rng(std::random_device{}());
+  const char* alphabet = "bcdfghjklmnpqrstvwxz2456789";
+  std::string out;
+  for (int i = 0; i < 5; ++i) out += alphabet[rng() % 27];
+  return out;
+}
+
+}  // namespace
+
+FakeApiServer::FakeApiServer(FakeApiServerOptions options) : options_(std::move(options)) {}
+
+FakeApiServer::~FakeApiServer() { Stop(); }
+
+long long FakeApiServer::NextRv() { return ++rv_; }
+
+void FakeApiServer::Emit(const std::string& type, const json& object) {
+  slice_events_.push_back(Event{std::stoll(object["metadata"]["resourceVersion"].get<std::string>()),
+                                type, object});
+  while (slice_events_.size() > 1000) slice_events_.pop_front();
+  changed_.notify_all();
+}
+
+bool FakeApiServer::Start(int port) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = false;
+  }
+  server_ = std::make_unique<httplib::Server>();
+  server_->new_task_queue = [] { return new httplib::ThreadPool(64); };
+  InstallRoutes();
+  if (port == 0) {
+    port_ = server_->bind_to_any_port("127.0.0.1");
+    if (port_ <= 0) return false;
+  } else {
+    if (!server_->bind_to_port("127.0.0.1", port)) return false;
+    port_ = port;
+  }
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  server_->wait_until_ready();
+  return true;
+}
+
+void FakeApiServer::Stop() {
+  if (!server_) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  server_->stop();
+  if (thread_.joinable()) thread_.join();
+  server_.reset();
+}
+
+std::string FakeApiServer::WriteKubeconfig(const std::string& dir,
+                                           const std::string& token_file) const {
+  const std::string path = dir + "/kubeconfig";
+  std::ofstream out(path);
+  out << "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+      << "clusters:\n- name: fake\n  cluster:\n    server: " << url() << "\n"
+      << "contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n"
+      << "users:\n- name: fake\n  user:\n";
+  if (!token_file.empty()) {
+    out << "    tokenFile: " << token_file << "\n";
+  } else if (!options_.token.empty()) {
+    out << "    token: " << options_.token << "\n";
+  } else {
+    out << "    {}\n";
+  }
+  return path;
+}
+
+void FakeApiServer::SetToken(const std::string& token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  options_.token = token;
+}
+
+json FakeApiServer::PutClaim(json claim) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& meta = claim["metadata"];
+  if (!meta.contains("uid")) meta["uid"] = "claim-uid-" + std::to_string(next_uid_++);
+  meta["resourceVersion"] = std::to_string(NextRv());
+  claim["apiVersion"] = "resource.k8s.io/v1";
+  claim["kind"] = "ResourceClaim";
+  claims_[meta["namespace"].get<std::string>() + "/" + meta["name"].get<std::string>()] = claim;
+  return claim;
+}
+
+void FakeApiServer::RemoveClaim(const std::string& namespace_, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  claims_.erase(namespace_ + "/" + name);
+}
+
+void FakeApiServer::PutNode(const std::string& name, const std::string& uid) {
+  std::lock_guard<std::mutex> lock(mu_);
+  nodes_[name] = {{"apiVersion", "v1"},
+                  {"kind", "Node"},
+                  {"metadata", {{"name", name}, {"uid", uid}, {"resourceVersion", "1"}}}};
+}
+
+std::vector<json> FakeApiServer::Slices() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<json> out;
+  for (const auto& [name, slice] : slices_) out.push_back(slice);
+  return out;
+}
+
+bool FakeApiServer::RemoveSlice(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slices_.find(name);
+  if (it == slices_.end()) return false;
+  json object = it->second;
+  slices_.erase(it);
+  object["metadata"]["resourceVersion"] = std::to_string(NextRv());
+  Emit("DELETED", object);
+  return true;
+}
+
+void FakeApiServer::FailNext(int count, int status, int retry_after,
+                             const std::string& path_prefix) {
+  std::lock_guard<std::mutex> lock(mu_);
+  faults_.push_back(Fault{count, status, retry_after, path_prefix});
+}
+
+std::vector<RecordedRequest> FakeApiServer::Requests() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return requests_;
+}
+
+size_t FakeApiServer::CountRequests(const std::string& method,
+                                    const std::string& path_prefix) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& r : requests_) {
+    if (r.method == method && r.path.rfind(path_prefix, 0) == 0) ++n;
+  }
+  return n;
+}
+
+void FakeApiServer::ClearRequests() {
+  std::lock_guard<std::mutex> lock(mu_);
+  requests_.clear();
+}
+
+void FakeApiServer::InstallRoutes() {
+  auto handler = [this](const httplib::Request& req, httplib::Response& res) {
+    const std::vector<std::string> parts = SplitPath(req.path);
+    std::unique_lock<std::mutex> lock(mu_);
+    {
+      RecordedRequest record;
+      record.method = req.method;
+      record.path = req.path;
+      record.user_agent = req.get_header_value("User-Agent");
+      record.authorization = req.get_header_value("Authorization");
+      requests_.push_back(record);
+    }
+    for (auto it = faults_.begin(); it != faults_.end(); ++it) {
+      if (req.path.rfind(it->path_prefix, 0) != 0) continue;
+      const int status = it->status;
+      const int retry_after = it->retry_after;
+      if (--it->remaining <= 0) faults_.erase(it);
+      const std::string reason = status == 429   ? "TooManyRequests"
+                                 : status == 409 ? "Conflict"
+                                 : status >= 500 ? "InternalError"
+                                                 : "BadRequest";
+      if (retry_after > 0) res.set_header("Retry-After", std::to_string(retry_after));
+      ReplyStatus(res, status, reason, "injected fault");
+      return;
+    }
+    if (!options_.token.empty() &&
+        req.get_header_value("Authorization") != "Bearer " + options_.token) {
+      ReplyStatus(res, 401, "Unauthorized", "Unauthorized");
+      return;
+    }
+
+    if (parts.size() == 1 && parts[0] == "version") {
+      Reply(res, 200,
+            {{"major", "1"}, {"minor", options_.minor_version},
+             {"gitVersion", "v1." + options_.minor_version + ".0"}, {"platform", "linux/amd64"}});
+      return;
+    }
+    if (parts.size() == 1 && parts[0] == "apis") {
+      json groups = json::array();
+      if (!options_.served_versions.empty()) {
+        json versions = json::array();
+        for (const char* v : {"v1", "v1beta2", "v1beta1"}) {
+          if (options_.served_versions.count(v)) {
+            versions.push_back({{"groupVersion", std::string("resource.k8s.io/") + v},
+                                {"version", v}});
+          }
+        }
+        groups.push_back({{"name", "resource.k8s.io"},
+                          {"versions", versions},
+                          {"preferredVersion", versions[0]}});
+      }
+      Reply(res, 200, {{"kind", "APIGroupList"}, {"apiVersion", "v1"}, {"groups", groups}});
+      return;
+    }
+    if (parts.size() >= 2 && parts[0] == "apis" && parts[1] == "resource.k8s.io") {
+      if (parts.size() == 2) {
+        if (options_.served_versions.empty()) return ReplyPageNotFound(res);
+        json versions = json::array();
+        for (const char* v : {"v1", "v1beta2", "v1beta1"}) {
+          if (options_.served_versions.count(v)) {
+            versions.push_back({{"groupVersion", std::string("resource.k8s.io/") + v},
+                                {"version", v}});
+          }
+        }
+        Reply(res, 200, {{"kind", "APIGroup"}, {"apiVersion", "v1"}, {"name", "resource.k8s.io"},
+                         {"versions", versions}, {"preferredVersion", versions[0]}});
+        return;
+      }
+      const std::string version = parts[2];
+      if (!options_.served_versions.count(version)) return ReplyPageNotFound(res);
+      if (parts.size() == 3) {
+        json resources = json::array();
+        resources.push_back({{"name", "resourceslices"}, {"singularName", "resourceslice"},
+                             {"namespaced", false}, {"kind", "ResourceSlice"},
+                             {"verbs", {"create", "delete", "deletecollection", "get", "list",
+                                        "patch", "update", "watch"}}});
+        resources.push_back({{"name", "resourceclaims"}, {"singularName", "resourceclaim"},
+                             {"namespaced", true}, {"kind", "ResourceClaim"},
+                             {"verbs", {"create", "delete", "get", "list", "patch", "update",
+                                        "watch"}}});
+        Reply(res, 200, {{"kind", "APIResourceList"}, {"apiVersion", "v1"},
+                         {"groupVersion", "resource.k8s.io/" + version},
+                         {"resources", resources}});
+        return;
+      }
+      // Claims: /apis/resource.k8s.io/<v>/namespaces/<ns>/resourceclaims/<name>
+      if (parts.size() == 7 && parts[3] == "namespaces" && parts[5] == "resourceclaims" &&
+          req.method == "GET") {
+        auto it = claims_.find(parts[4] + "/" + parts[6]);
+        if (it == claims_.end()) {
+          return ReplyStatus(res, 404, "NotFound",
+                             "resourceclaims.resource.k8s.io \"" + parts[6] + "\" not found",
+                             "resourceclaims", parts[6]);
+        }
+        json claim = it->second;
+        claim["apiVersion"] = "resource.k8s.io/" + version;
+        return Reply(res, 200, claim);
+      }
+      if (parts.size() >= 4 && parts[3] == "resourceslices") {
+        const std::string name = parts.size() == 5 ? parts[4] : "";
+        if (req.method == "GET" && name.empty()) {
+          std::vector<FieldRequirement> selector;
+          std::string error;
+          if (!ParseFieldSelector(req.get_param_value("fieldSelector"), selector, error)) {
+            return ReplyStatus(res, 400, "BadRequest", error);
+          }
+          const std::string watch = req.get_param_value("watch");
+          if (watch == "1" || watch == "true") {
+            const std::string rv_text = req.get_param_value("resourceVersion");
+            long long from = rv_text.empty() ? 0 : std::atoll(rv_text.c_str());
+            const bool bookmarks = req.get_param_value("allowWatchBookmarks") == "true";
+            const int timeout = req.has_param("timeoutSeconds")
+                                    ? std::atoi(req.get_param_value("timeoutSeconds").c_str())
+                                    : 1800;
+            std::deque<std::string> initial;
+            if (from > 0 && !slice_events_.empty() && from < slice_events_.front().rv - 1) {
+              initial.push_back(json({{"type", "ERROR"},
+                                      {"object", StatusBody(410, "Expired",
+                                                            "too old resource version: " +
+                                                                rv_text)}})
+                                    .dump() +
+                                "\n");
+              from = -1;  // nothing follows the error
+            } else if (from == 0) {
+              for (const auto& [n, s] : slices_) {
+                if (Matches(s, selector)) {
+                  initial.push_back(
+                      json({{"type", "ADDED"}, {"object", SliceToVersion(s, version)}}).dump() +
+                      "\n");
+                }
+              }
+              from = rv_;
+            }
+            const auto deadline =
+                std::chrono::steady_clock::now() + std::chrono::seconds(timeout);
+            auto last = std::make_shared<long long>(from);
+            auto pending = std::make_shared<std::deque<std::string>>(std::move(initial));
+            res.status = 200;
+            res.set_chunked_content_provider(
+                "application/json",
+                [this, last, pending, selector, version, deadline, bookmarks](
+                    size_t, httplib::DataSink& sink) {
+                  std::unique_lock<std::mutex> l(mu_);
+                  while (true) {
+                    while (!pending->empty()) {
+                      std::string line = std::move(pending->front());
+                      pending->pop_front();
+                      l.unlock();
+                      const bool ok = sink.write(line.data(), line.size());
+                      l.lock();
+                      if (!ok) return false;
+                    }
+                    if (*last < 0 || stopping_ || std::chrono::steady_clock::now() >= deadline) {
+                      if (bookmarks && *last >= 0 && !stopping_) {
+                        std::string line =
+                            json({{"type", "BOOKMARK"},
+                                  {"object",
+                                   {{"kind", "ResourceSlice"},
+                                    {"apiVersion", "resource.k8s.io/" + version},
+                                    {"metadata", {{"resourceVersion", std::to_string(rv_)}}}}}})
+                                .dump() +
+                            "\n";
+                        l.unlock();
+                        sink.write(line.data(), line.size());
+                        l.lock();
+                      }
+                      l.unlock();
+                      sink.done();
+                      return true;
+                    }
+                    for (const Event& e : slice_events_) {
+                      if (e.rv <= *last) continue;
+                      *last = e.rv;
+                      if (Matches(e.object, selector)) {
+                        pending->push_back(json({{"type", e.type},
+                                                 {"object", SliceToVersion(e.object, version)}})
+                                               .dump() +
+                                           "\n");
+                      }
+                    }
+                    if (pending->empty()) {
+                      changed_.wait_until(l, std::min(deadline, std::chrono::steady_clock::now() +
+                                                                    std::chrono::milliseconds(200)));
+                      if (!sink.is_writable()) return false;
+                    }
+                  }
+                });
+            return;
+          }
+          json items = json::array();
+          for (const auto& [n, s] : slices_) {
+            if (Matches(s, selector)) items.push_back(SliceToVersion(s, version));
+          }
+          return Reply(res, 200,
+                       {{"kind", "ResourceSliceList"}, {"apiVersion", "resource.k8s.io/" + version},
+                        {"metadata", {{"resourceVersion", std::to_string(rv_)}}},
+                        {"items", items}});
+        }
+        if (req.method == "GET") {
+          auto it = slices_.find(name);
+          if (it == slices_.end()) {
+            return ReplyStatus(res, 404, "NotFound",
+                               "resourceslices.resource.k8s.io \"" + name + "\" not found",
+                               "resourceslices", name);
+          }
+          return Reply(res, 200, SliceToVersion(it->second, version));
+        }
+        json body = json::parse(req.body, nullptr, false);
+        if (req.method == "POST" && name.empty()) {
+          if (body.is_discarded() || !body.is_object()) {
+            return ReplyStatus(res, 400, "BadRequest", "the request body is not a JSON object");
+          }
+          json slice = SliceFromVersion(body, version);
+          auto& meta = slice["metadata"];
+          std::string new_name = meta.value("name", "");
+          if (new_name.empty()) {
+            const std::string prefix = meta.value("generateName", "");
+            if (prefix.empty()) {
+              return ReplyStatus(res, 422, "Invalid",
+                                 "ResourceSlice.resource.k8s.io \"\" is invalid: metadata.name: "
+                                 "Required value: name or generateName is required");
+            }
+            do {
+              new_name = prefix.substr(0, 58) + RandomSuffix();
+            } while (slices_.count(new_name));
+          } else if (slices_.count(new_name)) {
+            return ReplyStatus(res, 409, "AlreadyExists",
+                               "resourceslices.resource.k8s.io \"" + new_name +
+                                   "\" already exists",
+                               "resourceslices", new_name);
+          }
+          meta["name"] = new_name;
+          meta["uid"] = "slice-uid-" + std::to_string(next_uid_++);
+          meta["resourceVersion"] = std::to_string(NextRv());
+          meta["generation"] = 1;
+          slices_[new_name] = slice;
+          Emit("ADDED", slice);
+          return Reply(res, 201, SliceToVersion(slice, version));
+        }
+        if (req.method == "PUT" && !name.empty()) {
+          auto it = slices_.find(name);
+          if (it == slices_.end()) {
+            return ReplyStatus(res, 404, "NotFound",
+                               "resourceslices.resource.k8s.io \"" + name + "\" not found",
+                               "resourceslices", name);
+          }
+          if (body.is_discarded() || !body.is_object()) {
+            return ReplyStatus(res, 400, "BadRequest", "the request body is not a JSON object");
+          }
+          json slice = SliceFromVersion(body, version);
+          const std::string sent_rv = slice["metadata"].value("resourceVersion", "");
+          const std::string have_rv = it->second["metadata"]["resourceVersion"];
+          if (!sent_rv.empty() && sent_rv != have_rv) {
+            return ReplyStatus(res, 409, "Conflict",
+                               "Operation cannot be fulfilled on resourceslices.resource.k8s.io "
+                               "\"" + name + "\": the object has been modified; please apply "
+                               "your changes to the latest version and try again",
+                               "resourceslices", name);
+          }
+          slice["metadata"]["uid"] = it->second["metadata"]["uid"];
+          slice["metadata"]["resourceVersion"] = std::to_string(NextRv());
+          slice["metadata"]["generation"] = it->second["metadata"].value("generation", 1) + 1;
+          it->second = slice;
+          Emit("MODIFIED", slice);
+          return Reply(res, 200, SliceToVersion(slice, version));
+        }
+        if (req.method == "DELETE" && !name.empty()) {
+          auto it = slices_.find(name);
+          if (it == slices_.end()) {
+            return ReplyStatus(res, 404, "NotFound",
+                               "resourceslices.resource.k8s.io \"" + name + "\" not found",
+                               "resourceslices", name);
+          }
+          if (body.is_object() && body.contains("preconditions")) {
+            const json& pre = body["preconditions"];
+            const json& meta = it->second["metadata"];
+            if ((pre.contains("uid") && pre["uid"] != meta["uid"]) ||
+                (pre.contains("resourceVersion") &&
+                 pre["resourceVersion"] != meta["resourceVersion"])) {
+              return ReplyStatus(res, 409, "Conflict",
+                                 "Operation cannot be fulfilled on resourceslices.resource.k8s.io "
+                                 "\"" + name + "\": the precondition does not match",
+                                 "resourceslices", name);
+            }
+          }
+          json object = it->second;
+          slices_.erase(it);
+          object["metadata"]["resourceVersion"] = std::to_string(NextRv());
+          Emit("DELETED", object);
+          return Reply(res, 200, SliceToVersion(object, version));
+        }
+      }
+      return ReplyPageNotFound(res);
+    }
+    if (parts.size() == 4 && parts[0] == "api" && parts[1] == "v1" && parts[2] == "nodes" &&
+        req.method == "GET") {
+      auto it = nodes_.find(parts[3]);
+      if (it == nodes_.end()) {
+        return ReplyStatus(res, 404, "NotFound", "nodes \"" + parts[3] + "\" not found", "nodes",
+                           parts[3]);
+      }
+      return Reply(res, 200, it->second);
+    }
+    ReplyPageNotFound(res);
+  };
+  server_->Get(".*", handler);
+  server_->Post(".*", handler);
+  server_->Put(".*", handler);
+  server_->Delete(".*", handler);
+  server_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = requests_.rbegin(); it != requests_.rend(); ++it) {
+      if (it->status == 0 && it->method == req.method && it->path == req.path) {
+        it->status = res.status;
+        break;
+      }
+    }
+  });
+}
+
+}  // namespace vfio_dra::testing

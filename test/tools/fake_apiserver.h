@@ -1,0 +1,110 @@
+// FakeApiServer: an in-process Kubernetes API server on loopback for tests, with the semantics
+// the plugin relies on: discovery (/version, /apis, /apis/resource.k8s.io[/<v>]), GET/LIST/WATCH
+// with field selectors, create (generateName), update with resourceVersion checks (409), delete
+// with preconditions, Status bodies shaped like the real server's (404/409/410/422/429), bearer
+// token checks (401), and only the resource.k8s.io versions it is told to serve (others get the
+// real server's plain "404 page not found"). Faults can be injected per request.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace httplib {
+class Server;
+}
+
+namespace vfio_dra::testing {
+
+struct FakeApiServerOptions {
+  std::set<std::string> served_versions = {"v1", "v1beta2", "v1beta1"};
+  std::string token;  // when set, requests must carry "Authorization: Bearer <token>"
+  std::string minor_version = "35";
+};
+
+struct RecordedRequest {
+  std::string method;
+  std::string path;
+  std::string query;
+  std::string user_agent;
+  std::string authorization;
+  int status = 0;
+};
+
+class FakeApiServer {
+ public:
+  explicit FakeApiServer(FakeApiServerOptions options = {});
+  ~FakeApiServer();
+  FakeApiServer(const FakeApiServer&) = delete;
+  FakeApiServer& operator=(const FakeApiServer&) = delete;
+
+  // Listens on 127.0.0.1:`port` (0: any free port). Returns false when the port is taken.
+  bool Start(int port = 0);
+  // Stops listening and ends open watches; the stored objects survive a Start() on the same port.
+  void Stop();
+  int port() const { return port_; }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  // Writes a kubeconfig for this server into `dir` and returns its path.
+  std::string WriteKubeconfig(const std::string& dir, const std::string& token_file = "") const;
+
+  void SetToken(const std::string& token);
+
+  // Objects are kept in their v1 form. A claim without metadata.uid gets a fresh one.
+  nlohmann::json PutClaim(nlohmann::json claim);
+  void RemoveClaim(const std::string& namespace_, const std::string& name);
+  void PutNode(const std::string& name, const std::string& uid);
+  std::vector<nlohmann::json> Slices() const;
+  bool RemoveSlice(const std::string& name);  // as another actor would (emits a watch event)
+
+  // The next `count` requests (of any kind, or only those whose path starts with `path_prefix`)
+  // get `status` with a Status body; 429 and 503 carry Retry-After when `retry_after` > 0.
+  void FailNext(int count, int status, int retry_after = 0, const std::string& path_prefix = "");
+
+  std::vector<RecordedRequest> Requests() const;
+  size_t CountRequests(const std::string& method, const std::string& path_prefix) const;
+  void ClearRequests();
+
+ private:
+  struct Event {
+    long long rv;
+    std::string type;
+    nlohmann::json object;
+  };
+  struct Fault {
+    int remaining;
+    int status;
+    int retry_after;
+    std::string path_prefix;
+  };
+
+  void InstallRoutes();
+  long long NextRv();
+  void Emit(const std::string& type, const nlohmann::json& object);
+
+  FakeApiServerOptions options_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  bool stopping_ = false;
+  long long rv_ = 100;
+  long long next_uid_ = 1;
+  std::map<std::string, nlohmann::json> claims_;  // "ns/name"
+  std::map<std::string, nlohmann::json> slices_;  // name
+  std::map<std::string, nlohmann::json> nodes_;   // name
+  std::deque<Event> slice_events_;
+  std::vector<Fault> faults_;
+  std::vector<RecordedRequest> requests_;
+};
+
+}  // namespace vfio_dra::testing

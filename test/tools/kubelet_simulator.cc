@@ -1,0 +1,233 @@
+#include "kubelet_simulator.h"
+
+#include <grpcpp/generic/generic_stub.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "pluginregistration.pb.h"
+
+namespace vfio_dra::testing {
+namespace {
+
+bool IsSocket(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+std::optional<std::string> FindRegistrationSocket(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name[0] == '.') continue;  // the kubelet ignores dot-files
+    if (name.size() > 9 && name.substr(name.size() - 9) == "-reg.sock" &&
+        IsSocket(entry.path().string())) {
+      return entry.path().string();
+    }
+  }
+  return std::nullopt;
+}
+
+std::shared_ptr<grpc::Channel> UnixChannel(const std::string& socket) {
+  return grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());
+}
+
+}  // namespace
+
+KubeletSimulator::KubeletSimulator(std::vector<std::string> kubelet_services)
+    : kubelet_services_(std::move(kubelet_services)) {}
+
+Result<std::string> KubeletSimulator::WaitForRegistrationSocket(
+    const std::string& registrar_dir, std::chrono::milliseconds timeout) {
+  std::filesystem::create_directories(registrar_dir);
+  const int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  if (fd < 0) return MakeError(ErrorKind::kInternal, "inotify_init1 failed");
+  inotify_add_watch(fd, registrar_dir.c_str(), IN_CREATE | IN_MOVED_TO);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    // Checked after the watch is in place, so a socket created in between is not missed.
+    if (auto found = FindRegistrationSocket(registrar_dir)) {
+      ::close(fd);
+      return *found;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      ::close(fd);
+      return MakeError(ErrorKind::kDeadlineExceeded,
+                       "no registration socket appeared in " + registrar_dir);
+    }
+    pollfd p{fd, POLLIN, 0};
+    ::poll(&p, 1, static_cast<int>(left.count()));
+    char buf[4096];
+    while (::read(fd, buf, sizeof buf) > 0) {
+    }
+  }
+}
+
+grpc::Status KubeletSimulator::CallRaw(const std::string& socket, const std::string& method,
+                                       const std::string& request_bytes,
+                                       std::string* response_bytes,
+                                       std::chrono::milliseconds deadline) {
+  grpc::GenericStub stub(UnixChannel(socket));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + deadline);
+  grpc::CompletionQueue cq;
+  grpc::Slice slice(request_bytes);
+  grpc::ByteBuffer request(&slice, 1);
+  auto call = stub.PrepareUnaryCall(&context, method, request, &cq);
+  call->StartCall();
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  call->Finish(&response, &status, reinterpret_cast<void*>(1));
+  void* tag = nullptr;
+  bool ok = false;
+  cq.Next(&tag, &ok);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  if (status.ok() && response_bytes != nullptr) {
+    std::vector<grpc::Slice> slices;
+    (void)response.Dump(&slices);
+    response_bytes->clear();
+    for (const auto& s : slices) {
+      response_bytes->append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+  }
+  return status;
+}
+
+Result<std::string> KubeletSimulator::MethodPath(const std::string& service,
+                                                 const std::string& method) {
+  // Registration identifiers are not gRPC service names (except for health).
+  if (service == "v1.DRAPlugin") return "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/" + method;
+  if (service == "v1beta1.DRAPlugin") {
+    return "/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/" + method;
+  }
+  if (service == "v1alpha1.DRAResourceHealth") return "/v1alpha1.DRAResourceHealth/" + method;
+  return MakeError(ErrorKind::kInvalidArgument, "unknown DRA service " + service);
+}
+
+Result<RegisteredPlugin> KubeletSimulator::Register(const std::string& registration_socket) {
+  std::string info_bytes;
+  grpc::Status status =
+      CallRaw(registration_socket, "/pluginregistration.Registration/GetInfo",
+              pluginregistration::InfoRequest().SerializeAsString(), &info_bytes,
+              std::chrono::seconds(1));
+  if (!status.ok()) {
+    return MakeError(ErrorKind::kUnavailable, "GetInfo failed: " + status.error_message());
+  }
+  pluginregistration::PluginInfo info;
+  if (!info.ParseFromString(info_bytes)) {
+    return MakeError(ErrorKind::kInternal, "GetInfo returned an unparsable PluginInfo");
+  }
+  RegisteredPlugin plugin;
+  plugin.registration_socket = registration_socket;
+  plugin.name = info.name();
+  plugin.endpoint = info.endpoint().empty() ? registration_socket : info.endpoint();
+  plugin.supported_versions.assign(info.supported_versions().begin(),
+                                   info.supported_versions().end());
+  std::string error;
+  if (info.type() != "DRAPlugin") {
+    error = "no handler registered for plugin type: " + info.type();
+  } else if (plugin.supported_versions.empty()) {
+    error = "empty list of supported versions";
+  } else {
+    for (const std::string& offered : plugin.supported_versions) {
+      if (std::find(kubelet_services_.begin(), kubelet_services_.end(), offered) !=
+          kubelet_services_.end()) {
+        plugin.chosen_service = offered;
+        break;
+      }
+    }
+    if (plugin.chosen_service.empty()) {
+      error = "none of services supported by the plugin are supported by the kubelet";
+    }
+  }
+  pluginregistration::RegistrationStatus notify;
+  notify.set_plugin_registered(error.empty());
+  notify.set_error(error);
+  status = CallRaw(registration_socket, "/pluginregistration.Registration/NotifyRegistrationStatus",
+                   notify.SerializeAsString(), nullptr, std::chrono::seconds(5));
+  if (!error.empty()) return MakeError(ErrorKind::kFailedPrecondition, error);
+  if (!status.ok()) {
+    return MakeError(ErrorKind::kUnavailable,
+                     "NotifyRegistrationStatus failed: " + status.error_message());
+  }
+  return plugin;
+}
+
+Status KubeletSimulator::Reject(const std::string& registration_socket, const std::string& reason) {
+  pluginregistration::RegistrationStatus notify;
+  notify.set_plugin_registered(false);
+  notify.set_error(reason);
+  grpc::Status status =
+      CallRaw(registration_socket, "/pluginregistration.Registration/NotifyRegistrationStatus",
+              notify.SerializeAsString(), nullptr, std::chrono::seconds(5));
+  if (!status.ok()) return MakeError(ErrorKind::kUnavailable, status.error_message());
+  return Status::Ok();
+}
+
+template <typename Request>
+static void FillClaims(Request& request, const std::vector<SimClaim>& claims) {
+  for (const SimClaim& c : claims) {
+    auto* pb = request.add_claims();
+    pb->set_namespace_(c.namespace_);
+    pb->set_name(c.name);
+    pb->set_uid(c.uid);
+  }
+}
+
+Result<k8s::io::kubelet::pkg::apis::dra::v1::NodePrepareResourcesResponse>
+KubeletSimulator::Prepare(const RegisteredPlugin& plugin, const std::vector<SimClaim>& claims,
+                          const std::string& service) {
+  auto path = MethodPath(service.empty() ? plugin.chosen_service : service, "NodePrepareResources");
+  if (!path.ok()) return path.error();
+  // v1 and v1beta1 messages are wire-identical, so the v1 types encode both.
+  k8s::io::kubelet::pkg::apis::dra::v1::NodePrepareResourcesRequest request;
+  FillClaims(request, claims);
+  std::string bytes;
+  grpc::Status status =
+      CallRaw(plugin.endpoint, *path, request.SerializeAsString(), &bytes, std::chrono::seconds(45));
+  if (!status.ok()) {
+    return MakeError(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT
+                         ? ErrorKind::kInvalidArgument
+                         : ErrorKind::kUnavailable,
+                     "NodePrepareResources: " + status.error_message());
+  }
+  k8s::io::kubelet::pkg::apis::dra::v1::NodePrepareResourcesResponse response;
+  if (!response.ParseFromString(bytes)) {
+    return MakeError(ErrorKind::kInternal, "unparsable NodePrepareResourcesResponse");
+  }
+  return response;
+}
+
+Result<k8s::io::kubelet::pkg::apis::dra::v1::NodeUnprepareResourcesResponse>
+KubeletSimulator::Unprepare(const RegisteredPlugin& plugin, const std::vector<SimClaim>& claims,
+                            const std::string& service) {
+  auto path =
+      MethodPath(service.empty() ? plugin.chosen_service : service, "NodeUnprepareResources");
+  if (!path.ok()) return path.error();
+  k8s::io::kubelet::pkg::apis::dra::v1::NodeUnprepareResourcesRequest request;
+  FillClaims(request, claims);
+  std::string bytes;
+  grpc::Status status =
+      CallRaw(plugin.endpoint, *path, request.SerializeAsString(), &bytes, std::chrono::seconds(45));
+  if (!status.ok()) {
+    return MakeError(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT
+                         ? ErrorKind::kInvalidArgument
+                         : ErrorKind::kUnavailable,
+                     "NodeUnprepareResources: " + status.error_message());
+  }
+  k8s::io::kubelet::pkg::apis::dra::v1::NodeUnprepareResourcesResponse response;
+  if (!response.ParseFromString(bytes)) {
+    return MakeError(ErrorKind::kInternal, "unparsable NodeUnprepareResourcesResponse");
+  }
+  return response;
+}
+
+}  // namespace vfio_dra::testing

@@ -1,0 +1,71 @@
+// KubeletSimulator: a test stand-in for the kubelet's side of DRA. It finds the plugin the way
+// the kubelet's plugin watcher does (inotify on the registrar directory; dot-files and
+// non-sockets ignored), registers it (GetInfo, then NotifyRegistrationStatus), picks the DRA API
+// as a 1.34+ kubelet does (the first entry of the plugin's list that it supports), and calls
+// NodePrepareResources / NodeUnprepareResources by their full wire method names through a
+// generic stub, so it depends on nothing but the wire contract.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "dra_health_v1alpha1.pb.h"
+#include "dra_v1.pb.h"
+
+namespace vfio_dra::testing {
+
+struct SimClaim {
+  std::string namespace_;
+  std::string name;
+  std::string uid;
+};
+
+struct RegisteredPlugin {
+  std::string registration_socket;
+  std::string name;
+  std::string endpoint;
+  std::vector<std::string> supported_versions;
+  std::string chosen_service;  // "v1.DRAPlugin" or "v1beta1.DRAPlugin"
+};
+
+class KubeletSimulator {
+ public:
+  // Services this simulated kubelet speaks, in the order it accepts them (1.34+).
+  explicit KubeletSimulator(std::vector<std::string> kubelet_services = {"v1.DRAPlugin",
+                                                                         "v1beta1.DRAPlugin"});
+
+  // Waits until a socket named `*-reg.sock` appears in `registrar_dir` (or is already there).
+  Result<std::string> WaitForRegistrationSocket(const std::string& registrar_dir,
+                                                std::chrono::milliseconds timeout);
+  // GetInfo (1 s deadline, as the kubelet), version choice and NotifyRegistrationStatus.
+  Result<RegisteredPlugin> Register(const std::string& registration_socket);
+  // Sends NotifyRegistrationStatus(false, reason) as a kubelet rejecting the plugin would.
+  Status Reject(const std::string& registration_socket, const std::string& reason);
+
+  // Calls the chosen service (or `service` when given) with the 45 s kubelet deadline.
+  Result<k8s::io::kubelet::pkg::apis::dra::v1::NodePrepareResourcesResponse> Prepare(
+      const RegisteredPlugin& plugin, const std::vector<SimClaim>& claims,
+      const std::string& service = "");
+  Result<k8s::io::kubelet::pkg::apis::dra::v1::NodeUnprepareResourcesResponse> Unprepare(
+      const RegisteredPlugin& plugin, const std::vector<SimClaim>& claims,
+      const std::string& service = "");
+
+  // Calls any unary method by its full path with raw request bytes; returns the gRPC status.
+  grpc::Status CallRaw(const std::string& socket, const std::string& method,
+                       const std::string& request_bytes, std::string* response_bytes,
+                       std::chrono::milliseconds deadline);
+
+  // The wire path of a DRA method for a registration identifier such as "v1.DRAPlugin".
+  static Result<std::string> MethodPath(const std::string& service, const std::string& method);
+
+ private:
+  std::vector<std::string> kubelet_services_;
+};
+
+}  // namespace vfio_dra::testing

@@ -1,0 +1,74 @@
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "base/base64.h"
+#include "base/file_io.h"
+#include "base/log.h"
+#include "plugin/claim_ref.h"
+
+namespace vfio_dra {
+namespace {
+
+TEST(Base64, DecodesPaddedUnpaddedAndWrapped) {
+  EXPECT_EQ(*Base64Decode("aGVsbG8gd29ybGQ="), "hello world");
+  EXPECT_EQ(*Base64Decode("aGVsbG8gd29ybGQ"), "hello world");
+  EXPECT_EQ(*Base64Decode("aGVs\nbG8="), "hello");
+  EXPECT_EQ(*Base64Decode(""), "");
+}
+
+TEST(Base64, RejectsForeignCharacters) {
+  auto bad = Base64Decode("aGV*bG8=");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("offset 3"), std::string::npos);
+  EXPECT_FALSE(Base64Decode("aGVsbG8=x").ok());
+}
+
+TEST(LogQuote, QuotesOnlyWhenNeeded) {
+  EXPECT_EQ(LogQuote("plain"), "plain");
+  EXPECT_EQ(LogQuote("two words"), "\"two words\"");
+  EXPECT_EQ(LogQuote(""), "\"\"");
+  EXPECT_EQ(LogQuote(std::string("a\nb\0c", 5)), "\"a\\x0ab\\x00c\"");
+  EXPECT_EQ(LogQuote("say \"hi\""), "\"say \\\"hi\\\"\"");
+}
+
+TEST(EscapeForDisplay, EscapesControlAndNonAsciiAndTruncates) {
+  EXPECT_EQ(plugin::EscapeForDisplay(std::string("a\0b", 3)), "a\\x00b");
+  EXPECT_EQ(plugin::EscapeForDisplay("\xff"), "\\xff");
+  EXPECT_EQ(plugin::EscapeForDisplay(std::string(300, 'x'), 10), std::string(10, 'x') + "...");
+}
+
+TEST(WriteFileAtomically, WritesContentWithModeAndLeavesNoTemporaryFile) {
+  char tmpl[] = "/tmp/vfio-dra-fileio-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string path = dir + "/state.json";
+  ASSERT_TRUE(WriteFileAtomically(path, "first", 0640).ok());
+  ASSERT_TRUE(WriteFileAtomically(path, "second", 0640).ok());
+  EXPECT_EQ(*ReadFileToString(path), "second");
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0640u);
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++entries;
+  EXPECT_EQ(entries, 1);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ReadFileToString, ReportsMissingFileAndSizeCap) {
+  auto missing = ReadFileToString("/nonexistent/vfio-dra");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().kind, ErrorKind::kNotFound);
+  EXPECT_NE(missing.error().message.find("/nonexistent/vfio-dra"), std::string::npos);
+  char tmpl[] = "/tmp/vfio-dra-fileio-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  ASSERT_TRUE(WriteFileAtomically(dir + "/big", std::string(100, 'x'), 0600).ok());
+  auto big = ReadFileToString(dir + "/big", 10);
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.error().message.find("larger than 10 bytes"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace vfio_dra

@@ -1,0 +1,64 @@
+#include <gtest/gtest.h>
+
+#include "kube/resource_claim.h"
+
+namespace vfio_dra::kube {
+namespace {
+
+TEST(ResourceClaim, ParsesAllocationResultsAndConfig) {
+  auto json = nlohmann::json::parse(R"({
+    "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+    "metadata": {"namespace": "vms", "name": "gpu-claim", "uid": "u-1", "resourceVersion": "7",
+                 "annotations": {"resource.kubernetes.io/pod-claim-name": "gpu"}},
+    "status": {"allocation": {"devices": {
+      "results": [
+        {"request": "gpu/big", "driver": "vfio.dra.io", "pool": "node1", "device": "gpu-0000-3b-00-0"},
+        {"request": "nic", "driver": "other.example.com", "pool": "p", "device": "d",
+         "shareID": "3f1c", "adminAccess": true}],
+      "config": [{"source": "FromClaim", "requests": ["gpu"],
+                  "opaque": {"driver": "vfio.dra.io", "parameters": {"kind": "VfioConfig"}}}]}}}
+  })");
+  auto claim = ParseResourceClaim(json);
+  ASSERT_TRUE(claim.ok()) << claim.error().message;
+  EXPECT_EQ(claim->namespace_, "vms");
+  EXPECT_EQ(claim->uid, "u-1");
+  EXPECT_EQ(claim->annotations.at("resource.kubernetes.io/pod-claim-name"), "gpu");
+  ASSERT_TRUE(claim->allocation.has_value());
+  ASSERT_EQ(claim->allocation->results.size(), 2u);
+  EXPECT_EQ(claim->allocation->results[0].request, "gpu/big");
+  EXPECT_EQ(claim->allocation->results[1].share_id.value(), "3f1c");
+  EXPECT_TRUE(claim->allocation->results[1].admin_access);
+  ASSERT_EQ(claim->allocation->config.size(), 1u);
+  EXPECT_EQ(claim->allocation->config[0].opaque->driver, "vfio.dra.io");
+  EXPECT_EQ(claim->allocation->config[0].opaque->parameters["kind"], "VfioConfig");
+}
+
+TEST(ResourceClaim, UnallocatedClaimHasNoAllocation) {
+  auto claim = ParseResourceClaim(
+      nlohmann::json::parse(R"({"metadata":{"namespace":"a","name":"b","uid":"c"},"status":{}})"));
+  ASSERT_TRUE(claim.ok());
+  EXPECT_FALSE(claim->allocation.has_value());
+}
+
+TEST(ResourceClaim, WrongTypesAreErrorsNamingTheField) {
+  auto bad = ParseResourceClaim(nlohmann::json::parse(
+      R"({"metadata":{"name":"b"},"status":{"allocation":{"devices":{"results":[{"request":"r","driver":5}]}}}})"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("status.allocation.devices.results[0].driver"),
+            std::string::npos)
+      << bad.error().message;
+  auto missing = ParseResourceClaim(nlohmann::json::parse(
+      R"({"metadata":{"name":"b"},"status":{"allocation":{"devices":{"results":[{"request":"r","driver":"d","pool":"p"}]}}}})"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message.find("results[0].device is required"), std::string::npos);
+  EXPECT_FALSE(ParseResourceClaim(nlohmann::json::array()).ok());
+  EXPECT_FALSE(ParseResourceClaim(nlohmann::json::parse(R"({"metadata":{"annotations":{"a":1}}})")).ok());
+}
+
+TEST(ResourceClaim, BaseRequestNameStripsSubrequest) {
+  EXPECT_EQ(BaseRequestName("gpu/large"), "gpu");
+  EXPECT_EQ(BaseRequestName("gpu"), "gpu");
+}
+
+}  // namespace
+}  // namespace vfio_dra::kube

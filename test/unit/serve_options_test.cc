@@ -1,0 +1,74 @@
+#include <gtest/gtest.h>
+
+#include "plugin/plugin_server.h"
+#include "plugin/serve_options.h"
+
+namespace vfio_dra::plugin {
+namespace {
+
+ServeOptions Valid() {
+  ServeOptions o;
+  o.node_name = "worker-1";
+  return o;
+}
+
+TEST(ServeOptions, DefaultsThePluginDataDirFromTheDriverName) {
+  ServeOptions o = Valid();
+  o.driver_name = "gpu.example.com";
+  ASSERT_TRUE(FinalizeServeOptions(o).ok());
+  EXPECT_EQ(o.plugin_data_dir, "/var/lib/kubelet/plugins/gpu.example.com");
+}
+
+TEST(ServeOptions, RejectsBadValuesNamingTheFlag) {
+  struct Case {
+    void (*mutate)(ServeOptions&);
+    const char* flag;
+  } cases[] = {
+      {[](ServeOptions& o) { o.driver_name = "Vfio.DRA.io"; }, "--driver-name"},
+      {[](ServeOptions& o) { o.driver_name = std::string(64, 'a'); }, "--driver-name"},
+      {[](ServeOptions& o) { o.driver_name = "a..b"; }, "--driver-name"},
+      {[](ServeOptions& o) { o.node_name = ""; }, "--node-name"},
+      {[](ServeOptions& o) { o.node_name = "Node_1"; }, "--node-name"},
+      {[](ServeOptions& o) { o.pod_uid = "../evil"; }, "--pod-uid"},
+      {[](ServeOptions& o) { o.sysfs_root = "relative/sys"; }, "--sysfs-root"},
+      {[](ServeOptions& o) { o.cdi_dir = ""; }, "--cdi-dir"},
+      {[](ServeOptions& o) { o.kube_api_burst = 0; }, "--kube-api-burst"},
+      {[](ServeOptions& o) { o.verbosity = 11; }, "-v"},
+  };
+  for (const Case& c : cases) {
+    ServeOptions o = Valid();
+    c.mutate(o);
+    Status s = FinalizeServeOptions(o);
+    ASSERT_FALSE(s.ok()) << c.flag;
+    EXPECT_EQ(s.error().message.rfind(std::string(c.flag) + ":", 0), 0u) << s.error().message;
+  }
+}
+
+TEST(SocketLayout, UsesPodUidForRollingUpdates) {
+  ServeOptions o = Valid();
+  ASSERT_TRUE(FinalizeServeOptions(o).ok());
+  SocketLayout plain = SocketLayout::For(o);
+  EXPECT_EQ(plain.dra_socket, "/var/lib/kubelet/plugins/vfio.dra.io/dra.sock");
+  EXPECT_EQ(plain.registration_socket, "/var/lib/kubelet/plugins_registry/vfio.dra.io-reg.sock");
+  o.pod_uid = "1234-abcd";
+  SocketLayout rolling = SocketLayout::For(o);
+  EXPECT_EQ(rolling.dra_socket, "/var/lib/kubelet/plugins/vfio.dra.io/dra-1234-abcd.sock");
+  EXPECT_EQ(rolling.registration_socket,
+            "/var/lib/kubelet/plugins_registry/vfio.dra.io-1234-abcd-reg.sock");
+  EXPECT_EQ(rolling.lock_file, "/var/lib/kubelet/plugins/vfio.dra.io/serialize.lock");
+}
+
+TEST(NameRules, DnsLabelAndSubdomain) {
+  EXPECT_TRUE(IsDnsLabel("a-1"));
+  EXPECT_FALSE(IsDnsLabel("-a"));
+  EXPECT_FALSE(IsDnsLabel("a.b"));
+  EXPECT_FALSE(IsDnsLabel(std::string(64, 'a')));
+  EXPECT_TRUE(IsDnsSubdomain("a.b-c.d"));
+  EXPECT_FALSE(IsDnsSubdomain("a..b"));
+  EXPECT_FALSE(IsDnsSubdomain("a/b"));
+  EXPECT_FALSE(IsDnsSubdomain(std::string("a\0b", 3)));
+  EXPECT_FALSE(IsDnsSubdomain(std::string(254, 'a')));
+}
+
+}  // namespace
+}  // namespace vfio_dra::plugin
