@@ -1,0 +1,378 @@
+// The real vfio-dra-plugin binary, driven by the kubelet simulator over its unix sockets and
+// backed by the fake API server: registration, both DRA API versions, per-claim semantics,
+// concurrency, malformed requests, shutdown and socket hygiene.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "fake_apiserver.h"
+#include "integration/daemon_process.h"
+#include "kubelet_simulator.h"
+#include "pluginregistration.pb.h"
+
+namespace vfio_dra::testing {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using nlohmann::json;
+
+constexpr const char* kDriver = "vfio.dra.io";
+
+json AllocatedClaim(const std::string& name, const std::string& uid, const std::string& driver) {
+  return {{"metadata", {{"namespace", "vms"}, {"name", name}, {"uid", uid}}},
+          {"spec", {{"devices", {{"requests", {{{"name", "gpu"}}}}}}}},
+          {"status",
+           {{"allocation",
+             {{"devices",
+               {{"results",
+                 {{{"request", "gpu"}, {"driver", driver}, {"pool", "node1"},
+                   {"device", "gpu-0000-3b-00-0"}}}}}}}}}}};
+}
+
+bool IsSocket(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+// Leaves a socket file behind, as a crashed instance would.
+void CreateDeadSocket(const std::string& path) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ::close(fd);
+}
+
+class PluginDaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/vfio-dra-it-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    registrar_ = dir_ + "/plugins_registry";
+    data_dir_ = dir_ + "/plugins/" + kDriver;
+    std::filesystem::create_directories(registrar_);
+    server_ = std::make_unique<FakeApiServer>();
+    ASSERT_TRUE(server_->Start());
+    kubeconfig_ = server_->WriteKubeconfig(dir_);
+  }
+  void TearDown() override {
+    daemons_.clear();
+    server_->Stop();
+    if (!HasFailure()) std::filesystem::remove_all(dir_);
+  }
+
+  std::vector<std::string> Args(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {VFIO_DRA_PLUGIN_BINARY, "serve",
+                                     "--node-name", "node1",
+                                     "--kubeconfig", kubeconfig_,
+                                     "--registrar-dir", registrar_,
+                                     "--plugin-data-dir", data_dir_,
+                                     "--cdi-dir", dir_ + "/cdi",
+                                     "--sysfs-root", dir_ + "/sys",
+                                     "--dev-root", dir_ + "/dev",
+                                     "-v", "4"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+  DaemonProcess& StartDaemon(const std::vector<std::string>& extra = {}) {
+    const std::string log = dir_ + "/daemon-" + std::to_string(daemons_.size()) + ".log";
+    daemons_.push_back(std::make_unique<DaemonProcess>(Args(extra), log));
+    return *daemons_.back();
+  }
+  RegisteredPlugin StartAndRegister(KubeletSimulator& sim) {
+    DaemonProcess& daemon = StartDaemon();
+    auto socket = sim.WaitForRegistrationSocket(registrar_, std::chrono::seconds(20));
+    EXPECT_TRUE(socket.ok()) << daemon.Log();
+    auto plugin = sim.Register(*socket);
+    EXPECT_TRUE(plugin.ok()) << plugin.error().message << "\n" << daemon.Log();
+    return *plugin;
+  }
+
+  std::string dir_, registrar_, data_dir_, kubeconfig_;
+  std::unique_ptr<FakeApiServer> server_;
+  std::vector<std::unique_ptr<DaemonProcess>> daemons_;
+};
+
+TEST_F(PluginDaemonTest, GetInfoAnswersAsTheKubeletExpects) {
+  KubeletSimulator sim;
+  DaemonProcess& daemon = StartDaemon();
+  auto socket = sim.WaitForRegistrationSocket(registrar_, std::chrono::seconds(20));
+  ASSERT_TRUE(socket.ok()) << daemon.Log();
+  EXPECT_EQ(*socket, registrar_ + "/vfio.dra.io-reg.sock");
+  // The DRA socket must already be there when the registration socket appears.
+  EXPECT_TRUE(IsSocket(data_dir_ + "/dra.sock"));
+  std::string bytes;
+  ASSERT_TRUE(sim.CallRaw(*socket, "/pluginregistration.Registration/GetInfo", "", &bytes,
+                          std::chrono::seconds(1))
+                  .ok());
+  pluginregistration::PluginInfo info;
+  ASSERT_TRUE(info.ParseFromString(bytes));
+  EXPECT_EQ(info.type(), "DRAPlugin");
+  EXPECT_EQ(info.name(), kDriver);
+  EXPECT_EQ(info.endpoint(), data_dir_ + "/dra.sock");
+  EXPECT_THAT(info.supported_versions(), ElementsAre("v1.DRAPlugin", "v1beta1.DRAPlugin"));
+  auto plugin = sim.Register(*socket);
+  ASSERT_TRUE(plugin.ok());
+  EXPECT_EQ(plugin->chosen_service, "v1.DRAPlugin");
+  EXPECT_THAT(daemon.Log(), HasSubstr("registered with the kubelet"));
+  struct stat st {};
+  ASSERT_EQ(::stat((data_dir_ + "/dra.sock").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+TEST_F(PluginDaemonTest, AKubeletWithoutV1PicksV1beta1) {
+  KubeletSimulator old_kubelet({"v1beta1.DRAPlugin"});
+  StartDaemon();
+  auto socket = old_kubelet.WaitForRegistrationSocket(registrar_, std::chrono::seconds(20));
+  ASSERT_TRUE(socket.ok());
+  auto plugin = old_kubelet.Register(*socket);
+  ASSERT_TRUE(plugin.ok());
+  EXPECT_EQ(plugin->chosen_service, "v1beta1.DRAPlugin");
+}
+
+TEST_F(PluginDaemonTest, OneImplementationAnswersBothVersionsClaimByClaim) {
+  server_->PutClaim(AllocatedClaim("ours", "u-ours", kDriver));
+  server_->PutClaim(AllocatedClaim("theirs", "u-theirs", "gpu.other.io"));
+  json pending = AllocatedClaim("pending", "u-pending", kDriver);
+  pending["status"] = json::object();
+  server_->PutClaim(pending);
+  server_->PutClaim(AllocatedClaim("replaced", "u-new", kDriver));
+  KubeletSimulator sim;
+  RegisteredPlugin plugin = StartAndRegister(sim);
+  const std::vector<SimClaim> claims = {{"vms", "ours", "u-ours"},
+                                        {"vms", "theirs", "u-theirs"},
+                                        {"vms", "pending", "u-pending"},
+                                        {"vms", "replaced", "u-old"},
+                                        {"vms", "missing", "u-missing"}};
+  for (const std::string service : {"v1.DRAPlugin", "v1beta1.DRAPlugin"}) {
+    SCOPED_TRACE(service);
+    auto response = sim.Prepare(plugin, claims, service);
+    ASSERT_TRUE(response.ok()) << response.error().message;
+    const auto& results = response->claims();
+    ASSERT_EQ(results.size(), claims.size());
+    EXPECT_THAT(results.at("u-ours").error(), HasSubstr("not implemented yet"));
+    EXPECT_THAT(results.at("u-ours").error(), HasSubstr("vms/ours"));
+    EXPECT_EQ(results.at("u-theirs").error(), "");
+    EXPECT_EQ(results.at("u-theirs").devices_size(), 0);
+    EXPECT_THAT(results.at("u-pending").error(), HasSubstr("not allocated"));
+    EXPECT_THAT(results.at("u-old").error(), HasSubstr("replaced"));
+    EXPECT_THAT(results.at("u-missing").error(), HasSubstr("vms/missing not found"));
+    auto unprepared = sim.Unprepare(plugin, claims, service);
+    ASSERT_TRUE(unprepared.ok()) << unprepared.error().message;
+    ASSERT_EQ(unprepared->claims().size(), claims.size());
+    for (const auto& [uid, result] : unprepared->claims()) EXPECT_EQ(result.error(), "") << uid;
+  }
+}
+
+TEST_F(PluginDaemonTest, TheHealthServiceIsNotAdvertisedAndAnswersUnimplemented) {
+  KubeletSimulator sim;
+  RegisteredPlugin plugin = StartAndRegister(sim);
+  grpc::Status status = sim.CallRaw(plugin.endpoint, "/v1alpha1.DRAResourceHealth/NodeWatchResources",
+                                    "", nullptr, std::chrono::seconds(2));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+}
+
+TEST_F(PluginDaemonTest, ApiServerDownThenUp) {
+  server_->PutClaim(AllocatedClaim("theirs", "u-1", "gpu.other.io"));
+  KubeletSimulator sim;
+  RegisteredPlugin plugin = StartAndRegister(sim);
+  const int port = server_->port();
+  server_->Stop();
+  auto down = sim.Prepare(plugin, {{"vms", "theirs", "u-1"}});
+  ASSERT_TRUE(down.ok()) << down.error().message;
+  EXPECT_THAT(down->claims().at("u-1").error(), HasSubstr("cannot get ResourceClaim vms/theirs"));
+  ASSERT_TRUE(server_->Start(port));
+  auto up = sim.Prepare(plugin, {{"vms", "theirs", "u-1"}});
+  ASSERT_TRUE(up.ok());
+  EXPECT_EQ(up->claims().at("u-1").error(), "");
+}
+
+TEST_F(PluginDaemonTest, ThirtyTwoConcurrentPreparesAllGetTheirAnswer) {
+  for (int i = 0; i < 32; ++i) {
+    server_->PutClaim(AllocatedClaim("c" + std::to_string(i), "u" + std::to_string(i),
+                                     i % 2 ? kDriver : "gpu.other.io"));
+  }
+  KubeletSimulator sim;
+  RegisteredPlugin plugin = StartAndRegister(sim);
+  std::vector<std::thread> pods;
+  std::atomic<int> wrong{0};
+  for (int i = 0; i < 32; ++i) {
+    pods.emplace_back([&, i] {
+      const std::string uid = "u" + std::to_string(i);
+      auto response = sim.Prepare(plugin, {{"vms", "c" + std::to_string(i), uid}});
+      if (!response.ok() || response->claims().size() != 1 || !response->claims().contains(uid)) {
+        ++wrong;
+        return;
+      }
+      const std::string& error = response->claims().at(uid).error();
+      const bool expected = i % 2 ? error.find("not implemented yet") != std::string::npos
+                                  : error.empty();
+      if (!expected) ++wrong;
+    });
+  }
+  for (auto& t : pods) t.join();
+  EXPECT_EQ(wrong, 0);
+}
+
+TEST_F(PluginDaemonTest, MalformedRequestsAreRejectedCleanly) {
+  KubeletSimulator sim;
+  RegisteredPlugin plugin = StartAndRegister(sim);
+  auto empty_uid = sim.Prepare(plugin, {{"vms", "a", ""}});
+  ASSERT_FALSE(empty_uid.ok());
+  EXPECT_EQ(empty_uid.error().kind, ErrorKind::kInvalidArgument);
+  EXPECT_THAT(empty_uid.error().message, HasSubstr("empty uid"));
+
+  std::vector<SimClaim> many;
+  for (int i = 0; i < 10000; ++i) many.push_back({"vms", "c", "u-" + std::to_string(i)});
+  auto too_many = sim.Unprepare(plugin, many);
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_THAT(too_many.error().message, HasSubstr("10000 claims"));
+
+  const std::vector<SimClaim> bad = {{"vms", "a/b", "u-1"},
+                                     {"vms", "..", "u-2"},
+                                     {"vms", std::string("x\0y", 3), "u-3"},
+                                     {"../..", "c", "u-4"}};
+  auto response = sim.Prepare(plugin, bad);
+  ASSERT_TRUE(response.ok());
+  ASSERT_EQ(response->claims().size(), bad.size());
+  for (const auto& [uid, result] : response->claims()) {
+    EXPECT_THAT(result.error(), HasSubstr("invalid")) << uid;
+  }
+  // Nothing of that reached the API server.
+  EXPECT_EQ(server_->CountRequests("GET", "/apis/resource.k8s.io/"), 0u);
+  // And the daemon is still serving.
+  EXPECT_TRUE(sim.Unprepare(plugin, {{"vms", "ok", "u-ok"}}).ok());
+}
+
+TEST_F(PluginDaemonTest, SigtermRemovesBothSocketsAndLeavesSlices) {
+  server_->PutNode("node1", "node-uid");
+  KubeletSimulator sim;
+  RegisteredPlugin plugin = StartAndRegister(sim);
+  DaemonProcess& daemon = *daemons_.back();
+  ASSERT_TRUE(IsSocket(plugin.registration_socket));
+  ASSERT_TRUE(IsSocket(plugin.endpoint));
+  ASSERT_TRUE(daemon.Signal(SIGTERM));
+  auto code = daemon.WaitForExit(std::chrono::seconds(20));
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 0) << daemon.Log();
+  EXPECT_FALSE(std::filesystem::exists(plugin.registration_socket));
+  EXPECT_FALSE(std::filesystem::exists(plugin.endpoint));
+  EXPECT_THAT(daemon.Log(), HasSubstr("ResourceSlices stay in place"));
+  EXPECT_EQ(server_->CountRequests("DELETE", "/apis/resource.k8s.io/"), 0u);
+}
+
+TEST_F(PluginDaemonTest, StaleSocketsFromACrashedInstanceAreReplaced) {
+  CreateDeadSocket(data_dir_ + "/dra.sock");
+  CreateDeadSocket(registrar_ + "/vfio.dra.io-reg.sock");
+  KubeletSimulator sim;
+  DaemonProcess& daemon = StartDaemon();
+  // The stale registration socket exists from the start; the simulator's blocking dial (as the
+  // kubelet's) connects once the daemon has replaced it with a live one.
+  auto plugin = sim.Register(registrar_ + "/vfio.dra.io-reg.sock");
+  ASSERT_TRUE(plugin.ok()) << plugin.error().message << "\n" << daemon.Log();
+  EXPECT_THAT(daemon.Log(), HasSubstr("registered with the kubelet"));
+  EXPECT_TRUE(sim.Unprepare(*plugin, {{"vms", "c", "u"}}).ok());
+}
+
+TEST_F(PluginDaemonTest, AFileThatIsNotASocketIsNeverDeleted) {
+  std::filesystem::create_directories(data_dir_);
+  std::ofstream(data_dir_ + "/dra.sock") << "precious";
+  DaemonProcess& daemon = StartDaemon();
+  auto code = daemon.WaitForExit(std::chrono::seconds(20));
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 1);
+  EXPECT_THAT(daemon.Log(), HasSubstr(data_dir_ + "/dra.sock exists and is not a socket"));
+  std::ifstream in(data_dir_ + "/dra.sock");
+  std::string content;
+  in >> content;
+  EXPECT_EQ(content, "precious");
+}
+
+TEST_F(PluginDaemonTest, ARejectedRegistrationIsLoggedWithTheKubeletsReason) {
+  KubeletSimulator sim;
+  DaemonProcess& daemon = StartDaemon();
+  auto socket = sim.WaitForRegistrationSocket(registrar_, std::chrono::seconds(20));
+  ASSERT_TRUE(socket.ok());
+  ASSERT_TRUE(sim.Reject(*socket, "none of services supported").ok());
+  const std::string log = daemon.Log();
+  EXPECT_THAT(log, HasSubstr(" error registration \"the kubelet rejected the registration\""));
+  EXPECT_THAT(log, HasSubstr("reason=\"none of services supported\""));
+}
+
+TEST_F(PluginDaemonTest, TwoInstancesOverlapDuringARollingUpdate) {
+  StartDaemon({"--pod-uid", "old-pod"});
+  StartDaemon({"--pod-uid", "new-pod"});
+  server_->PutClaim(AllocatedClaim("theirs", "u-1", "gpu.other.io"));
+  KubeletSimulator sim;
+  std::vector<RegisteredPlugin> plugins;
+  for (const std::string uid : {"old-pod", "new-pod"}) {
+    const std::string socket = registrar_ + "/vfio.dra.io-" + uid + "-reg.sock";
+    auto plugin = sim.Register(socket);
+    ASSERT_TRUE(plugin.ok()) << plugin.error().message;
+    EXPECT_EQ(plugin->endpoint, data_dir_ + "/dra-" + uid + ".sock");
+    plugins.push_back(*plugin);
+  }
+  for (const auto& plugin : plugins) {
+    auto response = sim.Prepare(plugin, {{"vms", "theirs", "u-1"}});
+    ASSERT_TRUE(response.ok());
+    EXPECT_EQ(response->claims().at("u-1").error(), "");
+  }
+  // The old instance goes away and removes only its own sockets.
+  ASSERT_TRUE(daemons_[0]->Signal(SIGTERM));
+  ASSERT_EQ(daemons_[0]->WaitForExit(std::chrono::seconds(20)), 0);
+  EXPECT_FALSE(std::filesystem::exists(plugins[0].endpoint));
+  EXPECT_TRUE(IsSocket(plugins[1].endpoint));
+  EXPECT_TRUE(IsSocket(plugins[1].registration_socket));
+  EXPECT_TRUE(sim.Prepare(plugins[1], {{"vms", "theirs", "u-1"}}).ok());
+}
+
+TEST(PluginCli, BadFlagsAreOneLineAndExitTwo) {
+  auto unknown = RunCommand({VFIO_DRA_PLUGIN_BINARY, "serve", "--bogus"}, std::chrono::seconds(10));
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_THAT(unknown.output, HasSubstr("--bogus"));
+  EXPECT_EQ(std::count(unknown.output.begin(), unknown.output.end(), '\n'), 1);
+  auto bad_driver = RunCommand(
+      {VFIO_DRA_PLUGIN_BINARY, "serve", "--node-name", "n", "--driver-name", "Not_Valid"},
+      std::chrono::seconds(10));
+  EXPECT_EQ(bad_driver.exit_code, 2);
+  EXPECT_THAT(bad_driver.output, HasSubstr("--driver-name: must be a lower-case DNS subdomain"));
+  auto no_node = RunCommand({VFIO_DRA_PLUGIN_BINARY, "serve"}, std::chrono::seconds(10));
+  EXPECT_EQ(no_node.exit_code, 2);
+  EXPECT_THAT(no_node.output, HasSubstr("--node-name: is required"));
+  auto bad_number = RunCommand(
+      {VFIO_DRA_PLUGIN_BINARY, "serve", "--node-name", "n", "--kube-api-qps", "fast"},
+      std::chrono::seconds(10));
+  EXPECT_EQ(bad_number.exit_code, 2);
+  EXPECT_THAT(bad_number.output, HasSubstr("--kube-api-qps"));
+}
+
+TEST(PluginCli, HelpAndVersion) {
+  auto help = RunCommand({VFIO_DRA_PLUGIN_BINARY, "serve", "--help"}, std::chrono::seconds(10));
+  EXPECT_EQ(help.exit_code, 0);
+  for (const char* flag : {"--driver-name", "--node-name", "--kubeconfig", "--sysfs-root",
+                           "--dev-root", "--registrar-dir", "--plugin-data-dir", "--cdi-dir",
+                           "--config", "--pod-uid", "-v,--v"}) {
+    EXPECT_THAT(help.output, HasSubstr(flag));
+  }
+  auto version = RunCommand({VFIO_DRA_PLUGIN_BINARY, "version"}, std::chrono::seconds(10));
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_THAT(version.output, HasSubstr("vfio-dra-plugin 0."));
+  auto version_help =
+      RunCommand({VFIO_DRA_PLUGIN_BINARY, "version", "--help"}, std::chrono::seconds(10));
+  EXPECT_EQ(version_help.exit_code, 0);
+}
+
+}  // namespace
+}  // namespace vfio_dra::testing

@@ -177,8 +177,13 @@ bool FakeApiServer::Start(int port) {
     port_ = port;
   }
   thread_ = std::thread([this] { server_->listen_after_bind(); });
-  server_->wait_until_ready();
-  return true;
+  // The socket already listens (connections queue in its backlog); wait only until the accept
+  // loop runs, so that Stop() cannot race with its start.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!server_->is_running() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  return server_->is_running();
 }
 
 void FakeApiServer::Stop() {

@@ -72,10 +72,11 @@ Result<std::string> KubeletSimulator::WaitForRegistrationSocket(
 grpc::Status KubeletSimulator::CallRaw(const std::string& socket, const std::string& method,
                                        const std::string& request_bytes,
                                        std::string* response_bytes,
-                                       std::chrono::milliseconds deadline) {
+                                       std::chrono::milliseconds deadline, bool wait_for_ready) {
   grpc::GenericStub stub(UnixChannel(socket));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + deadline);
+  context.set_wait_for_ready(wait_for_ready);
   grpc::CompletionQueue cq;
   grpc::Slice slice(request_bytes);
   grpc::ByteBuffer request(&slice, 1);
@@ -117,7 +118,7 @@ Result<RegisteredPlugin> KubeletSimulator::Register(const std::string& registrat
   grpc::Status status =
       CallRaw(registration_socket, "/pluginregistration.Registration/GetInfo",
               pluginregistration::InfoRequest().SerializeAsString(), &info_bytes,
-              std::chrono::seconds(1));
+              std::chrono::seconds(11), /*wait_for_ready=*/true);
   if (!status.ok()) {
     return MakeError(ErrorKind::kUnavailable, "GetInfo failed: " + status.error_message());
   }

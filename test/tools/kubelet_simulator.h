@@ -43,7 +43,8 @@ class KubeletSimulator {
   // Waits until a socket named `*-reg.sock` appears in `registrar_dir` (or is already there).
   Result<std::string> WaitForRegistrationSocket(const std::string& registrar_dir,
                                                 std::chrono::milliseconds timeout);
-  // GetInfo (1 s deadline, as the kubelet), version choice and NotifyRegistrationStatus.
+  // Dial (blocking, 10 s) and GetInfo (1 s) as the kubelet does, the version choice, and
+  // NotifyRegistrationStatus.
   Result<RegisteredPlugin> Register(const std::string& registration_socket);
   // Sends NotifyRegistrationStatus(false, reason) as a kubelet rejecting the plugin would.
   Status Reject(const std::string& registration_socket, const std::string& reason);
@@ -57,9 +58,11 @@ class KubeletSimulator {
       const std::string& service = "");
 
   // Calls any unary method by its full path with raw request bytes; returns the gRPC status.
+  // With `wait_for_ready`, the call waits for the socket to accept connections until the
+  // deadline, as the kubelet's blocking dial of a registration socket does.
   grpc::Status CallRaw(const std::string& socket, const std::string& method,
                        const std::string& request_bytes, std::string* response_bytes,
-                       std::chrono::milliseconds deadline);
+                       std::chrono::milliseconds deadline, bool wait_for_ready = false);
 
   // The wire path of a DRA method for a registration identifier such as "v1.DRAPlugin".
   static Result<std::string> MethodPath(const std::string& service, const std::string& method);
