@@ -4,7 +4,7 @@
 #include <spdlog/sinks/null_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 
-#include <cstdio>
+#include "base/text.h"
 
 namespace vfio_dra {
 namespace {
@@ -76,9 +76,7 @@ std::string LogQuote(std::string_view value) {
       out += '\\';
       out += static_cast<char>(c);
     } else if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
+      AppendHexEscape(out, c);
     } else {
       out += static_cast<char>(c);
     }

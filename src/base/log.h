@@ -30,7 +30,8 @@ class Logger {
   void Warn(std::string_view message, std::initializer_list<LogField> fields = {}) const;
   void Error(std::string_view message, std::initializer_list<LogField> fields = {}) const;
   // Detail that is shown only when the verbosity is at least `level` (-v N).
-  void Debug(int level, std::string_view message, std::initializer_list<LogField> fields = {}) const;
+  void Debug(int level, std::string_view message,
+             std::initializer_list<LogField> fields = {}) const;
   bool Enabled(int level) const { return verbosity_ >= level; }
 
  private:

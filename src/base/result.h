@@ -34,12 +34,14 @@ struct Error {
   Error Wrap(const std::string& context) const { return Error{kind, context + ": " + message}; }
 };
 
-inline Error MakeError(ErrorKind kind, std::string message) { return Error{kind, std::move(message)}; }
+inline Error MakeError(ErrorKind kind, std::string message) {
+  return Error{kind, std::move(message)};
+}
 
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : state_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : state_(std::move(value)) {}      // NOLINT(google-explicit-constructor)
   Result(Error error) : state_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const { return std::holds_alternative<T>(state_); }
@@ -64,7 +66,8 @@ class [[nodiscard]] Result {
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(Error error) : error_(std::move(error)), ok_(false) {}  // NOLINT(google-explicit-constructor)
+  // NOLINTNEXTLINE(google-explicit-constructor): errors convert implicitly, as for Result<T>.
+  Status(Error error) : error_(std::move(error)), ok_(false) {}
 
   static Status Ok() { return Status(); }
   bool ok() const { return ok_; }

@@ -1,6 +1,9 @@
 #include "kube/api_client.h"
 
-#include <cstdio>
+#include <fmt/format.h>
+
+#include <cctype>
+#include <iterator>
 
 namespace vfio_dra::kube {
 namespace {
@@ -44,9 +47,7 @@ std::string UrlEncode(const std::string& value) {
     if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
       out += static_cast<char>(c);
     } else {
-      char buf[4];
-      std::snprintf(buf, sizeof buf, "%%%02X", c);
-      out += buf;
+      fmt::format_to(std::back_inserter(out), "%{:02X}", c);
     }
   }
   return out;
@@ -220,9 +221,9 @@ Status ApiClient::Watch(const std::string& path_and_query, const WatchHandler& o
       auto parsed = nlohmann::json::parse(line, nullptr, false);
       if (parsed.is_discarded() || !parsed.is_object() || !parsed.contains("type") ||
           !parsed["type"].is_string()) {
-        handler_status = MakeError(ErrorKind::kInternal,
-                                   "malformed watch event from " + path_and_query + ": " +
-                                       std::string(line.substr(0, 200)));
+        handler_status =
+            MakeError(ErrorKind::kInternal, "malformed watch event from " + path_and_query + ": " +
+                                                std::string(line.substr(0, 200)));
         return false;
       }
       WatchEvent event{parsed["type"].get<std::string>(), std::move(parsed["object"])};

@@ -4,10 +4,9 @@
 // into errors, warnings logged, and watches as a first-class streaming call.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <atomic>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 

@@ -1,6 +1,7 @@
 #include "kube/backoff.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace vfio_dra::kube {
 
@@ -14,7 +15,7 @@ std::chrono::milliseconds Backoff::Next() {
   base = std::min(base, static_cast<double>(max_.count()));
   ++attempt_;
   std::uniform_real_distribution<double> dist(1.0 - jitter_, 1.0 + jitter_);
-  return std::chrono::milliseconds(static_cast<long long>(base * dist(rng_)));
+  return std::chrono::milliseconds(static_cast<int64_t>(base * dist(rng_)));
 }
 
 }  // namespace vfio_dra::kube

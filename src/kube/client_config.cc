@@ -41,7 +41,8 @@ Result<YAML::Node> FindNamed(const std::string& path, const YAML::Node& root,
                              const std::string& name) {
   YAML::Node list = root[list_key];
   if (!list || !list.IsSequence()) {
-    return ConfigError(path, root, list_key, "missing or not a list (looking for \"" + name + "\")");
+    return ConfigError(path, root, list_key,
+                       "missing or not a list (looking for \"" + name + "\")");
   }
   for (const YAML::Node& entry : list) {
     if (!entry.IsMap()) return ConfigError(path, entry, list_key, "entries must be mappings");
@@ -121,8 +122,8 @@ Result<ClientConfig> ParseKubeconfigRoot(const YAML::Node& root, const std::stri
   if (!ca_data.ok()) return ca_data.error();
   config.ca_data = *ca_data;
   if (YAML::Node insecure = (*cluster)["insecure-skip-tls-verify"]; insecure) {
-    if (!insecure.IsScalar() || (insecure.as<std::string>() != "true" &&
-                                 insecure.as<std::string>() != "false")) {
+    if (!insecure.IsScalar() ||
+        (insecure.as<std::string>() != "true" && insecure.as<std::string>() != "false")) {
       return ConfigError(path, insecure, "insecure-skip-tls-verify", "must be true or false");
     }
     config.insecure_skip_tls_verify = insecure.as<std::string>() == "true";

@@ -72,16 +72,16 @@ void SetBlob(CURL* handle, CURLoption option, const std::string& data) {
 
 Result<std::unique_ptr<CurlTransport>> CurlTransport::Create(const ClientConfig& config,
                                                              std::string user_agent) {
-  for (const std::string* file : {&config.ca_file, &config.client_cert_file,
-                                  &config.client_key_file}) {
+  for (const std::string* file :
+       {&config.ca_file, &config.client_cert_file, &config.client_key_file}) {
     if (file->empty()) continue;
     auto content = ReadFileToString(*file, 1 << 20);
     if (!content.ok()) {
       return content.error().Wrap("API client TLS settings from " + config.source);
     }
   }
-  if (config.server.rfind("http://", 0) == 0 && (!config.token.empty() ||
-                                                 !config.token_file.empty())) {
+  if (config.server.rfind("http://", 0) == 0 &&
+      (!config.token.empty() || !config.token_file.empty())) {
     // Allowed for loopback test servers only: never send a bearer token in clear text elsewhere.
     const std::string rest = config.server.substr(7);
     if (rest.rfind("127.", 0) != 0 && rest.rfind("localhost", 0) != 0 &&

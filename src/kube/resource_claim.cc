@@ -47,10 +47,9 @@ Result<AllocationResult> ParseAllocation(const nlohmann::json& allocation) {
       const nlohmann::json& r = (*results)[i];
       if (!r.is_object()) return FieldError(path, "must be an object");
       DeviceRequestAllocationResult result;
-      for (auto [key, target] : {std::pair{"request", &result.request},
-                                 std::pair{"driver", &result.driver},
-                                 std::pair{"pool", &result.pool},
-                                 std::pair{"device", &result.device}}) {
+      for (auto [key, target] :
+           {std::pair{"request", &result.request}, std::pair{"driver", &result.driver},
+            std::pair{"pool", &result.pool}, std::pair{"device", &result.device}}) {
         auto value = StringField(r, key, path);
         if (!value.ok()) return value.error();
         if (value->empty()) return FieldError(path + "." + key, "is required");
@@ -113,9 +112,9 @@ Result<ResourceClaim> ParseResourceClaim(const nlohmann::json& object) {
   if (metadata == object.end() || !metadata->is_object()) {
     return FieldError("metadata", "is missing or not an object");
   }
-  for (auto [key, target] : {std::pair{"namespace", &claim.namespace_},
-                             std::pair{"name", &claim.name}, std::pair{"uid", &claim.uid},
-                             std::pair{"resourceVersion", &claim.resource_version}}) {
+  for (auto [key, target] :
+       {std::pair{"namespace", &claim.namespace_}, std::pair{"name", &claim.name},
+        std::pair{"uid", &claim.uid}, std::pair{"resourceVersion", &claim.resource_version}}) {
     auto value = StringField(*metadata, key, "metadata");
     if (!value.ok()) return value.error();
     *target = *value;

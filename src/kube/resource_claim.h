@@ -3,9 +3,8 @@
 // about types: a field of the wrong type is an error naming the field, never a crash.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>

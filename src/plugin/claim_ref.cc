@@ -1,30 +1,10 @@
 #include "plugin/claim_ref.h"
 
 #include <cctype>
-#include <cstdio>
 
 #include "plugin/serve_options.h"
 
 namespace vfio_dra::plugin {
-
-std::string EscapeForDisplay(const std::string& value, size_t max_length) {
-  std::string out;
-  for (size_t i = 0; i < value.size(); ++i) {
-    if (out.size() >= max_length) {
-      out += "...";
-      break;
-    }
-    const unsigned char c = static_cast<unsigned char>(value[i]);
-    if (c < 0x20 || c >= 0x7f || c == '\\') {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
 
 std::string ClaimRef::Display() const {
   return EscapeForDisplay(namespace_) + "/" + EscapeForDisplay(name);
@@ -34,13 +14,15 @@ Status ValidateClaimRef(const ClaimRef& claim) {
   const std::string who = "claim " + claim.Display() + " (uid " + EscapeForDisplay(claim.uid) + ")";
   if (!IsDnsLabel(claim.namespace_)) {
     return MakeError(ErrorKind::kInvalidArgument,
-                     who + ": invalid namespace: must be a DNS label (lower-case letters, digits "
-                           "and '-', at most 63 characters)");
+                     who +
+                         ": invalid namespace: must be a DNS label (lower-case letters, digits "
+                         "and '-', at most 63 characters)");
   }
   if (!IsDnsSubdomain(claim.name)) {
     return MakeError(ErrorKind::kInvalidArgument,
-                     who + ": invalid name: must be a DNS subdomain (lower-case letters, digits, "
-                           "'-' and '.', at most 253 characters)");
+                     who +
+                         ": invalid name: must be a DNS subdomain (lower-case letters, digits, "
+                         "'-' and '.', at most 253 characters)");
   }
   bool uid_ok = !claim.uid.empty() && claim.uid.size() <= 128;
   for (char c : claim.uid) {

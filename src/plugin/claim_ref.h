@@ -5,6 +5,7 @@
 #include <string>
 
 #include "base/result.h"
+#include "base/text.h"
 
 namespace vfio_dra::plugin {
 
@@ -21,8 +22,5 @@ struct ClaimRef {
 // letters, digits and '-' (Kubernetes UIDs are UUIDs). These values later become API paths and
 // file names, so anything else is refused here.
 Status ValidateClaimRef(const ClaimRef& claim);
-
-// Escapes bytes outside printable ASCII as \xNN.
-std::string EscapeForDisplay(const std::string& value, size_t max_length = 256);
 
 }  // namespace vfio_dra::plugin

@@ -3,7 +3,8 @@
 namespace vfio_dra::plugin {
 
 Result<std::vector<PreparedDevice>> UnimplementedDevicePreparer::Prepare(
-    const kube::ResourceClaim& claim, const std::vector<kube::DeviceRequestAllocationResult>& ours) {
+    const kube::ResourceClaim& claim,
+    const std::vector<kube::DeviceRequestAllocationResult>& ours) {
   std::string devices;
   for (const auto& result : ours) {
     if (!devices.empty()) devices += ", ";

@@ -30,8 +30,7 @@ struct DraV1beta1Api {
   using Service = k8s::io::kubelet::pkg::apis::dra::v1beta1::DRAPlugin::Service;
   using PrepareRequest = k8s::io::kubelet::pkg::apis::dra::v1beta1::NodePrepareResourcesRequest;
   using PrepareResponse = k8s::io::kubelet::pkg::apis::dra::v1beta1::NodePrepareResourcesResponse;
-  using UnprepareRequest =
-      k8s::io::kubelet::pkg::apis::dra::v1beta1::NodeUnprepareResourcesRequest;
+  using UnprepareRequest = k8s::io::kubelet::pkg::apis::dra::v1beta1::NodeUnprepareResourcesRequest;
   using UnprepareResponse =
       k8s::io::kubelet::pkg::apis::dra::v1beta1::NodeUnprepareResourcesResponse;
   static constexpr bool kHasShareId = false;
@@ -47,12 +46,14 @@ class DraGrpcService final : public Api::Service {
                                     const typename Api::PrepareRequest* request,
                                     typename Api::PrepareResponse* response) override {
     const std::string id = NextRequestId();
-    log_.Debug(4, "gRPC NodePrepareResources", {{"api", Api::kName}, {"request_id", id},
-                                                {"claims", std::to_string(request->claims_size())}});
+    log_.Debug(4, "gRPC NodePrepareResources",
+               {{"api", Api::kName},
+                {"request_id", id},
+                {"claims", std::to_string(request->claims_size())}});
     auto results = node_.Prepare(ToRefs(request->claims()));
     if (!results.ok()) {
-      log_.Error("rejected NodePrepareResources", {{"request_id", id},
-                                                   {"error", results.error().message}});
+      log_.Error("rejected NodePrepareResources",
+                 {{"request_id", id}, {"error", results.error().message}});
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, results.error().message);
     }
     for (auto& [uid, result] : *results) {
@@ -79,12 +80,13 @@ class DraGrpcService final : public Api::Service {
                                       typename Api::UnprepareResponse* response) override {
     const std::string id = NextRequestId();
     log_.Debug(4, "gRPC NodeUnprepareResources",
-               {{"api", Api::kName}, {"request_id", id},
+               {{"api", Api::kName},
+                {"request_id", id},
                 {"claims", std::to_string(request->claims_size())}});
     auto results = node_.Unprepare(ToRefs(request->claims()));
     if (!results.ok()) {
-      log_.Error("rejected NodeUnprepareResources", {{"request_id", id},
-                                                     {"error", results.error().message}});
+      log_.Error("rejected NodeUnprepareResources",
+                 {{"request_id", id}, {"error", results.error().message}});
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, results.error().message);
     }
     for (auto& [uid, result] : *results) {
@@ -102,9 +104,7 @@ class DraGrpcService final : public Api::Service {
     for (const auto& c : claims) refs.push_back(ClaimRef{c.namespace_(), c.name(), c.uid()});
     return refs;
   }
-  std::string NextRequestId() {
-    return std::string(Api::kName) + "-" + std::to_string(++counter_);
-  }
+  std::string NextRequestId() { return std::string(Api::kName) + "-" + std::to_string(++counter_); }
 
   DraNodeService& node_;
   Logger log_;

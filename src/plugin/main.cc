@@ -1,7 +1,6 @@
 // vfio-dra-plugin: the command line. Subcommands: serve (the kubelet plugin daemon) and version.
 // A bad flag or value is one line on stderr naming it, and exit code 2.
 #include <CLI/CLI.hpp>
-
 #include <cstdlib>
 #include <iostream>
 
@@ -13,9 +12,10 @@ namespace {
 using vfio_dra::plugin::ServeOptions;
 
 void AddServeFlags(CLI::App& serve, ServeOptions& o) {
-  serve.add_option("--driver-name", o.driver_name,
-                   "DRA driver name: the ResourceSlice spec.driver and the kubelet plugin name "
-                   "(a lower-case DNS subdomain of at most 63 characters)")
+  serve
+      .add_option("--driver-name", o.driver_name,
+                  "DRA driver name: the ResourceSlice spec.driver and the kubelet plugin name "
+                  "(a lower-case DNS subdomain of at most 63 characters)")
       ->capture_default_str();
   serve.add_option("--node-name", o.node_name, "name of this node (required)")
       ->envname("NODE_NAME");
@@ -23,17 +23,17 @@ void AddServeFlags(CLI::App& serve, ServeOptions& o) {
                    "kubeconfig file; default: $KUBECONFIG, else the in-cluster service account");
   serve.add_option("--sysfs-root", o.sysfs_root, "where sysfs is mounted")->capture_default_str();
   serve.add_option("--dev-root", o.dev_root, "where /dev is mounted")->capture_default_str();
-  serve.add_option("--registrar-dir", o.registrar_dir,
-                   "kubelet plugin registration directory")
+  serve.add_option("--registrar-dir", o.registrar_dir, "kubelet plugin registration directory")
       ->capture_default_str();
   serve.add_option("--plugin-data-dir", o.plugin_data_dir,
                    "directory for the DRA socket and the plugin's state "
                    "(default /var/lib/kubelet/plugins/<driver-name>)");
   serve.add_option("--cdi-dir", o.cdi_dir, "directory for CDI specs")->capture_default_str();
   serve.add_option("--config", o.config_file, "admin policy file (YAML)");
-  serve.add_option("--pod-uid", o.pod_uid,
-                   "UID of this pod; makes socket names unique so that two instances can overlap "
-                   "in a rolling update (needs a 1.33+ kubelet)")
+  serve
+      .add_option("--pod-uid", o.pod_uid,
+                  "UID of this pod; makes socket names unique so that two instances can overlap "
+                  "in a rolling update (needs a 1.33+ kubelet)")
       ->envname("POD_UID");
   serve.add_option("--kube-api-qps", o.kube_api_qps, "client-side API rate limit (queries/s)")
       ->capture_default_str();
@@ -47,9 +47,10 @@ void AddServeFlags(CLI::App& serve, ServeOptions& o) {
 
 int main(int argc, char** argv) {
   vfio_dra::plugin::BlockShutdownSignals();
-  CLI::App app{"vfio-dra-plugin: Kubernetes DRA kubelet plugin for VM passthrough devices "
-               "(PCI GPUs, mediated devices, SR-IOV VFs)",
-               "vfio-dra-plugin"};
+  CLI::App app{
+      "vfio-dra-plugin: Kubernetes DRA kubelet plugin for VM passthrough devices "
+      "(PCI GPUs, mediated devices, SR-IOV VFs)",
+      "vfio-dra-plugin"};
   app.require_subcommand(1);
   ServeOptions options;
   CLI::App* serve = app.add_subcommand("serve", "run the kubelet plugin daemon");

@@ -25,14 +25,14 @@ Status DraNodeService::ValidateRequest(const std::vector<ClaimRef>& claims,
     const ClaimRef& claim = claims[i];
     if (claim.uid.empty()) {
       // Without a UID there is no key to answer under, so the whole request is malformed.
-      return MakeError(ErrorKind::kInvalidArgument,
-                       std::string(call) + ": claim #" + std::to_string(i) + " (" +
-                           claim.Display() + ") has an empty uid");
+      return MakeError(ErrorKind::kInvalidArgument, std::string(call) + ": claim #" +
+                                                        std::to_string(i) + " (" + claim.Display() +
+                                                        ") has an empty uid");
     }
     if (!seen.insert(claim.uid).second) {
-      return MakeError(ErrorKind::kInvalidArgument,
-                       std::string(call) + ": claim uid " + EscapeForDisplay(claim.uid) +
-                           " appears more than once in the request");
+      return MakeError(ErrorKind::kInvalidArgument, std::string(call) + ": claim uid " +
+                                                        EscapeForDisplay(claim.uid) +
+                                                        " appears more than once in the request");
     }
   }
   return Status::Ok();
@@ -45,10 +45,11 @@ Result<std::map<std::string, ClaimPrepareResult>> DraNodeService::Prepare(
   for (const ClaimRef& ref : claims) {
     ClaimPrepareResult result = PrepareOne(ref);
     if (!result.error.empty()) {
-      log_.Error("prepare failed", {{"claim", ref.Display()}, {"uid", ref.uid},
-                                    {"error", result.error}});
+      log_.Error("prepare failed",
+                 {{"claim", ref.Display()}, {"uid", ref.uid}, {"error", result.error}});
     } else {
-      log_.Info("prepared claim", {{"claim", ref.Display()}, {"uid", ref.uid},
+      log_.Info("prepared claim", {{"claim", ref.Display()},
+                                   {"uid", ref.uid},
                                    {"devices", std::to_string(result.devices.size())}});
     }
     out[ref.uid] = std::move(result);
@@ -116,8 +117,8 @@ Result<std::map<std::string, ClaimUnprepareResult>> DraNodeService::Unprepare(
     if (result.error.empty()) {
       log_.Info("unprepared claim", {{"claim", ref.Display()}, {"uid", ref.uid}});
     } else {
-      log_.Error("unprepare failed", {{"claim", ref.Display()}, {"uid", ref.uid},
-                                      {"error", result.error}});
+      log_.Error("unprepare failed",
+                 {{"claim", ref.Display()}, {"uid", ref.uid}, {"error", result.error}});
     }
     out[ref.uid] = std::move(result);
   }

@@ -16,9 +16,8 @@ namespace {
 constexpr mode_t kSocketMode = 0600;
 
 Result<std::unique_ptr<grpc::Server>> StartUnixServer(const std::string& path,
-                                                       const std::vector<grpc::Service*>& services) {
-  if (Status s = EnsureDirectory(std::filesystem::path(path).parent_path().string());
-      !s.ok()) {
+                                                      const std::vector<grpc::Service*>& services) {
+  if (Status s = EnsureDirectory(std::filesystem::path(path).parent_path().string()); !s.ok()) {
     return s.error();
   }
   if (Status s = RemoveStaleSocket(path); !s.ok()) return s.error();
@@ -67,7 +66,8 @@ Status EnsureDirectory(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
-    return MakeError(ErrorKind::kUnavailable, "cannot create directory " + dir + ": " + ec.message());
+    return MakeError(ErrorKind::kUnavailable,
+                     "cannot create directory " + dir + ": " + ec.message());
   }
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -84,8 +84,9 @@ Status RemoveStaleSocket(const std::string& path) {
   }
   if (!S_ISSOCK(st.st_mode)) {
     return MakeError(ErrorKind::kFailedPrecondition,
-                     path + " exists and is not a socket; refusing to replace it (remove it by "
-                            "hand if it is not needed)");
+                     path +
+                         " exists and is not a socket; refusing to replace it (remove it by "
+                         "hand if it is not needed)");
   }
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
     return MakeError(ErrorKind::kUnavailable,

@@ -44,7 +44,8 @@ class PluginServer {
   void Stop();
 
  private:
-  PluginServer(SocketLayout layout, Logger log) : layout_(std::move(layout)), log_(std::move(log)) {}
+  PluginServer(SocketLayout layout, Logger log)
+      : layout_(std::move(layout)), log_(std::move(log)) {}
 
   SocketLayout layout_;
   Logger log_;

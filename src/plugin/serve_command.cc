@@ -50,19 +50,21 @@ void BlockShutdownSignals() {
 int RunServe(const ServeOptions& options) {
   Logger root = Logger::ToStderr(options.verbosity);
   Logger log = root.WithComponent("serve");
-  log.Info("starting", {{"version", PluginVersion()},
-                        {"driver", options.driver_name},
-                        {"node", options.node_name}});
+  log.Info(
+      "starting",
+      {{"version", PluginVersion()}, {"driver", options.driver_name}, {"node", options.node_name}});
   if (!options.config_file.empty()) {
-    log.Error("--config: the admin policy file is not supported by this build yet; start without "
-              "it",
-              {{"file", options.config_file}});
+    log.Error(
+        "--config: the admin policy file is not supported by this build yet; start without "
+        "it",
+        {{"file", options.config_file}});
     return 1;
   }
 
   auto client_config = kube::ResolveClientConfig(options.kubeconfig);
   if (!client_config.ok()) {
-    log.Error("cannot configure the Kubernetes API client", {{"error", client_config.error().message}});
+    log.Error("cannot configure the Kubernetes API client",
+              {{"error", client_config.error().message}});
     return 1;
   }
   auto transport = kube::CurlTransport::Create(*client_config, UserAgent());
@@ -95,8 +97,8 @@ int RunServe(const ServeOptions& options) {
                       root.WithComponent("node"));
   DraGrpcService<DraV1Api> v1(node, root.WithComponent("grpc"));
   DraGrpcService<DraV1beta1Api> v1beta1(node, root.WithComponent("grpc"));
-  RegistrationService registration(options.driver_name, layout.dra_socket,
-                                   SupportedDraServices(), root.WithComponent("registration"));
+  RegistrationService registration(options.driver_name, layout.dra_socket, SupportedDraServices(),
+                                   root.WithComponent("registration"));
   auto server =
       PluginServer::Start(layout, {&v1, &v1beta1}, &registration, root.WithComponent("server"));
   if (!server.ok()) {

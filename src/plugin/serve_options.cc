@@ -50,9 +50,10 @@ bool IsDnsSubdomain(const std::string& value) {
 
 Status FinalizeServeOptions(ServeOptions& options) {
   if (options.driver_name.size() > 63 || !IsDnsSubdomain(options.driver_name)) {
-    return FlagError("--driver-name", "must be a lower-case DNS subdomain of at most 63 "
-                                      "characters (like vfio.dra.io), got \"" +
-                                          options.driver_name + "\"");
+    return FlagError("--driver-name",
+                     "must be a lower-case DNS subdomain of at most 63 "
+                     "characters (like vfio.dra.io), got \"" +
+                         options.driver_name + "\"");
   }
   if (options.node_name.empty()) {
     return FlagError("--node-name", "is required (or set NODE_NAME)");
@@ -68,8 +69,10 @@ Status FinalizeServeOptions(ServeOptions& options) {
       if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') ok = false;
     }
     if (!ok) {
-      return FlagError("--pod-uid", "must be a pod UID (letters, digits and '-', at most 64), "
-                                    "got \"" + options.pod_uid + "\"");
+      return FlagError("--pod-uid",
+                       "must be a pod UID (letters, digits and '-', at most 64), "
+                       "got \"" +
+                           options.pod_uid + "\"");
     }
   }
   if (options.plugin_data_dir.empty()) {

@@ -54,8 +54,8 @@ class KubeClientTest : public ::testing::Test {
     options.initial_backoff = std::chrono::milliseconds(5);
     options.max_backoff = std::chrono::milliseconds(20);
     options.max_retries = max_retries;
-    client_ = std::make_unique<ApiClient>(*transport_, *tokens_, RealClock(), Logger::Discard(),
-                                          options);
+    client_ =
+        std::make_unique<ApiClient>(*transport_, *tokens_, RealClock(), Logger::Discard(), options);
   }
 
   std::string dir_;
@@ -190,8 +190,10 @@ TEST_F(KubeClientTest, WatchStreamsChangesWithFieldSelectors) {
     return json{{"apiVersion", "resource.k8s.io/v1"},
                 {"kind", "ResourceSlice"},
                 {"metadata", {{"generateName", node + "-vfio.dra.io-"}}},
-                {"spec", {{"driver", "vfio.dra.io"}, {"nodeName", node},
-                          {"pool", {{"name", node}, {"generation", 1}, {"resourceSliceCount", 1}}}}}};
+                {"spec",
+                 {{"driver", "vfio.dra.io"},
+                  {"nodeName", node},
+                  {"pool", {{"name", node}, {"generation", 1}, {"resourceSliceCount", 1}}}}}};
   };
   // The watch may connect after these writes; it starts from `rv`, so it sees them either way.
   auto mine = client_->Create(base, slice("n1"));
@@ -199,8 +201,9 @@ TEST_F(KubeClientTest, WatchStreamsChangesWithFieldSelectors) {
   ASSERT_TRUE(client_->Create(base, slice("n2")).ok());
   const std::string name = (*mine)["metadata"]["name"];
   EXPECT_EQ(name.rfind("n1-vfio.dra.io-", 0), 0u);
-  ASSERT_TRUE(client_->Delete(base + "/" + name, (*mine)["metadata"]["uid"],
-                              (*mine)["metadata"]["resourceVersion"])
+  ASSERT_TRUE(client_
+                  ->Delete(base + "/" + name, (*mine)["metadata"]["uid"],
+                           (*mine)["metadata"]["resourceVersion"])
                   .ok());
   {
     std::unique_lock<std::mutex> lock(mu);
@@ -217,8 +220,10 @@ TEST_F(KubeClientTest, StaleUpdateIsAConflictAndStaleDeleteToo) {
   Connect();
   const std::string base = "/apis/resource.k8s.io/v1/resourceslices";
   json slice = {{"metadata", {{"name", "s1"}}},
-                {"spec", {{"driver", "vfio.dra.io"}, {"nodeName", "n1"},
-                          {"pool", {{"name", "n1"}, {"generation", 1}, {"resourceSliceCount", 1}}}}}};
+                {"spec",
+                 {{"driver", "vfio.dra.io"},
+                  {"nodeName", "n1"},
+                  {"pool", {{"name", "n1"}, {"generation", 1}, {"resourceSliceCount", 1}}}}}};
   auto created = client_->Create(base, slice);
   ASSERT_TRUE(created.ok());
   json update = *created;
@@ -228,7 +233,8 @@ TEST_F(KubeClientTest, StaleUpdateIsAConflictAndStaleDeleteToo) {
   ASSERT_FALSE(stale.ok());
   EXPECT_EQ(stale.error().kind, ErrorKind::kConflict);
   EXPECT_NE(stale.error().message.find("the object has been modified"), std::string::npos);
-  Status stale_delete = client_->Delete(base + "/s1", "", (*created)["metadata"]["resourceVersion"]);
+  Status stale_delete =
+      client_->Delete(base + "/s1", "", (*created)["metadata"]["resourceVersion"]);
   ASSERT_FALSE(stale_delete.ok());
   EXPECT_EQ(stale_delete.error().kind, ErrorKind::kConflict);
 }

@@ -22,9 +22,9 @@
 namespace vfio_dra::testing {
 namespace {
 
+using nlohmann::json;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using nlohmann::json;
 
 constexpr const char* kDriver = "vfio.dra.io";
 
@@ -35,7 +35,9 @@ json AllocatedClaim(const std::string& name, const std::string& uid, const std::
            {{"allocation",
              {{"devices",
                {{"results",
-                 {{{"request", "gpu"}, {"driver", driver}, {"pool", "node1"},
+                 {{{"request", "gpu"},
+                   {"driver", driver},
+                   {"pool", "node1"},
                    {"device", "gpu-0000-3b-00-0"}}}}}}}}}}};
 }
 
@@ -74,15 +76,24 @@ class PluginDaemonTest : public ::testing::Test {
   }
 
   std::vector<std::string> Args(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> args = {VFIO_DRA_PLUGIN_BINARY, "serve",
-                                     "--node-name", "node1",
-                                     "--kubeconfig", kubeconfig_,
-                                     "--registrar-dir", registrar_,
-                                     "--plugin-data-dir", data_dir_,
-                                     "--cdi-dir", dir_ + "/cdi",
-                                     "--sysfs-root", dir_ + "/sys",
-                                     "--dev-root", dir_ + "/dev",
-                                     "-v", "4"};
+    std::vector<std::string> args = {VFIO_DRA_PLUGIN_BINARY,
+                                     "serve",
+                                     "--node-name",
+                                     "node1",
+                                     "--kubeconfig",
+                                     kubeconfig_,
+                                     "--registrar-dir",
+                                     registrar_,
+                                     "--plugin-data-dir",
+                                     data_dir_,
+                                     "--cdi-dir",
+                                     dir_ + "/cdi",
+                                     "--sysfs-root",
+                                     dir_ + "/sys",
+                                     "--dev-root",
+                                     dir_ + "/dev",
+                                     "-v",
+                                     "4"};
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
   }
@@ -179,8 +190,9 @@ TEST_F(PluginDaemonTest, OneImplementationAnswersBothVersionsClaimByClaim) {
 TEST_F(PluginDaemonTest, TheHealthServiceIsNotAdvertisedAndAnswersUnimplemented) {
   KubeletSimulator sim;
   RegisteredPlugin plugin = StartAndRegister(sim);
-  grpc::Status status = sim.CallRaw(plugin.endpoint, "/v1alpha1.DRAResourceHealth/NodeWatchResources",
-                                    "", nullptr, std::chrono::seconds(2));
+  grpc::Status status =
+      sim.CallRaw(plugin.endpoint, "/v1alpha1.DRAResourceHealth/NodeWatchResources", "", nullptr,
+                  std::chrono::seconds(2));
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
 }
 
@@ -217,8 +229,8 @@ TEST_F(PluginDaemonTest, ThirtyTwoConcurrentPreparesAllGetTheirAnswer) {
         return;
       }
       const std::string& error = response->claims().at(uid).error();
-      const bool expected = i % 2 ? error.find("not implemented yet") != std::string::npos
-                                  : error.empty();
+      const bool expected =
+          i % 2 ? error.find("not implemented yet") != std::string::npos : error.empty();
       if (!expected) ++wrong;
     });
   }
@@ -351,9 +363,9 @@ TEST(PluginCli, BadFlagsAreOneLineAndExitTwo) {
   auto no_node = RunCommand({VFIO_DRA_PLUGIN_BINARY, "serve"}, std::chrono::seconds(10));
   EXPECT_EQ(no_node.exit_code, 2);
   EXPECT_THAT(no_node.output, HasSubstr("--node-name: is required"));
-  auto bad_number = RunCommand(
-      {VFIO_DRA_PLUGIN_BINARY, "serve", "--node-name", "n", "--kube-api-qps", "fast"},
-      std::chrono::seconds(10));
+  auto bad_number =
+      RunCommand({VFIO_DRA_PLUGIN_BINARY, "serve", "--node-name", "n", "--kube-api-qps", "fast"},
+                 std::chrono::seconds(10));
   EXPECT_EQ(bad_number.exit_code, 2);
   EXPECT_THAT(bad_number.output, HasSubstr("--kube-api-qps"));
 }
@@ -361,9 +373,9 @@ TEST(PluginCli, BadFlagsAreOneLineAndExitTwo) {
 TEST(PluginCli, HelpAndVersion) {
   auto help = RunCommand({VFIO_DRA_PLUGIN_BINARY, "serve", "--help"}, std::chrono::seconds(10));
   EXPECT_EQ(help.exit_code, 0);
-  for (const char* flag : {"--driver-name", "--node-name", "--kubeconfig", "--sysfs-root",
-                           "--dev-root", "--registrar-dir", "--plugin-data-dir", "--cdi-dir",
-                           "--config", "--pod-uid", "-v,--v"}) {
+  for (const char* flag :
+       {"--driver-name", "--node-name", "--kubeconfig", "--sysfs-root", "--dev-root",
+        "--registrar-dir", "--plugin-data-dir", "--cdi-dir", "--config", "--pod-uid", "-v,--v"}) {
     EXPECT_THAT(help.output, HasSubstr(flag));
   }
   auto version = RunCommand({VFIO_DRA_PLUGIN_BINARY, "version"}, std::chrono::seconds(10));

@@ -14,8 +14,8 @@ using nlohmann::json;
 
 json StatusBody(int code, const std::string& reason, const std::string& message,
                 const std::string& kind = "", const std::string& name = "") {
-  json status = {{"kind", "Status"},       {"apiVersion", "v1"}, {"metadata", json::object()},
-                 {"status", "Failure"},    {"message", message}, {"reason", reason},
+  json status = {{"kind", "Status"},    {"apiVersion", "v1"}, {"metadata", json::object()},
+                 {"status", "Failure"}, {"message", message}, {"reason", reason},
                  {"code", code}};
   if (!kind.empty() || !name.empty()) {
     status["details"] = {{"name", name}, {"group", "resource.k8s.io"}, {"kind", kind}};
@@ -155,8 +155,8 @@ FakeApiServer::~FakeApiServer() { Stop(); }
 long long FakeApiServer::NextRv() { return ++rv_; }
 
 void FakeApiServer::Emit(const std::string& type, const json& object) {
-  slice_events_.push_back(Event{std::stoll(object["metadata"]["resourceVersion"].get<std::string>()),
-                                type, object});
+  slice_events_.push_back(
+      Event{std::stoll(object["metadata"]["resourceVersion"].get<std::string>()), type, object});
   while (slice_events_.size() > 1000) slice_events_.pop_front();
   changed_.notify_all();
 }
@@ -321,8 +321,10 @@ void FakeApiServer::InstallRoutes() {
 
     if (parts.size() == 1 && parts[0] == "version") {
       Reply(res, 200,
-            {{"major", "1"}, {"minor", options_.minor_version},
-             {"gitVersion", "v1." + options_.minor_version + ".0"}, {"platform", "linux/amd64"}});
+            {{"major", "1"},
+             {"minor", options_.minor_version},
+             {"gitVersion", "v1." + options_.minor_version + ".0"},
+             {"platform", "linux/amd64"}});
       return;
     }
     if (parts.size() == 1 && parts[0] == "apis") {
@@ -331,8 +333,8 @@ void FakeApiServer::InstallRoutes() {
         json versions = json::array();
         for (const char* v : {"v1", "v1beta2", "v1beta1"}) {
           if (options_.served_versions.count(v)) {
-            versions.push_back({{"groupVersion", std::string("resource.k8s.io/") + v},
-                                {"version", v}});
+            versions.push_back(
+                {{"groupVersion", std::string("resource.k8s.io/") + v}, {"version", v}});
           }
         }
         groups.push_back({{"name", "resource.k8s.io"},
@@ -348,29 +350,40 @@ void FakeApiServer::InstallRoutes() {
         json versions = json::array();
         for (const char* v : {"v1", "v1beta2", "v1beta1"}) {
           if (options_.served_versions.count(v)) {
-            versions.push_back({{"groupVersion", std::string("resource.k8s.io/") + v},
-                                {"version", v}});
+            versions.push_back(
+                {{"groupVersion", std::string("resource.k8s.io/") + v}, {"version", v}});
           }
         }
-        Reply(res, 200, {{"kind", "APIGroup"}, {"apiVersion", "v1"}, {"name", "resource.k8s.io"},
-                         {"versions", versions}, {"preferredVersion", versions[0]}});
+        Reply(res, 200,
+              {{"kind", "APIGroup"},
+               {"apiVersion", "v1"},
+               {"name", "resource.k8s.io"},
+               {"versions", versions},
+               {"preferredVersion", versions[0]}});
         return;
       }
       const std::string version = parts[2];
       if (!options_.served_versions.count(version)) return ReplyPageNotFound(res);
       if (parts.size() == 3) {
         json resources = json::array();
-        resources.push_back({{"name", "resourceslices"}, {"singularName", "resourceslice"},
-                             {"namespaced", false}, {"kind", "ResourceSlice"},
-                             {"verbs", {"create", "delete", "deletecollection", "get", "list",
-                                        "patch", "update", "watch"}}});
-        resources.push_back({{"name", "resourceclaims"}, {"singularName", "resourceclaim"},
-                             {"namespaced", true}, {"kind", "ResourceClaim"},
-                             {"verbs", {"create", "delete", "get", "list", "patch", "update",
-                                        "watch"}}});
-        Reply(res, 200, {{"kind", "APIResourceList"}, {"apiVersion", "v1"},
-                         {"groupVersion", "resource.k8s.io/" + version},
-                         {"resources", resources}});
+        resources.push_back({{"name", "resourceslices"},
+                             {"singularName", "resourceslice"},
+                             {"namespaced", false},
+                             {"kind", "ResourceSlice"},
+                             {"verbs",
+                              {"create", "delete", "deletecollection", "get", "list", "patch",
+                               "update", "watch"}}});
+        resources.push_back(
+            {{"name", "resourceclaims"},
+             {"singularName", "resourceclaim"},
+             {"namespaced", true},
+             {"kind", "ResourceClaim"},
+             {"verbs", {"create", "delete", "get", "list", "patch", "update", "watch"}}});
+        Reply(res, 200,
+              {{"kind", "APIResourceList"},
+               {"apiVersion", "v1"},
+               {"groupVersion", "resource.k8s.io/" + version},
+               {"resources", resources}});
         return;
       }
       // Claims: /apis/resource.k8s.io/<v>/namespaces/<ns>/resourceclaims/<name>
@@ -404,12 +417,12 @@ void FakeApiServer::InstallRoutes() {
                                     : 1800;
             std::deque<std::string> initial;
             if (from > 0 && !slice_events_.empty() && from < slice_events_.front().rv - 1) {
-              initial.push_back(json({{"type", "ERROR"},
-                                      {"object", StatusBody(410, "Expired",
-                                                            "too old resource version: " +
-                                                                rv_text)}})
-                                    .dump() +
-                                "\n");
+              initial.push_back(
+                  json({{"type", "ERROR"},
+                        {"object",
+                         StatusBody(410, "Expired", "too old resource version: " + rv_text)}})
+                      .dump() +
+                  "\n");
               from = -1;  // nothing follows the error
             } else if (from == 0) {
               for (const auto& [n, s] : slices_) {
@@ -421,15 +434,13 @@ void FakeApiServer::InstallRoutes() {
               }
               from = rv_;
             }
-            const auto deadline =
-                std::chrono::steady_clock::now() + std::chrono::seconds(timeout);
+            const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout);
             auto last = std::make_shared<long long>(from);
             auto pending = std::make_shared<std::deque<std::string>>(std::move(initial));
             res.status = 200;
             res.set_chunked_content_provider(
-                "application/json",
-                [this, last, pending, selector, version, deadline, bookmarks](
-                    size_t, httplib::DataSink& sink) {
+                "application/json", [this, last, pending, selector, version, deadline, bookmarks](
+                                        size_t, httplib::DataSink& sink) {
                   std::unique_lock<std::mutex> l(mu_);
                   while (true) {
                     while (!pending->empty()) {
@@ -462,15 +473,16 @@ void FakeApiServer::InstallRoutes() {
                       if (e.rv <= *last) continue;
                       *last = e.rv;
                       if (Matches(e.object, selector)) {
-                        pending->push_back(json({{"type", e.type},
-                                                 {"object", SliceToVersion(e.object, version)}})
-                                               .dump() +
-                                           "\n");
+                        pending->push_back(
+                            json({{"type", e.type}, {"object", SliceToVersion(e.object, version)}})
+                                .dump() +
+                            "\n");
                       }
                     }
                     if (pending->empty()) {
-                      changed_.wait_until(l, std::min(deadline, std::chrono::steady_clock::now() +
-                                                                    std::chrono::milliseconds(200)));
+                      changed_.wait_until(l,
+                                          std::min(deadline, std::chrono::steady_clock::now() +
+                                                                 std::chrono::milliseconds(200)));
                       if (!sink.is_writable()) return false;
                     }
                   }
@@ -482,7 +494,8 @@ void FakeApiServer::InstallRoutes() {
             if (Matches(s, selector)) items.push_back(SliceToVersion(s, version));
           }
           return Reply(res, 200,
-                       {{"kind", "ResourceSliceList"}, {"apiVersion", "resource.k8s.io/" + version},
+                       {{"kind", "ResourceSliceList"},
+                        {"apiVersion", "resource.k8s.io/" + version},
                         {"metadata", {{"resourceVersion", std::to_string(rv_)}}},
                         {"items", items}});
         }
@@ -515,8 +528,7 @@ void FakeApiServer::InstallRoutes() {
             } while (slices_.count(new_name));
           } else if (slices_.count(new_name)) {
             return ReplyStatus(res, 409, "AlreadyExists",
-                               "resourceslices.resource.k8s.io \"" + new_name +
-                                   "\" already exists",
+                               "resourceslices.resource.k8s.io \"" + new_name + "\" already exists",
                                "resourceslices", new_name);
           }
           meta["name"] = new_name;
@@ -543,8 +555,10 @@ void FakeApiServer::InstallRoutes() {
           if (!sent_rv.empty() && sent_rv != have_rv) {
             return ReplyStatus(res, 409, "Conflict",
                                "Operation cannot be fulfilled on resourceslices.resource.k8s.io "
-                               "\"" + name + "\": the object has been modified; please apply "
-                               "your changes to the latest version and try again",
+                               "\"" +
+                                   name +
+                                   "\": the object has been modified; please apply "
+                                   "your changes to the latest version and try again",
                                "resourceslices", name);
           }
           slice["metadata"]["uid"] = it->second["metadata"]["uid"];
@@ -569,7 +583,8 @@ void FakeApiServer::InstallRoutes() {
                  pre["resourceVersion"] != meta["resourceVersion"])) {
               return ReplyStatus(res, 409, "Conflict",
                                  "Operation cannot be fulfilled on resourceslices.resource.k8s.io "
-                                 "\"" + name + "\": the precondition does not match",
+                                 "\"" +
+                                     name + "\": the precondition does not match",
                                  "resourceslices", name);
             }
           }

@@ -6,13 +6,12 @@
 // real server's plain "404 page not found"). Faults can be injected per request.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <thread>

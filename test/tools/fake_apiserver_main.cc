@@ -1,8 +1,8 @@
 // fake-apiserver: runs the test API server as a process (for the demo and the VM tests).
 // Loads ResourceClaims from a JSON file, writes a kubeconfig, serves until SIGTERM/SIGINT.
-#include <CLI/CLI.hpp>
 #include <signal.h>
 
+#include <CLI/CLI.hpp>
 #include <fstream>
 #include <iostream>
 

@@ -1,9 +1,9 @@
 #include "kubelet_simulator.h"
 
 #include <grpcpp/generic/generic_stub.h>
+#include <poll.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
-#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -41,8 +41,8 @@ std::shared_ptr<grpc::Channel> UnixChannel(const std::string& socket) {
 KubeletSimulator::KubeletSimulator(std::vector<std::string> kubelet_services)
     : kubelet_services_(std::move(kubelet_services)) {}
 
-Result<std::string> KubeletSimulator::WaitForRegistrationSocket(
-    const std::string& registrar_dir, std::chrono::milliseconds timeout) {
+Result<std::string> KubeletSimulator::WaitForRegistrationSocket(const std::string& registrar_dir,
+                                                                std::chrono::milliseconds timeout) {
   std::filesystem::create_directories(registrar_dir);
   const int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
   if (fd < 0) return MakeError(ErrorKind::kInternal, "inotify_init1 failed");
@@ -115,10 +115,9 @@ Result<std::string> KubeletSimulator::MethodPath(const std::string& service,
 
 Result<RegisteredPlugin> KubeletSimulator::Register(const std::string& registration_socket) {
   std::string info_bytes;
-  grpc::Status status =
-      CallRaw(registration_socket, "/pluginregistration.Registration/GetInfo",
-              pluginregistration::InfoRequest().SerializeAsString(), &info_bytes,
-              std::chrono::seconds(11), /*wait_for_ready=*/true);
+  grpc::Status status = CallRaw(registration_socket, "/pluginregistration.Registration/GetInfo",
+                                pluginregistration::InfoRequest().SerializeAsString(), &info_bytes,
+                                std::chrono::seconds(11), /*wait_for_ready=*/true);
   if (!status.ok()) {
     return MakeError(ErrorKind::kUnavailable, "GetInfo failed: " + status.error_message());
   }
@@ -192,8 +191,8 @@ KubeletSimulator::Prepare(const RegisteredPlugin& plugin, const std::vector<SimC
   k8s::io::kubelet::pkg::apis::dra::v1::NodePrepareResourcesRequest request;
   FillClaims(request, claims);
   std::string bytes;
-  grpc::Status status =
-      CallRaw(plugin.endpoint, *path, request.SerializeAsString(), &bytes, std::chrono::seconds(45));
+  grpc::Status status = CallRaw(plugin.endpoint, *path, request.SerializeAsString(), &bytes,
+                                std::chrono::seconds(45));
   if (!status.ok()) {
     return MakeError(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT
                          ? ErrorKind::kInvalidArgument
@@ -216,8 +215,8 @@ KubeletSimulator::Unprepare(const RegisteredPlugin& plugin, const std::vector<Si
   k8s::io::kubelet::pkg::apis::dra::v1::NodeUnprepareResourcesRequest request;
   FillClaims(request, claims);
   std::string bytes;
-  grpc::Status status =
-      CallRaw(plugin.endpoint, *path, request.SerializeAsString(), &bytes, std::chrono::seconds(45));
+  grpc::Status status = CallRaw(plugin.endpoint, *path, request.SerializeAsString(), &bytes,
+                                std::chrono::seconds(45));
   if (!status.ok()) {
     return MakeError(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT
                          ? ErrorKind::kInvalidArgument

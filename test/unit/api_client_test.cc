@@ -1,8 +1,9 @@
+#include "kube/api_client.h"
+
 #include <gtest/gtest.h>
 
 #include <deque>
 
-#include "kube/api_client.h"
 #include "unit/fake_clock.h"
 
 namespace vfio_dra::kube {
@@ -49,8 +50,12 @@ class ScriptedTransport final : public HttpTransport {
 };
 
 std::string StatusJson(int code, const std::string& reason, const std::string& message) {
-  return nlohmann::json({{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Failure"},
-                         {"code", code}, {"reason", reason}, {"message", message}})
+  return nlohmann::json({{"kind", "Status"},
+                         {"apiVersion", "v1"},
+                         {"status", "Failure"},
+                         {"code", code},
+                         {"reason", reason},
+                         {"message", message}})
       .dump();
 }
 
@@ -109,7 +114,8 @@ TEST_F(ApiClientTest, Retries5xxAndConnectionErrorsWithGrowingBackoff) {
 }
 
 TEST_F(ApiClientTest, GivesUpAfterMaxRetriesWithTheLastStatus) {
-  for (int i = 0; i < 3; ++i) transport_.Respond(503, StatusJson(503, "ServiceUnavailable", "busy"));
+  for (int i = 0; i < 3; ++i)
+    transport_.Respond(503, StatusJson(503, "ServiceUnavailable", "busy"));
   auto client = Client(2);
   auto got = client.Get("/apis/x");
   ASSERT_FALSE(got.ok());
@@ -157,10 +163,13 @@ TEST_F(ApiClientTest, WatchDeliversEventsSplitAcrossChunks) {
   auto client = Client();
   std::vector<std::string> seen;
   std::atomic<bool> stop{false};
-  Status status = client.Watch("/w?watch=1", [&](const WatchEvent& e) {
-    seen.push_back(e.type + ":" + e.object["metadata"]["name"].get<std::string>());
-    return true;
-  }, stop);
+  Status status = client.Watch(
+      "/w?watch=1",
+      [&](const WatchEvent& e) {
+        seen.push_back(e.type + ":" + e.object["metadata"]["name"].get<std::string>());
+        return true;
+      },
+      stop);
   ASSERT_TRUE(status.ok()) << status.error().message;
   EXPECT_EQ(seen, (std::vector<std::string>{"ADDED:a", "MODIFIED:b"}));
 }
@@ -171,7 +180,8 @@ TEST_F(ApiClientTest, WatchErrorEventWith410IsGone) {
       "\n"};
   auto client = Client();
   std::atomic<bool> stop{false};
-  Status status = client.Watch("/w?watch=1", [](const WatchEvent&) { return true; }, stop);
+  Status status = client.Watch(
+      "/w?watch=1", [](const WatchEvent&) { return true; }, stop);
   ASSERT_FALSE(status.ok());
   EXPECT_EQ(status.error().kind, ErrorKind::kGone);
 }
@@ -180,7 +190,8 @@ TEST_F(ApiClientTest, WatchRejectsMalformedEvents) {
   transport_.stream_chunks = {"not json\n"};
   auto client = Client();
   std::atomic<bool> stop{false};
-  Status status = client.Watch("/w?watch=1", [](const WatchEvent&) { return true; }, stop);
+  Status status = client.Watch(
+      "/w?watch=1", [](const WatchEvent&) { return true; }, stop);
   ASSERT_FALSE(status.ok());
   EXPECT_NE(status.error().message.find("malformed watch event"), std::string::npos);
 }

@@ -7,7 +7,7 @@
 #include "base/base64.h"
 #include "base/file_io.h"
 #include "base/log.h"
-#include "plugin/claim_ref.h"
+#include "base/text.h"
 
 namespace vfio_dra {
 namespace {
@@ -35,9 +35,9 @@ TEST(LogQuote, QuotesOnlyWhenNeeded) {
 }
 
 TEST(EscapeForDisplay, EscapesControlAndNonAsciiAndTruncates) {
-  EXPECT_EQ(plugin::EscapeForDisplay(std::string("a\0b", 3)), "a\\x00b");
-  EXPECT_EQ(plugin::EscapeForDisplay("\xff"), "\\xff");
-  EXPECT_EQ(plugin::EscapeForDisplay(std::string(300, 'x'), 10), std::string(10, 'x') + "...");
+  EXPECT_EQ(EscapeForDisplay(std::string("a\0b", 3)), "a\\x00b");
+  EXPECT_EQ(EscapeForDisplay("\xff"), "\\xff");
+  EXPECT_EQ(EscapeForDisplay(std::string(300, 'x'), 10), std::string(10, 'x') + "...");
 }
 
 TEST(WriteFileAtomically, WritesContentWithModeAndLeavesNoTemporaryFile) {

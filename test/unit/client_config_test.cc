@@ -1,6 +1,6 @@
-#include <gtest/gtest.h>
-
 #include "kube/client_config.h"
+
+#include <gtest/gtest.h>
 
 namespace vfio_dra::kube {
 namespace {
@@ -57,7 +57,8 @@ users:
 )";
   auto config = ParseKubeconfig(text, "/k/config");
   ASSERT_FALSE(config.ok());
-  EXPECT_NE(config.error().message.find("/k/config:13"), std::string::npos) << config.error().message;
+  EXPECT_NE(config.error().message.find("/k/config:13"), std::string::npos)
+      << config.error().message;
   EXPECT_NE(config.error().message.find("users[u1].user.exec"), std::string::npos);
   EXPECT_NE(config.error().message.find("not supported"), std::string::npos);
 }
@@ -85,8 +86,10 @@ TEST(Kubeconfig, RejectsBadBase64AndHalfAClientCertificate) {
   const std::string head =
       "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\nclusters:\n"
       "- name: c\n  cluster: {server: 'https://x'}\nusers:\n- name: u\n  user:\n";
-  auto bad = ParseKubeconfig(head + "    client-certificate-data: '***'\n"
-                                    "    client-key-data: aGVsbG8=\n", "f");
+  auto bad = ParseKubeconfig(head +
+                                 "    client-certificate-data: '***'\n"
+                                 "    client-key-data: aGVsbG8=\n",
+                             "f");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("client-certificate-data"), std::string::npos);
   auto half = ParseKubeconfig(head + "    client-certificate: c.pem\n", "f");

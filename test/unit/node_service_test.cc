@@ -1,3 +1,5 @@
+#include "plugin/node_service.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -6,8 +8,6 @@
 #include <map>
 #include <mutex>
 #include <thread>
-
-#include "plugin/node_service.h"
 
 namespace vfio_dra::plugin {
 namespace {
@@ -44,7 +44,9 @@ class RecordingPreparer final : public DevicePreparer {
     std::vector<PreparedDevice> out;
     for (const auto& r : ours) {
       if (r.driver != kDriver) foreign_results_seen_ = true;
-      out.push_back(PreparedDevice{{r.request}, r.pool, r.device,
+      out.push_back(PreparedDevice{{r.request},
+                                   r.pool,
+                                   r.device,
                                    {std::string(kDriver) + "/vfio=" + claim.uid + "-" + r.device},
                                    std::nullopt});
     }
@@ -77,7 +79,7 @@ kube::ResourceClaim Claim(const std::string& name, const std::string& uid,
 }
 
 kube::DeviceRequestAllocationResult Alloc(const std::string& request, const std::string& driver,
-                                           const std::string& device) {
+                                          const std::string& device) {
   return kube::DeviceRequestAllocationResult{request, driver, "node1", device, std::nullopt, false};
 }
 
@@ -155,12 +157,9 @@ TEST_F(NodeServiceTest, MalformedRequestsAreWholeCallErrors) {
 }
 
 TEST_F(NodeServiceTest, BadNamesAreRefusedPerClaimWithoutAnyLookup) {
-  const std::vector<ClaimRef> bad = {{"vms", "a/b", "u-1"},
-                                     {"vms", "..", "u-2"},
-                                     {"../etc", "a", "u-3"},
-                                     {"vms", std::string("a\0b", 3), "u-4"},
-                                     {"vms", "ok", "u/5"},
-                                     {"vms", std::string(300, 'a'), "u-6"}};
+  const std::vector<ClaimRef> bad = {{"vms", "a/b", "u-1"},  {"vms", "..", "u-2"},
+                                     {"../etc", "a", "u-3"}, {"vms", std::string("a\0b", 3), "u-4"},
+                                     {"vms", "ok", "u/5"},   {"vms", std::string(300, 'a'), "u-6"}};
   auto out = service_->Prepare(bad);
   ASSERT_TRUE(out.ok());
   ASSERT_EQ(out->size(), bad.size());

@@ -1,6 +1,6 @@
-#include <gtest/gtest.h>
-
 #include "kube/resource_claim.h"
+
+#include <gtest/gtest.h>
 
 namespace vfio_dra::kube {
 namespace {
@@ -52,7 +52,8 @@ TEST(ResourceClaim, WrongTypesAreErrorsNamingTheField) {
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.error().message.find("results[0].device is required"), std::string::npos);
   EXPECT_FALSE(ParseResourceClaim(nlohmann::json::array()).ok());
-  EXPECT_FALSE(ParseResourceClaim(nlohmann::json::parse(R"({"metadata":{"annotations":{"a":1}}})")).ok());
+  EXPECT_FALSE(
+      ParseResourceClaim(nlohmann::json::parse(R"({"metadata":{"annotations":{"a":1}}})")).ok());
 }
 
 TEST(ResourceClaim, BaseRequestNameStripsSubrequest) {

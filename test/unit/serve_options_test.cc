@@ -1,7 +1,8 @@
+#include "plugin/serve_options.h"
+
 #include <gtest/gtest.h>
 
 #include "plugin/plugin_server.h"
-#include "plugin/serve_options.h"
 
 namespace vfio_dra::plugin {
 namespace {
