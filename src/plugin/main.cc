@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "plugin/discover_command.h"
 #include "plugin/serve_command.h"
 #include "plugin/serve_options.h"
 
@@ -56,6 +57,18 @@ int main(int argc, char** argv) {
   CLI::App* serve = app.add_subcommand("serve", "run the kubelet plugin daemon");
   AddServeFlags(*serve, options);
   CLI::App* version = app.add_subcommand("version", "print the version");
+  vfio_dra::plugin::DiscoverOptions discover_options;
+  CLI::App* discover = app.add_subcommand(
+      "discover",
+      "show the node's devices, what would be published as what, and why not (read only)");
+  discover->add_option("--sysfs-root", discover_options.sysfs_root, "where sysfs is mounted")
+      ->capture_default_str();
+  discover->add_option("--config", discover_options.config_file, "admin policy file (YAML)");
+  discover->add_option("-o,--output", discover_options.output, "output format")
+      ->check(CLI::IsMember({"table", "json"}))
+      ->capture_default_str();
+  discover->add_option("--pci-ids", discover_options.pci_ids, "pci.ids file for device names")
+      ->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -72,6 +85,7 @@ int main(int argc, char** argv) {
     std::cout << "vfio-dra-plugin " << vfio_dra::plugin::PluginVersion() << std::endl;
     return 0;
   }
+  if (discover->parsed()) return vfio_dra::plugin::RunDiscover(discover_options);
   if (serve->parsed()) {
     if (auto status = vfio_dra::plugin::FinalizeServeOptions(options); !status.ok()) {
       std::cerr << "vfio-dra-plugin serve: " << status.error().message << std::endl;

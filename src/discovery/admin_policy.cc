@@ -1,0 +1,295 @@
+#include "discovery/admin_policy.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include "base/file_io.h"
+#include "discovery/sysfs_parse.h"
+
+namespace vfio_dra::discovery {
+namespace {
+
+Error PolicyError(const std::string& path, const YAML::Node& node, const std::string& key,
+                  const std::string& problem) {
+  std::string where = path;
+  if (node.Mark().line >= 0) where += ":" + std::to_string(node.Mark().line + 1);
+  return MakeError(ErrorKind::kInvalidArgument,
+                   "invalid policy " + where + ": " + key + ": " + problem);
+}
+
+// Values of a field that may be a scalar or a list of scalars.
+Result<std::vector<std::pair<std::string, YAML::Node>>> Scalars(const std::string& path,
+                                                                const YAML::Node& node,
+                                                                const std::string& key) {
+  std::vector<std::pair<std::string, YAML::Node>> out;
+  if (node.IsScalar()) {
+    out.emplace_back(node.as<std::string>(), node);
+  } else if (node.IsSequence() && node.size() > 0) {
+    for (const YAML::Node& item : node) {
+      if (!item.IsScalar()) return PolicyError(path, item, key, "list items must be strings");
+      out.emplace_back(item.as<std::string>(), item);
+    }
+  } else {
+    return PolicyError(path, node, key, "must be a string or a non-empty list of strings");
+  }
+  return out;
+}
+
+Result<uint32_t> HexId(const std::string& path, const YAML::Node& node, const std::string& key,
+                       const std::string& text, int digits) {
+  std::string body = text;
+  if (body.rfind("0x", 0) == 0 || body.rfind("0X", 0) == 0) body = body.substr(2);
+  auto value = ParseBareHex(body, digits);
+  if (!value.ok() || body.size() != static_cast<size_t>(digits)) {
+    return PolicyError(path, node, key,
+                       "\"" + text + "\" is not " + std::to_string(digits) + " hex digits");
+  }
+  return value;
+}
+
+Result<bool> Bool(const std::string& path, const YAML::Node& node, const std::string& key) {
+  if (node.IsScalar()) {
+    const std::string text = node.as<std::string>();
+    if (text == "true") return true;
+    if (text == "false") return false;
+  }
+  return PolicyError(path, node, key, "must be true or false");
+}
+
+Result<DeviceKind> Kind(const std::string& path, const YAML::Node& node, const std::string& key) {
+  const std::string text = node.IsScalar() ? node.as<std::string>() : "";
+  if (text == "gpu") return DeviceKind::kGpu;
+  if (text == "mdev") return DeviceKind::kMdev;
+  if (text == "vf") return DeviceKind::kVf;
+  if (text == "hostdev") return DeviceKind::kHostdev;
+  return PolicyError(path, node, key, "must be one of gpu, mdev, vf, hostdev");
+}
+
+Result<DeviceSelector> ParseSelector(const std::string& path, const YAML::Node& node,
+                                     const std::string& where, bool kind_required) {
+  if (!node.IsMap()) return PolicyError(path, node, where, "must be a mapping");
+  DeviceSelector selector;
+  selector.where = where;
+  bool any_field = false;
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    const std::string field = where + "." + key;
+    const YAML::Node& value = kv.second;
+    if (key == "kind") {
+      auto kind = Kind(path, value, field);
+      if (!kind.ok()) return kind.error();
+      selector.kind = *kind;
+      continue;
+    }
+    auto values = Scalars(path, value, field);
+    if (!values.ok()) return values.error();
+    any_field = true;
+    for (const auto& [text, item] : *values) {
+      if (key == "vendor" || key == "device") {
+        auto id = HexId(path, item, field, text, 4);
+        if (!id.ok()) return id.error();
+        (key == "vendor" ? selector.vendors : selector.devices).insert(*id);
+      } else if (key == "class") {
+        std::string body = text.rfind("0x", 0) == 0 ? text.substr(2) : text;
+        if (body.size() != 4 && body.size() != 6) {
+          return PolicyError(path, item, field,
+                             "\"" + text + "\" must be 4 (class+subclass) or 6 hex digits");
+        }
+        auto id = HexId(path, item, field, body, static_cast<int>(body.size()));
+        if (!id.ok()) return id.error();
+        selector.classes.insert(body.size() == 6 ? (*id | 0x1000000u) : *id);
+      } else if (key == "address" || key == "pf") {
+        auto bdf = CanonicalBdf(text);
+        if (!bdf.ok()) {
+          return PolicyError(path, item, field,
+                             "\"" + text +
+                                 "\" is not a PCI address "
+                                 "(dddd:bb:dd.f)");
+        }
+        (key == "address" ? selector.addresses : selector.pfs).insert(*bdf);
+      } else if (key == "driver") {
+        selector.drivers.insert(text);
+      } else if (key == "mdevType") {
+        selector.mdev_types.insert(text);
+      } else {
+        return PolicyError(path, kv.first, field,
+                           "unknown key (known: kind, vendor, device, class, address, pf, driver, "
+                           "mdevType)");
+      }
+    }
+  }
+  if (kind_required && !selector.kind.has_value()) {
+    return PolicyError(path, node, where + ".kind", "is required (gpu, mdev, vf or hostdev)");
+  }
+  if (!any_field && kind_required) {
+    return PolicyError(path, node, where,
+                       "selects every device of its kind; name at least one of vendor, device, "
+                       "class, address, pf, driver, mdevType");
+  }
+  if (!any_field && !kind_required && !selector.kind.has_value()) {
+    return PolicyError(path, node, where, "is empty and would deny everything");
+  }
+  if (!selector.pfs.empty() && selector.kind.has_value() && *selector.kind != DeviceKind::kVf) {
+    return PolicyError(path, node, where + ".pf", "only applies to kind vf");
+  }
+  if (!selector.mdev_types.empty() && selector.kind.has_value() &&
+      *selector.kind != DeviceKind::kMdev) {
+    return PolicyError(path, node, where + ".mdevType", "only applies to kind mdev");
+  }
+  return selector;
+}
+
+bool MatchesClass(const DeviceSelector& s, uint32_t class_code) {
+  if (s.classes.empty()) return true;
+  return s.classes.count(class_code >> 8) > 0 || s.classes.count(class_code | 0x1000000u) > 0;
+}
+
+}  // namespace
+
+const char* DeviceKindName(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::kGpu:
+      return "gpu";
+    case DeviceKind::kMdev:
+      return "mdev";
+    case DeviceKind::kVf:
+      return "vf";
+    case DeviceKind::kHostdev:
+      return "hostdev";
+  }
+  return "unknown";
+}
+
+bool DeviceSelector::MatchesFunction(const PciFunction& fn) const {
+  if (!mdev_types.empty()) return false;
+  if (!vendors.empty() && !vendors.count(fn.vendor_id)) return false;
+  if (!devices.empty() && !devices.count(fn.device_id)) return false;
+  if (!MatchesClass(*this, fn.class_code)) return false;
+  if (!addresses.empty() && !addresses.count(fn.address)) return false;
+  if (!drivers.empty() && !drivers.count(fn.driver)) return false;
+  if (!pfs.empty() && (!fn.sriov_vf.has_value() || !pfs.count(fn.sriov_vf->pf))) return false;
+  return true;
+}
+
+bool DeviceSelector::MatchesMdev(const std::string& type_id, const PciFunction* parent) const {
+  if (!mdev_types.empty() && !mdev_types.count(type_id)) return false;
+  const bool needs_parent = !vendors.empty() || !devices.empty() || !classes.empty() ||
+                            !addresses.empty() || !drivers.empty() || !pfs.empty();
+  if (!needs_parent) return true;
+  if (parent == nullptr) return false;
+  if (!vendors.empty() && !vendors.count(parent->vendor_id)) return false;
+  if (!devices.empty() && !devices.count(parent->device_id)) return false;
+  if (!MatchesClass(*this, parent->class_code)) return false;
+  if (!addresses.empty() && !addresses.count(parent->address)) return false;
+  if (!drivers.empty() && !drivers.count(parent->driver)) return false;
+  if (!pfs.empty() && (!parent->sriov_vf.has_value() || !pfs.count(parent->sriov_vf->pf))) {
+    return false;
+  }
+  return true;
+}
+
+bool AdminPolicy::KindEnabled(DeviceKind kind) const {
+  switch (kind) {
+    case DeviceKind::kGpu:
+      return gpu_enabled;
+    case DeviceKind::kMdev:
+      return mdev_enabled;
+    case DeviceKind::kVf:
+      return vf_enabled;
+    case DeviceKind::kHostdev:
+      return hostdev_enabled;
+  }
+  return false;
+}
+
+bool AdminPolicy::HasSelectorsFor(DeviceKind kind) const {
+  for (const auto& s : select) {
+    if (s.kind == kind) return true;
+  }
+  return false;
+}
+
+Result<AdminPolicy> ParseAdminPolicy(const std::string& yaml_text, const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    std::string where = path;
+    if (e.mark.line >= 0) where += ":" + std::to_string(e.mark.line + 1);
+    return MakeError(ErrorKind::kInvalidArgument, "invalid policy " + where + ": " + e.msg);
+  }
+  AdminPolicy policy;
+  policy.source = path;
+  if (root.IsNull()) return policy;  // an empty file is the default policy
+  if (!root.IsMap()) return PolicyError(path, root, "(document)", "must be a mapping");
+  try {
+    for (const auto& kv : root) {
+      const std::string key = kv.first.as<std::string>();
+      const YAML::Node& value = kv.second;
+      if (key == "version") {
+        if (!value.IsScalar() || value.as<std::string>() != "v1") {
+          return PolicyError(path, value, key, "must be v1");
+        }
+      } else if (key == "kinds") {
+        if (!value.IsMap()) return PolicyError(path, value, key, "must be a mapping");
+        for (const auto& kind_kv : value) {
+          const std::string name = kind_kv.first.as<std::string>();
+          auto kind = Kind(path, kind_kv.first, "kinds." + name);
+          if (!kind.ok()) return kind.error();
+          YAML::Node flag = kind_kv.second;
+          if (flag.IsMap()) {
+            for (const auto& inner : flag) {
+              if (inner.first.as<std::string>() != "enabled") {
+                return PolicyError(path, inner.first,
+                                   "kinds." + name + "." + inner.first.as<std::string>(),
+                                   "unknown key (known: enabled)");
+              }
+            }
+            flag = flag["enabled"];
+          }
+          auto enabled = Bool(path, flag, "kinds." + name);
+          if (!enabled.ok()) return enabled.error();
+          switch (*kind) {
+            case DeviceKind::kGpu:
+              policy.gpu_enabled = *enabled;
+              break;
+            case DeviceKind::kMdev:
+              policy.mdev_enabled = *enabled;
+              break;
+            case DeviceKind::kVf:
+              policy.vf_enabled = *enabled;
+              break;
+            case DeviceKind::kHostdev:
+              policy.hostdev_enabled = *enabled;
+              break;
+          }
+        }
+      } else if (key == "select" || key == "deny") {
+        if (!value.IsSequence()) return PolicyError(path, value, key, "must be a list");
+        for (size_t i = 0; i < value.size(); ++i) {
+          auto selector =
+              ParseSelector(path, value[i], key + "[" + std::to_string(i) + "]", key == "select");
+          if (!selector.ok()) return selector.error();
+          (key == "select" ? policy.select : policy.deny).push_back(std::move(*selector));
+        }
+      } else if (key == "unsafeNoIommu") {
+        auto flag = Bool(path, value, key);
+        if (!flag.ok()) return flag.error();
+        policy.unsafe_no_iommu = *flag;
+      } else {
+        return PolicyError(path, kv.first, key,
+                           "unknown key (known: version, kinds, select, deny, unsafeNoIommu)");
+      }
+    }
+  } catch (const YAML::Exception& e) {
+    return PolicyError(path, root, "(document)", e.msg);
+  }
+  return policy;
+}
+
+Result<AdminPolicy> LoadAdminPolicy(const std::string& path) {
+  auto text = ReadFileToString(path, 1 << 20);
+  if (!text.ok()) return text.error().Wrap("cannot load the admin policy");
+  return ParseAdminPolicy(*text, path);
+}
+
+}  // namespace vfio_dra::discovery

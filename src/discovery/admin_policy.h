@@ -1,0 +1,71 @@
+// AdminPolicy: the node admin's say over what vfio-dra may hand out (--config, YAML). Selectors
+// opt devices in per kind, a deny list keeps devices out, and each kind can be turned off. The
+// safety rules of DeviceSelection hold whatever the policy says, except that devices without an
+// IOMMU group can be allowed by the explicitly unsafe `unsafeNoIommu` switch.
+//
+//   version: v1
+//   kinds: {gpu: true, mdev: true, vf: true, hostdev: true}
+//   select:
+//     - kind: hostdev          # gpu | mdev | vf | hostdev (required)
+//       vendor: "8086"         # each field: one value or a list; all given fields must match
+//       device: ["1572", "1583"]
+//       class: "0200"          # base class + subclass (4 hex digits) or full class (6)
+//       address: "0000:5e:00.0"
+//       pf: "0000:5e:00.0"     # vf only: the VF's physical function
+//       driver: "i40e"
+//       mdevType: "nvidia-222" # mdev only
+//   deny:
+//     - address: "0000:00:1f.6"
+//   unsafeNoIommu: false
+#pragma once
+
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "discovery/inventory.h"
+
+namespace vfio_dra::discovery {
+
+enum class DeviceKind { kGpu, kMdev, kVf, kHostdev };
+const char* DeviceKindName(DeviceKind kind);
+
+struct DeviceSelector {
+  std::optional<DeviceKind> kind;  // required in `select`, optional in `deny`
+  std::set<uint32_t> vendors;
+  std::set<uint32_t> devices;
+  std::set<uint32_t> classes;  // class+subclass (16 bits), or a full 24-bit class | 0x1000000
+  std::set<std::string> addresses;
+  std::set<std::string> pfs;
+  std::set<std::string> drivers;
+  std::set<std::string> mdev_types;
+  std::string where;  // "select[2]" for messages
+
+  // Whether `fn` matches every given field (mdevType must be unset, or the call must be for a
+  // type: MatchesMdev).
+  bool MatchesFunction(const PciFunction& fn) const;
+  // For mdev types: the type and, where the parent is a PCI function, the parent's fields.
+  bool MatchesMdev(const std::string& type_id, const PciFunction* parent) const;
+};
+
+struct AdminPolicy {
+  bool gpu_enabled = true;
+  bool mdev_enabled = true;
+  bool vf_enabled = true;
+  bool hostdev_enabled = true;
+  bool unsafe_no_iommu = false;
+  std::vector<DeviceSelector> select;
+  std::vector<DeviceSelector> deny;
+  std::string source = "built-in default policy";
+
+  bool KindEnabled(DeviceKind kind) const;
+  bool HasSelectorsFor(DeviceKind kind) const;
+};
+
+// Parses policy YAML; errors read "<path>:<line>: <key>: <problem>".
+Result<AdminPolicy> ParseAdminPolicy(const std::string& yaml_text, const std::string& path);
+Result<AdminPolicy> LoadAdminPolicy(const std::string& path);
+
+}  // namespace vfio_dra::discovery

@@ -1,0 +1,92 @@
+// Inventory: what the node has, as read from sysfs at one moment. Plain values only; policy and
+// publishing decisions are made elsewhere (DeviceSelection). Invariants: every PCI address is
+// canonical lower-case "dddd:bb:dd.f"; IOMMU group membership is symmetric (a function lists its
+// group, and the group lists the function); entries that could not be read are absent and named
+// in `warnings`.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace vfio_dra::discovery {
+
+struct SriovPf {
+  int total_vfs = 0;
+  int num_vfs = 0;
+  std::vector<std::string> vfs;  // by VF index
+};
+
+struct SriovVf {
+  std::string pf;  // PF address
+  int index = -1;  // N of the PF's virtfnN link
+};
+
+struct PciFunction {
+  std::string address;
+  uint32_t vendor_id = 0;
+  uint32_t device_id = 0;
+  uint32_t subsystem_vendor_id = 0;
+  uint32_t subsystem_device_id = 0;
+  uint32_t class_code = 0;  // 24 bits: base class, subclass, programming interface
+  uint32_t revision = 0;
+  std::string vendor_name;  // from pci.ids; empty when unknown
+  std::string device_name;
+  std::string driver;           // bound driver, empty when none
+  std::string driver_override;  // empty when unset
+  std::optional<int> iommu_group;
+  std::optional<int> numa_node;  // absent when the kernel reports -1 or nothing
+  std::string pcie_root;         // "pci0000:00", from the device's real path
+  std::optional<SriovPf> sriov_pf;
+  std::optional<SriovVf> sriov_vf;
+  std::vector<std::string> netdevs;
+
+  uint32_t BaseClass() const { return class_code >> 16; }
+  uint32_t ClassAndSubclass() const { return class_code >> 8; }  // e.g. 0x0300
+  bool IsBridge() const { return BaseClass() == 0x06; }
+  // "dddd:bb:dd" without the function number: functions of one physical slot.
+  std::string Slot() const { return address.substr(0, address.size() - 2); }
+};
+
+struct IommuGroup {
+  int id = 0;
+  std::vector<std::string> members;  // PCI addresses, sorted
+};
+
+struct MdevType {
+  std::string id;  // e.g. "nvidia-222"
+  std::string name;
+  std::string description;
+  std::string device_api;
+  int available_instances = 0;
+};
+
+struct MdevInstance {
+  std::string uuid;
+  std::string type_id;
+  std::optional<int> iommu_group;
+};
+
+struct MdevParent {
+  std::string name;         // entry name under class/mdev_bus (a PCI address for PCI parents)
+  std::string pci_address;  // empty when the parent is not a PCI device
+  std::vector<MdevType> types;
+  std::vector<MdevInstance> instances;
+};
+
+struct Inventory {
+  std::map<std::string, PciFunction> functions;  // by address
+  std::map<int, IommuGroup> iommu_groups;
+  std::vector<MdevParent> mdev_parents;  // sorted by name
+  bool iommu_enabled = false;            // kernel/iommu_groups has entries
+  std::vector<std::string> warnings;     // one per entry that was skipped
+
+  const PciFunction* Find(const std::string& address) const {
+    auto it = functions.find(address);
+    return it == functions.end() ? nullptr : &it->second;
+  }
+};
+
+}  // namespace vfio_dra::discovery

@@ -1,0 +1,115 @@
+// `vfio-dra-plugin discover` on every fixture node (golden tables under test/golden/discover),
+// its JSON form, policy errors, and a read-only run on this machine's real /sys.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "integration/daemon_process.h"
+#include "sysfs_fixture.h"
+
+namespace vfio_dra::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string ReplaceAll(std::string text, const std::string& from, const std::string& to) {
+  for (size_t pos = 0; (pos = text.find(from, pos)) != std::string::npos; pos += to.size()) {
+    text.replace(pos, from.size(), to);
+  }
+  return text;
+}
+
+class DiscoverCommandTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/vfio-dra-discover-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    WritePciIds(dir_ + "/pci.ids");
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  CommandResult Discover(const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {VFIO_DRA_PLUGIN_BINARY, "discover",  "--sysfs-root",
+                                     dir_ + "/sys",          "--pci-ids", dir_ + "/pci.ids"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return RunCommand(args, std::chrono::seconds(30));
+  }
+  std::string dir_;
+};
+
+TEST_P(DiscoverCommandTest, TableMatchesTheGoldenFile) {
+  ASSERT_TRUE(BuildFixture(GetParam(), dir_ + "/sys"));
+  CommandResult result = Discover({});
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const std::string actual = ReplaceAll(result.output, dir_, "<dir>");
+  const std::string golden =
+      std::string(VFIO_DRA_SOURCE_DIR) + "/test/golden/discover/" + GetParam() + ".txt";
+  if (std::getenv("UPDATE_GOLDEN") != nullptr) {
+    std::ofstream(golden, std::ios::trunc) << actual;
+  }
+  EXPECT_EQ(actual, ReadAll(golden)) << "regenerate with UPDATE_GOLDEN=1 after checking the diff";
+}
+
+TEST_P(DiscoverCommandTest, JsonAgreesWithTheTable) {
+  ASSERT_TRUE(BuildFixture(GetParam(), dir_ + "/sys"));
+  CommandResult table = Discover({});
+  CommandResult json_out = Discover({"-o", "json"});
+  ASSERT_EQ(json_out.exit_code, 0);
+  auto json = nlohmann::json::parse(json_out.output, nullptr, false);
+  ASSERT_FALSE(json.is_discarded()) << json_out.output;
+  int published = 0;
+  for (const auto& fn : json["functions"]) {
+    if (fn["published"].get<bool>()) ++published;
+    EXPECT_NE(table.output.find(fn["address"].get<std::string>()), std::string::npos);
+  }
+  EXPECT_THAT(table.output, HasSubstr("Published: " + std::to_string(published) + " PCI device"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, DiscoverCommandTest, ::testing::ValuesIn(FixtureNames()));
+
+TEST(DiscoverCommand, PolicyFileErrorsNameFileAndLine) {
+  char tmpl[] = "/tmp/vfio-dra-policy-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  std::ofstream(dir + "/policy.yaml") << "select:\n  - kind: hostdev\n    vendor: 12345\n";
+  CommandResult result = RunCommand({VFIO_DRA_PLUGIN_BINARY, "discover", "--sysfs-root",
+                                     dir + "/nosys", "--config", dir + "/policy.yaml"},
+                                    std::chrono::seconds(30));
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_THAT(result.output, HasSubstr(dir + "/policy.yaml:3: select[0].vendor"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(DiscoverCommand, AMissingSysfsRootIsReportedNotFatal) {
+  CommandResult result =
+      RunCommand({VFIO_DRA_PLUGIN_BINARY, "discover", "--sysfs-root", "/nonexistent-sysfs"},
+                 std::chrono::seconds(30));
+  EXPECT_EQ(result.exit_code, 0);
+  EXPECT_THAT(result.output,
+              HasSubstr("no PCI devices: cannot list /nonexistent-sysfs/bus/pci/devices"));
+}
+
+// Reads this machine's real /sys (read only: discover has no code path that writes).
+TEST(DiscoverCommand, RunsOnThisMachinesRealSysfs) {
+  CommandResult result = RunCommand({VFIO_DRA_PLUGIN_BINARY, "discover"}, std::chrono::seconds(30));
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_THAT(result.output, HasSubstr("Node devices (sysfs root /sys"));
+  EXPECT_THAT(result.output, HasSubstr("Published: "));
+  CommandResult json =
+      RunCommand({VFIO_DRA_PLUGIN_BINARY, "discover", "-o", "json"}, std::chrono::seconds(30));
+  EXPECT_EQ(json.exit_code, 0);
+  EXPECT_FALSE(nlohmann::json::parse(json.output, nullptr, false).is_discarded());
+}
+
+}  // namespace
+}  // namespace vfio_dra::testing

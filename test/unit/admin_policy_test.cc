@@ -1,0 +1,84 @@
+#include "discovery/admin_policy.h"
+
+#include <gtest/gtest.h>
+
+namespace vfio_dra::discovery {
+namespace {
+
+TEST(AdminPolicy, EmptyFileIsTheDefaultPolicy) {
+  auto policy = ParseAdminPolicy("", "/etc/vfio-dra/policy.yaml");
+  ASSERT_TRUE(policy.ok());
+  EXPECT_TRUE(policy->gpu_enabled && policy->mdev_enabled && policy->vf_enabled &&
+              policy->hostdev_enabled);
+  EXPECT_FALSE(policy->unsafe_no_iommu);
+  EXPECT_EQ(policy->source, "/etc/vfio-dra/policy.yaml");
+}
+
+TEST(AdminPolicy, ParsesSelectorsDenyAndKinds) {
+  auto policy = ParseAdminPolicy(R"(version: v1
+kinds:
+  gpu: false
+  mdev: {enabled: true}
+select:
+  - kind: hostdev
+    vendor: "8086"
+    device: ["1572", "0x1583"]
+    class: "0200"
+  - kind: vf
+    pf: "0000:5E:00.0"
+  - kind: mdev
+    mdevType: nvidia-223
+deny:
+  - address: "0000:00:1f.6"
+unsafeNoIommu: true
+)",
+                                 "p.yaml");
+  ASSERT_TRUE(policy.ok()) << policy.error().message;
+  EXPECT_FALSE(policy->gpu_enabled);
+  EXPECT_TRUE(policy->unsafe_no_iommu);
+  ASSERT_EQ(policy->select.size(), 3u);
+  EXPECT_EQ(policy->select[0].devices, (std::set<uint32_t>{0x1572, 0x1583}));
+  EXPECT_EQ(policy->select[1].pfs, (std::set<std::string>{"0000:5e:00.0"}));
+  EXPECT_EQ(policy->select[2].where, "select[2]");
+  ASSERT_EQ(policy->deny.size(), 1u);
+  EXPECT_TRUE(policy->HasSelectorsFor(DeviceKind::kVf));
+  EXPECT_FALSE(policy->HasSelectorsFor(DeviceKind::kGpu));
+}
+
+TEST(AdminPolicy, ErrorsNameTheFileLineAndKey) {
+  struct Case {
+    const char* yaml;
+    const char* expected;
+  } cases[] = {
+      {"kinds:\n  gpu: maybe\n", "p.yaml:2: kinds.gpu: must be true or false"},
+      {"select:\n  - kind: hostdev\n    vendor: 10de0\n",
+       "p.yaml:3: select[0].vendor: \"10de0\" "
+       "is not 4 hex digits"},
+      {"select:\n  - vendor: \"10de\"\n", "p.yaml:2: select[0].kind: is required"},
+      {"select:\n  - kind: gpu\n    colour: red\n", "p.yaml:3: select[0].colour: unknown key"},
+      {"select:\n  - kind: tpu\n    vendor: \"10de\"\n", "select[0].kind: must be one of"},
+      {"select:\n  - kind: hostdev\n", "selects every device of its kind"},
+      {"select:\n  - kind: gpu\n    pf: 0000:5e:00.0\n", "select[0].pf: only applies to kind vf"},
+      {"select:\n  - kind: hostdev\n    address: 5e:00.0\n", "is not a PCI address"},
+      {"deny:\n  - {}\n", "deny[0]: is empty and would deny everything"},
+      {"version: v2\n", "p.yaml:1: version: must be v1"},
+      {"unsafeNoIOMMU: true\n", "p.yaml:1: unsafeNoIOMMU: unknown key"},
+      {"select: [\n", "invalid policy p.yaml:"},
+      {"- a\n- b\n", "(document): must be a mapping"},
+  };
+  for (const Case& c : cases) {
+    auto policy = ParseAdminPolicy(c.yaml, "p.yaml");
+    ASSERT_FALSE(policy.ok()) << c.yaml;
+    EXPECT_NE(policy.error().message.find(c.expected), std::string::npos)
+        << "yaml: " << c.yaml << "\nerror: " << policy.error().message;
+  }
+}
+
+TEST(AdminPolicy, MissingFileIsAnErrorNamingIt) {
+  auto policy = LoadAdminPolicy("/nonexistent/policy.yaml");
+  ASSERT_FALSE(policy.ok());
+  EXPECT_NE(policy.error().message.find("/nonexistent/policy.yaml"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace vfio_dra::discovery
