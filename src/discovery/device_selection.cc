@@ -174,7 +174,15 @@ DeviceSelection SelectDevices(const Inventory& inventory, const AdminPolicy& pol
     std::set<std::string> managed(bound.begin(), bound.end());
     managed.insert(primary);
     std::string blocker;
-    for (const std::string& member : inventory.iommu_groups.at(group_id).members) {
+    const IommuGroup& group = inventory.iommu_groups.at(group_id);
+    if (!group.unreadable_members.empty()) {
+      blocker = fmt::format(
+          "IOMMU group {} also holds {}, whose sysfs entry could not be read; it is treated as in "
+          "use",
+          group_id, group.unreadable_members.front());
+    }
+    for (const std::string& member : group.members) {
+      if (!blocker.empty()) break;
       const PciFunction* fn = inventory.Find(member);
       if (fn == nullptr || managed.count(member) || fn->IsBridge() || fn->driver.empty()) {
         continue;

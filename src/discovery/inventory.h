@@ -1,8 +1,9 @@
 // Inventory: what the node has, as read from sysfs at one moment. Plain values only; policy and
 // publishing decisions are made elsewhere (DeviceSelection). Invariants: every PCI address is
-// canonical lower-case "dddd:bb:dd.f"; IOMMU group membership is symmetric (a function lists its
-// group, and the group lists the function); entries that could not be read are absent and named
-// in `warnings`.
+// canonical lower-case "dddd:bb:dd.f"; IOMMU groups are built from the functions' own
+// iommu_group links, so membership is symmetric; functions that could not be read are absent
+// from `functions`, named in `warnings`, and still recorded in their group when the group link
+// was readable. Non-PCI members of IOMMU groups are not tracked.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +54,9 @@ struct PciFunction {
 struct IommuGroup {
   int id = 0;
   std::vector<std::string> members;  // PCI addresses, sorted
+  // Members whose sysfs entry could not be read: nothing is known about them, so the group
+  // must be treated as in use.
+  std::vector<std::string> unreadable_members;
 };
 
 struct MdevType {

@@ -1,7 +1,9 @@
 #include "discovery/inventory_scanner.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
+#include <thread>
 
 #include "discovery/sysfs_parse.h"
 
@@ -20,43 +22,53 @@ bool ParseIdPair(const std::string& text, uint32_t& first, uint32_t& second) {
   return true;
 }
 
-Result<uint32_t> ReadHexFile(const SysfsReader& sysfs, const std::string& path, int digits) {
-  auto text = sysfs.Read(path);
+Result<uint32_t> ReadHexFile(const SysfsDir& dir, const std::string& name, int digits) {
+  auto text = dir.Read(name);
   if (!text.ok()) return text.error();
   auto value = ParseHexAttribute(*text, digits);
-  if (!value.ok()) return value.error().Wrap(sysfs.Path(path));
+  if (!value.ok()) return value.error().Wrap(dir.Path(name));
   return value;
 }
 
-Result<std::optional<int>> ReadGroupLink(const SysfsReader& sysfs, const std::string& path) {
-  auto group = sysfs.LinkBaseName(path);
-  if (!group.ok()) {
-    if (group.error().kind == ErrorKind::kNotFound) return std::optional<int>();
-    return group.error();
+// An `iommu_group` link's group number; none when there is no link.
+Result<std::optional<int>> GroupFromLink(const Result<std::string>& base_name,
+                                         const std::string& path) {
+  if (!base_name.ok()) {
+    if (base_name.error().kind == ErrorKind::kNotFound) return std::optional<int>();
+    return base_name.error();
   }
-  auto number = ParseDecimalAttribute(*group);
+  auto number = ParseDecimalAttribute(*base_name);
   if (!number.ok() || *number < 0 || *number > 1000000) {
     return MakeError(ErrorKind::kInvalidArgument,
-                     sysfs.Path(path) + ": link target is not an IOMMU group number");
+                     path + ": link target is not an IOMMU group number");
   }
   return std::optional<int>(static_cast<int>(*number));
 }
 
-Result<PciFunction> ReadFunction(const SysfsReader& sysfs, const std::string& base,
+Result<std::optional<int>> ReadGroupLink(const SysfsReader& sysfs, const std::string& path) {
+  return GroupFromLink(sysfs.LinkBaseName(path), sysfs.Path(path));
+}
+
+Result<PciFunction> ReadFunction(const SysfsReader& sysfs, const std::string& entry,
                                  const std::string& address) {
   PciFunction fn;
   fn.address = address;
-  auto uevent_text = sysfs.Read(base + "/uevent");
+  const std::string link = "bus/pci/devices/" + entry;
+  if (auto target = sysfs.ReadLink(link); target.ok()) fn.pcie_root = PcieRootFromPath(*target);
+  auto opened = sysfs.OpenDir(link);
+  if (!opened.ok()) return opened.error();
+  const SysfsDir& dir = *opened;
+  auto uevent_text = dir.Read("uevent");
   if (!uevent_text.ok()) return uevent_text.error();
   auto uevent = ParseUevent(*uevent_text);
-  if (!uevent.ok()) return uevent.error().Wrap(sysfs.Path(base + "/uevent"));
+  if (!uevent.ok()) return uevent.error().Wrap(dir.Path("uevent"));
 
   // IDs and class come from uevent (one read); the individual files are the fallback.
   if (auto id = uevent->find("PCI_ID");
       id == uevent->end() || !ParseIdPair(id->second, fn.vendor_id, fn.device_id)) {
-    auto vendor = ReadHexFile(sysfs, base + "/vendor", 4);
+    auto vendor = ReadHexFile(dir, "vendor", 4);
     if (!vendor.ok()) return vendor.error();
-    auto device = ReadHexFile(sysfs, base + "/device", 4);
+    auto device = ReadHexFile(dir, "device", 4);
     if (!device.ok()) return device.error();
     fn.vendor_id = *vendor;
     fn.device_id = *device;
@@ -67,58 +79,45 @@ Result<PciFunction> ReadFunction(const SysfsReader& sysfs, const std::string& ba
   if (auto cls = uevent->find("PCI_CLASS"); cls != uevent->end() && ParseBareHex(cls->second, 6)) {
     fn.class_code = *ParseBareHex(cls->second, 6);
   } else {
-    auto cls_file = ReadHexFile(sysfs, base + "/class", 6);
+    auto cls_file = ReadHexFile(dir, "class", 6);
     if (!cls_file.ok()) return cls_file.error();
     fn.class_code = *cls_file;
   }
-  if (auto revision = ReadHexFile(sysfs, base + "/revision", 2); revision.ok()) {
-    fn.revision = *revision;
-  }
+  if (auto revision = ReadHexFile(dir, "revision", 2); revision.ok()) fn.revision = *revision;
   if (auto driver = uevent->find("DRIVER"); driver != uevent->end()) {
     fn.driver = driver->second;
-  } else if (auto link = sysfs.LinkBaseName(base + "/driver"); link.ok()) {
-    fn.driver = *link;
+  } else if (auto driver_link = dir.LinkBaseName("driver"); driver_link.ok()) {
+    fn.driver = *driver_link;
   }
-  if (auto override_text = sysfs.Read(base + "/driver_override"); override_text.ok()) {
+  if (auto override_text = dir.Read("driver_override"); override_text.ok()) {
     fn.driver_override = ParseDriverOverride(*override_text);
   }
-  auto group = ReadGroupLink(sysfs, base + "/iommu_group");
+  auto group = GroupFromLink(dir.LinkBaseName("iommu_group"), dir.Path("iommu_group"));
   if (!group.ok()) return group.error();
   fn.iommu_group = *group;
-  if (auto numa_text = sysfs.Read(base + "/numa_node"); numa_text.ok()) {
+  if (auto numa_text = dir.Read("numa_node"); numa_text.ok()) {
     if (auto numa = ParseDecimalAttribute(*numa_text); numa.ok() && *numa >= 0) {
       fn.numa_node = static_cast<int>(*numa);
     }
   }
-  if (auto real = sysfs.RealPath(base); real.ok()) {
-    // devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0 -> pci0000:3a
-    const std::string& path = *real;
-    const size_t start = path.rfind("devices/", 0) == 0 ? 8 : std::string::npos;
-    if (start != std::string::npos) {
-      const std::string root = path.substr(start, path.find('/', start) - start);
-      if (root.rfind("pci", 0) == 0) fn.pcie_root = root;
-    }
-  }
-  if (sysfs.Exists(base + "/sriov_totalvfs")) {
+  if (auto total = dir.Read("sriov_totalvfs"); total.ok()) {
     SriovPf pf;
-    if (auto total = sysfs.Read(base + "/sriov_totalvfs"); total.ok()) {
-      auto value = ParseDecimalAttribute(*total);
-      if (!value.ok()) return value.error().Wrap(sysfs.Path(base + "/sriov_totalvfs"));
-      pf.total_vfs = static_cast<int>(*value);
-    }
-    if (auto num = sysfs.Read(base + "/sriov_numvfs"); num.ok()) {
+    auto total_value = ParseDecimalAttribute(*total);
+    if (!total_value.ok()) return total_value.error().Wrap(dir.Path("sriov_totalvfs"));
+    pf.total_vfs = static_cast<int>(*total_value);
+    if (auto num = dir.Read("sriov_numvfs"); num.ok()) {
       auto value = ParseDecimalAttribute(*num);
-      if (!value.ok()) return value.error().Wrap(sysfs.Path(base + "/sriov_numvfs"));
+      if (!value.ok()) return value.error().Wrap(dir.Path("sriov_numvfs"));
       pf.num_vfs = static_cast<int>(*value);
     }
     fn.sriov_pf = pf;
   }
-  if (auto physfn = sysfs.LinkBaseName(base + "/physfn"); physfn.ok()) {
+  if (auto physfn = dir.LinkBaseName("physfn"); physfn.ok()) {
     auto pf = CanonicalBdf(*physfn);
-    if (!pf.ok()) return pf.error().Wrap(sysfs.Path(base + "/physfn"));
+    if (!pf.ok()) return pf.error().Wrap(dir.Path("physfn"));
     fn.sriov_vf = SriovVf{*pf, -1};
   }
-  if (auto net = sysfs.List(base + "/net"); net.ok()) fn.netdevs = *net;
+  if (auto net = dir.List("net"); net.ok()) fn.netdevs = *net;
   return fn;
 }
 
@@ -190,57 +189,81 @@ void ScanMdevParents(const SysfsReader& sysfs, Inventory& inventory) {
 
 Inventory ScanInventory(const SysfsReader& sysfs, PciNames* names) {
   Inventory inventory;
+  std::map<std::string, int> unreadable_groups;
   auto entries = sysfs.List("bus/pci/devices");
   if (!entries.ok()) {
     inventory.warnings.push_back("no PCI devices: " + entries.error().message);
   } else {
-    for (const std::string& entry : *entries) {
-      auto address = CanonicalBdf(entry);
-      if (!address.ok()) {
+    // Reading a function is a dozen small syscalls and independent of every other function, so
+    // large nodes are read on several threads; results are merged in address order.
+    const size_t count = entries->size();
+    std::vector<std::optional<Result<PciFunction>>> read(count);
+    std::vector<std::optional<std::string>> addresses(count);
+    auto read_range = [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) {
+        auto address = CanonicalBdf((*entries)[i]);
+        if (!address.ok()) {
+          read[i] = address.error();
+          continue;
+        }
+        addresses[i] = *address;
+        read[i] = ReadFunction(sysfs, (*entries)[i], *address);
+      }
+    };
+    const size_t threads =
+        count < 256 ? 1 : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 4);
+    std::vector<std::thread> workers;
+    const size_t per_thread = (count + threads - 1) / threads;
+    for (size_t t = 1; t < threads; ++t) {
+      workers.emplace_back(read_range, std::min(count, t * per_thread),
+                           std::min(count, (t + 1) * per_thread));
+    }
+    read_range(0, std::min(count, per_thread));
+    for (auto& worker : workers) worker.join();
+
+    for (size_t i = 0; i < count; ++i) {
+      const std::string& entry = (*entries)[i];
+      if (!addresses[i].has_value()) {
         inventory.warnings.push_back("skipping " + sysfs.Path("bus/pci/devices/" + entry) + ": " +
-                                     address.error().message);
+                                     read[i]->error().message);
         continue;
       }
-      auto fn = ReadFunction(sysfs, "bus/pci/devices/" + entry, *address);
+      const std::string& address = *addresses[i];
+      Result<PciFunction>& fn = *read[i];
       if (!fn.ok()) {
-        inventory.warnings.push_back("skipping PCI function " + *address + ": " +
+        inventory.warnings.push_back("skipping PCI function " + address + ": " +
                                      fn.error().message);
+        if (auto group = ReadGroupLink(sysfs, "bus/pci/devices/" + entry + "/iommu_group");
+            group.ok() && group->has_value()) {
+          unreadable_groups[address] = **group;
+        }
         continue;
       }
       if (names != nullptr) {
         fn->vendor_name = names->VendorName(fn->vendor_id);
         fn->device_name = names->DeviceName(fn->vendor_id, fn->device_id);
       }
-      inventory.functions.emplace(*address, std::move(*fn));
+      inventory.functions.emplace(address, std::move(*fn));
     }
   }
 
-  // IOMMU groups as the kernel lists them, completed by the functions' own links.
-  if (auto groups = sysfs.List("kernel/iommu_groups"); groups.ok()) {
-    for (const std::string& entry : *groups) {
-      auto id = ParseDecimalAttribute(entry);
-      if (!id.ok() || *id < 0) continue;
-      IommuGroup group;
-      group.id = static_cast<int>(*id);
-      if (auto members = sysfs.List("kernel/iommu_groups/" + entry + "/devices"); members.ok()) {
-        for (const std::string& member : *members) {
-          if (auto bdf = CanonicalBdf(member); bdf.ok()) group.members.push_back(*bdf);
-        }
-      }
-      inventory.iommu_groups[group.id] = std::move(group);
-    }
-  }
-  inventory.iommu_enabled = !inventory.iommu_groups.empty();
+  // IOMMU groups from the functions' own links (the kernel's per-group listing says the same
+  // for PCI functions and would cost a directory read per group).
   for (const auto& [address, fn] : inventory.functions) {
     if (!fn.iommu_group.has_value()) continue;
     IommuGroup& group = inventory.iommu_groups[*fn.iommu_group];
     group.id = *fn.iommu_group;
-    if (std::find(group.members.begin(), group.members.end(), address) == group.members.end()) {
-      group.members.push_back(address);
-      std::sort(group.members.begin(), group.members.end());
-    }
+    group.members.push_back(address);  // functions are visited in address order
   }
-  inventory.iommu_enabled = !inventory.iommu_groups.empty();
+  for (const auto& [address, group_id] : unreadable_groups) {
+    IommuGroup& group = inventory.iommu_groups[group_id];
+    group.id = group_id;
+    group.unreadable_members.push_back(address);
+  }
+  if (auto groups = sysfs.List("kernel/iommu_groups"); groups.ok()) {
+    inventory.iommu_enabled = !groups->empty();
+  }
+  inventory.iommu_enabled = inventory.iommu_enabled || !inventory.iommu_groups.empty();
 
   // SR-IOV: VF indexes come from the PF's virtfnN links.
   for (auto& [address, fn] : inventory.functions) {

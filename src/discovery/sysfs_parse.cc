@@ -122,6 +122,26 @@ Result<std::string> CanonicalBdf(std::string_view text) {
   return fmt::format("{:04x}:{:02x}:{:02x}.{:x}", *domain, *bus, *device, *function);
 }
 
+std::string PcieRootFromPath(std::string_view path) {
+  std::string root;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string_view::npos) end = path.size();
+    const std::string_view part = path.substr(start, end - start);
+    start = end + 1;
+    const size_t colon = part.find(':');
+    if (part.size() < 6 || part.substr(0, 3) != "pci" || colon == std::string_view::npos) continue;
+    const std::string_view domain = part.substr(3, colon - 3);
+    const std::string_view bus = part.substr(colon + 1);
+    if (domain.size() < 4 || domain.size() > 8 || bus.size() != 2) continue;
+    if (ParseHexDigits(domain, 8, part).ok() && ParseHexDigits(bus, 2, part).ok()) {
+      root = std::string(part);
+    }
+  }
+  return root;
+}
+
 bool IsMdevUuid(std::string_view text) {
   if (text.size() != 36) return false;
   for (size_t i = 0; i < text.size(); ++i) {

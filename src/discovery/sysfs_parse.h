@@ -28,6 +28,11 @@ Result<uint32_t> ParseBareHex(std::string_view text, int max_digits);
 // domains do). Returns the canonical lower-case form with at least 4 domain digits.
 Result<std::string> CanonicalBdf(std::string_view text);
 
+// The PCIe root ("pci0000:3a") of a device from its sysfs device path or the target of its
+// bus/pci/devices link. The innermost root counts, so a drive behind a VMD controller has its VMD
+// domain's root ("pci10000:00"). Empty when the path has none.
+std::string PcieRootFromPath(std::string_view path);
+
 // A canonical mdev UUID (8-4-4-4-12 lower-case hex).
 bool IsMdevUuid(std::string_view text);
 

@@ -11,6 +11,32 @@
 
 namespace vfio_dra::discovery {
 
+// An open sysfs directory: attributes are read relative to its descriptor, so the (long,
+// symlinked) path to the device is walked once per device instead of once per attribute.
+class SysfsDir {
+ public:
+  SysfsDir(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  ~SysfsDir();
+  SysfsDir(SysfsDir&& other) noexcept : fd_(other.fd_), path_(std::move(other.path_)) {
+    other.fd_ = -1;
+  }
+  SysfsDir(const SysfsDir&) = delete;
+  SysfsDir& operator=(const SysfsDir&) = delete;
+  SysfsDir& operator=(SysfsDir&&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string Path(const std::string& name) const { return path_ + "/" + name; }
+  // A small attribute (at most 64 KiB); kNotFound when absent.
+  Result<std::string> Read(const std::string& name) const;
+  Result<std::string> LinkBaseName(const std::string& name) const;
+  bool Exists(const std::string& name) const;
+  Result<std::vector<std::string>> List(const std::string& name) const;
+
+ private:
+  int fd_;
+  std::string path_;
+};
+
 class SysfsReader {
  public:
   explicit SysfsReader(std::string root);
@@ -31,9 +57,12 @@ class SysfsReader {
   Result<std::vector<std::string>> List(const std::string& relative) const;
   bool Exists(const std::string& relative) const;
   bool IsDirectory(const std::string& relative) const;
+  // Opens a directory for attribute reads relative to it.
+  Result<SysfsDir> OpenDir(const std::string& relative) const;
 
  private:
   std::string root_;
+  std::string real_root_;  // the root with symlinks resolved, for RealPath
 };
 
 }  // namespace vfio_dra::discovery

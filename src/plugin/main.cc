@@ -30,7 +30,12 @@ void AddServeFlags(CLI::App& serve, ServeOptions& o) {
                    "directory for the DRA socket and the plugin's state "
                    "(default /var/lib/kubelet/plugins/<driver-name>)");
   serve.add_option("--cdi-dir", o.cdi_dir, "directory for CDI specs")->capture_default_str();
-  serve.add_option("--config", o.config_file, "admin policy file (YAML)");
+  serve.add_option("--config", o.config_file, "admin policy file (YAML); default: built-in policy");
+  serve.add_option("--pci-ids", o.pci_ids, "pci.ids file for device names")->capture_default_str();
+  serve
+      .add_option("--rescan-interval", o.rescan_interval_seconds,
+                  "seconds between full device rescans (uevents trigger rescans in between)")
+      ->capture_default_str();
   serve
       .add_option("--pod-uid", o.pod_uid,
                   "UID of this pod; makes socket names unique so that two instances can overlap "

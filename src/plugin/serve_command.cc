@@ -8,6 +8,11 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "discovery/admin_policy.h"
+#include "discovery/device_watcher.h"
+#include "discovery/node_scan.h"
+#include "discovery/pci_names.h"
+#include "discovery/sysfs_reader.h"
 #include "kube/api_client.h"
 #include "kube/claim_reader.h"
 #include "kube/client_config.h"
@@ -53,13 +58,20 @@ int RunServe(const ServeOptions& options) {
   log.Info(
       "starting",
       {{"version", PluginVersion()}, {"driver", options.driver_name}, {"node", options.node_name}});
+
+  discovery::AdminPolicy policy;
   if (!options.config_file.empty()) {
-    log.Error(
-        "--config: the admin policy file is not supported by this build yet; start without "
-        "it",
-        {{"file", options.config_file}});
-    return 1;
+    auto loaded = discovery::LoadAdminPolicy(options.config_file);
+    if (!loaded.ok()) {
+      log.Error("cannot start: the admin policy is invalid", {{"error", loaded.error().message}});
+      return 1;
+    }
+    policy = std::move(*loaded);
   }
+  discovery::SysfsReader sysfs(options.sysfs_root);
+  auto names = discovery::PciNames::Open({options.sysfs_root, options.pci_ids, false});
+  if (!names.ok()) log.Warn("device names unavailable", {{"error", names.error().message}});
+  discovery::PciNames* names_ptr = names.ok() ? names->get() : nullptr;
 
   auto client_config = kube::ResolveClientConfig(options.kubeconfig);
   if (!client_config.ok()) {
@@ -92,6 +104,19 @@ int RunServe(const ServeOptions& options) {
     log.Error("cannot set up call serialization", {{"error", serializer.error().message}});
     return 1;
   }
+
+  discovery::DeviceWatcherOptions watch_options;
+  watch_options.rescan_interval = std::chrono::seconds(options.rescan_interval_seconds);
+  discovery::DeviceWatcher watcher(
+      [&] { return discovery::ScanNode(sysfs, names_ptr, policy); },
+      [&](const std::shared_ptr<const discovery::NodeScan>& scan) {
+        log.Info("node devices", {{"pci_devices", std::to_string(scan->selection.devices.size())},
+                                  {"mdev_types", std::to_string(scan->selection.mdev_types.size())},
+                                  {"policy", policy.source}});
+      },
+      watch_options, root.WithComponent("discovery"));
+  watcher.Start();
+
   UnimplementedDevicePreparer preparer;
   DraNodeService node(options.driver_name, claims, preparer, **serializer,
                       root.WithComponent("node"));
@@ -103,6 +128,7 @@ int RunServe(const ServeOptions& options) {
       PluginServer::Start(layout, {&v1, &v1beta1}, &registration, root.WithComponent("server"));
   if (!server.ok()) {
     log.Error("cannot start", {{"error", server.error().message}});
+    watcher.Stop();
     return 1;
   }
 
@@ -116,6 +142,7 @@ int RunServe(const ServeOptions& options) {
   log.Info("shutting down; ResourceSlices stay in place",
            {{"signal", signal_number == SIGTERM ? "SIGTERM" : "SIGINT"}});
   (*server)->Stop();
+  watcher.Stop();
   log.Info("stopped");
   return 0;
 }

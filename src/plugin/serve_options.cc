@@ -88,6 +88,9 @@ Status FinalizeServeOptions(ServeOptions& options) {
   }
   if (options.kube_api_qps < 0) return FlagError("--kube-api-qps", "must not be negative");
   if (options.kube_api_burst < 1) return FlagError("--kube-api-burst", "must be at least 1");
+  if (options.rescan_interval_seconds < 1 || options.rescan_interval_seconds > 3600) {
+    return FlagError("--rescan-interval", "must be between 1 and 3600 seconds");
+  }
   if (options.verbosity < 0 || options.verbosity > 10) {
     return FlagError("-v", "must be between 0 and 10");
   }

@@ -20,7 +20,9 @@ struct ServeOptions {
   std::string plugin_data_dir;  // default /var/lib/kubelet/plugins/<driver-name>
   std::string cdi_dir = "/var/run/cdi";
   std::string config_file;  // admin policy (discovery)
-  std::string pod_uid;      // rolling updates: per-instance socket names
+  std::string pci_ids = "/usr/share/misc/pci.ids";
+  int rescan_interval_seconds = 30;
+  std::string pod_uid;  // rolling updates: per-instance socket names
   int verbosity = 0;
   double kube_api_qps = 5.0;
   int kube_api_burst = 10;

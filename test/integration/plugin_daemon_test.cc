@@ -18,6 +18,7 @@
 #include "integration/daemon_process.h"
 #include "kubelet_simulator.h"
 #include "pluginregistration.pb.h"
+#include "sysfs_fixture.h"
 
 namespace vfio_dra::testing {
 namespace {
@@ -348,6 +349,27 @@ TEST_F(PluginDaemonTest, TwoInstancesOverlapDuringARollingUpdate) {
   EXPECT_TRUE(IsSocket(plugins[1].endpoint));
   EXPECT_TRUE(IsSocket(plugins[1].registration_socket));
   EXPECT_TRUE(sim.Prepare(plugins[1], {{"vms", "theirs", "u-1"}}).ok());
+}
+
+TEST_F(PluginDaemonTest, AnInvalidPolicyKeepsServeFromStarting) {
+  std::ofstream(dir_ + "/policy.yaml") << "kinds:\n  gpu: yes please\n";
+  DaemonProcess& daemon = StartDaemon({"--config", dir_ + "/policy.yaml"});
+  auto code = daemon.WaitForExit(std::chrono::seconds(20));
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 1);
+  EXPECT_THAT(daemon.Log(), HasSubstr(dir_ + "/policy.yaml:2: kinds.gpu: must be true or false"));
+  EXPECT_FALSE(std::filesystem::exists(registrar_ + "/vfio.dra.io-reg.sock"));
+}
+
+TEST_F(PluginDaemonTest, ServeDiscoversTheNodeUnderThePolicy) {
+  BuildWorkstation(dir_ + "/sys");
+  std::ofstream(dir_ + "/policy.yaml") << "select:\n  - kind: hostdev\n    class: \"0108\"\n";
+  KubeletSimulator sim;
+  DaemonProcess& daemon = StartDaemon({"--config", dir_ + "/policy.yaml"});
+  auto socket = sim.WaitForRegistrationSocket(registrar_, std::chrono::seconds(20));
+  ASSERT_TRUE(socket.ok());
+  // The first scan is logged before the sockets exist.
+  EXPECT_THAT(daemon.Log(), HasSubstr("node devices\" pci_devices=3 mdev_types=0"));
 }
 
 TEST(PluginCli, BadFlagsAreOneLineAndExitTwo) {

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "unit/fixture_node.h"
 
 namespace vfio_dra::discovery {
@@ -239,6 +241,27 @@ TEST(DeviceSelection, MdevTypesFollowPolicyAndDeviceApi) {
   EXPECT_TRUE(s.mdev_types.empty());
   ASSERT_EQ(s.mdev_decisions.size(), 1u);
   EXPECT_EQ(s.mdev_decisions[0].reason, "device_api is vfio-ccw, not vfio-pci");
+}
+
+}  // namespace
+}  // namespace vfio_dra::discovery
+
+namespace vfio_dra::discovery {
+namespace {
+
+TEST(DeviceSelection, AnUnreadableFunctionInTheGroupCountsAsInUse) {
+  FixtureNode node("workstation");
+  // The GPU's audio function loses its uevent: nothing is known about it but its group.
+  std::filesystem::remove(node.sysfs_root() +
+                          "/devices/pci0000:00/0000:00:01.0/0000:01:00.1/uevent");
+  const Inventory inv = node.Scan();
+  EXPECT_EQ(inv.Find("0000:01:00.1"), nullptr);
+  EXPECT_THAT(inv.iommu_groups.at(10).unreadable_members, ElementsAre("0000:01:00.1"));
+  const DeviceSelection s = SelectDevices(inv, AdminPolicy{});
+  EXPECT_EQ(Published(s, "0000:01:00.0"), nullptr);
+  EXPECT_THAT(s.functions.at("0000:01:00.0").reason,
+              HasSubstr("IOMMU group 10 also holds 0000:01:00.1, whose sysfs entry could not be "
+                        "read"));
 }
 
 }  // namespace

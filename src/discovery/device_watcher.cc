@@ -1,0 +1,135 @@
+#include "discovery/device_watcher.h"
+
+#include <libudev.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace vfio_dra::discovery {
+
+DeviceWatcher::DeviceWatcher(Scanner scanner, Listener listener, DeviceWatcherOptions options,
+                             Logger log)
+    : scanner_(std::move(scanner)),
+      listener_(std::move(listener)),
+      options_(options),
+      log_(std::move(log)),
+      wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+
+DeviceWatcher::~DeviceWatcher() {
+  Stop();
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
+
+std::shared_ptr<const NodeScan> DeviceWatcher::Latest() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return latest_;
+}
+
+void DeviceWatcher::RescanAndPublish() {
+  auto scan = scanner_();
+  const std::string fingerprint = Fingerprint(*scan);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (latest_ != nullptr && fingerprint == latest_fingerprint_) return;
+    latest_ = scan;
+    latest_fingerprint_ = fingerprint;
+  }
+  for (const std::string& warning : scan->inventory.warnings) {
+    log_.Warn("device scan", {{"warning", warning}});
+  }
+  log_.Info("devices changed",
+            {{"published_pci", std::to_string(scan->selection.devices.size())},
+             {"published_mdev_types", std::to_string(scan->selection.mdev_types.size())}});
+  listener_(scan);
+}
+
+void DeviceWatcher::Start() {
+  RescanAndPublish();
+  thread_ = std::thread([this] { Run(); });
+}
+
+void DeviceWatcher::Stop() {
+  if (!thread_.joinable()) return;
+  stopping_ = true;
+  const uint64_t one = 1;
+  (void)::write(wake_fd_, &one, sizeof one);
+  thread_.join();
+}
+
+void DeviceWatcher::Trigger() {
+  triggered_ = true;
+  const uint64_t one = 1;
+  (void)::write(wake_fd_, &one, sizeof one);
+}
+
+void DeviceWatcher::Run() {
+  udev* udev_ctx = nullptr;
+  udev_monitor* monitor = nullptr;
+  if (options_.listen_for_uevents) {
+    udev_ctx = udev_new();
+    monitor = udev_ctx ? udev_monitor_new_from_netlink(udev_ctx, "kernel") : nullptr;
+    if (monitor != nullptr) {
+      for (const char* subsystem : {"pci", "mdev", "vfio", "mdev_bus"}) {
+        udev_monitor_filter_add_match_subsystem_devtype(monitor, subsystem, nullptr);
+      }
+      if (udev_monitor_enable_receiving(monitor) != 0) {
+        udev_monitor_unref(monitor);
+        monitor = nullptr;
+      }
+    }
+    if (monitor == nullptr) {
+      log_.Warn("kernel uevents unavailable; relying on the periodic rescan",
+                {{"interval_ms", std::to_string(options_.rescan_interval.count())}});
+    } else {
+      uevents_active_ = true;
+    }
+  }
+  using Clock = std::chrono::steady_clock;
+  auto next_periodic = Clock::now() + options_.rescan_interval;
+  bool has_pending = false;
+  Clock::time_point pending{};
+  while (!stopping_) {
+    auto deadline = next_periodic;
+    if (has_pending && pending < deadline) deadline = pending;
+    const auto wait =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    pollfd fds[2] = {{wake_fd_, POLLIN, 0},
+                     {monitor ? udev_monitor_get_fd(monitor) : -1, POLLIN, 0}};
+    const int ready =
+        ::poll(fds, monitor ? 2 : 1, std::max<int>(0, static_cast<int>(wait.count())));
+    if (stopping_) break;
+    if (ready > 0 && (fds[0].revents & POLLIN)) {
+      uint64_t value = 0;
+      (void)::read(wake_fd_, &value, sizeof value);
+      if (triggered_.exchange(false) && !has_pending) {
+        has_pending = true;
+        pending = Clock::now() + options_.quiet_period;
+      }
+    }
+    if (monitor && ready > 0 && (fds[1].revents & POLLIN)) {
+      while (udev_device* dev = udev_monitor_receive_device(monitor)) {
+        auto text = [](const char* value) { return value != nullptr ? value : ""; };
+        log_.Debug(3, "uevent",
+                   {{"action", text(udev_device_get_action(dev))},
+                    {"path", text(udev_device_get_syspath(dev))}});
+        udev_device_unref(dev);
+      }
+      if (!has_pending) {
+        has_pending = true;
+        pending = Clock::now() + options_.quiet_period;
+      }
+    }
+    const auto now = Clock::now();
+    if ((has_pending && now >= pending) || now >= next_periodic) {
+      has_pending = false;
+      next_periodic = now + options_.rescan_interval;
+      RescanAndPublish();
+    }
+  }
+  if (monitor) udev_monitor_unref(monitor);
+  if (udev_ctx) udev_unref(udev_ctx);
+}
+
+}  // namespace vfio_dra::discovery
