@@ -10,7 +10,7 @@ PACKAGES=(
   protobuf-compiler libprotobuf-dev protobuf-compiler-grpc libgrpc++-dev
   # libraries the daemon links
   libboost-filesystem-dev libfmt-dev libspdlog-dev libpci-dev pci.ids
-  libcurl4-openssl-dev libcpp-httplib-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libudev-dev
+  libcurl4-openssl-dev libssl-dev libcpp-httplib-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libudev-dev
   # tests
   libgtest-dev libgmock-dev libbenchmark-dev curl openssl
 )

@@ -2,7 +2,7 @@
 
 #include <cctype>
 
-#include "plugin/serve_options.h"
+#include "base/k8s_names.h"
 
 namespace vfio_dra::plugin {
 

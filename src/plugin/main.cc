@@ -7,6 +7,7 @@
 #include "plugin/discover_command.h"
 #include "plugin/serve_command.h"
 #include "plugin/serve_options.h"
+#include "plugin/slices_command.h"
 
 namespace {
 
@@ -75,6 +76,29 @@ int main(int argc, char** argv) {
   discover->add_option("--pci-ids", discover_options.pci_ids, "pci.ids file for device names")
       ->capture_default_str();
 
+  vfio_dra::plugin::SlicesOptions slices_options;
+  CLI::App* slices = app.add_subcommand(
+      "slices", "print the ResourceSlices this node would publish (offline, read only)");
+  slices->add_option("--sysfs-root", slices_options.sysfs_root, "where sysfs is mounted")
+      ->capture_default_str();
+  slices->add_option("--config", slices_options.config_file, "admin policy file (YAML)");
+  slices->add_option("--node-name", slices_options.node_name,
+                     "node name (default: $NODE_NAME, else the host name)");
+  slices->add_option("--driver-name", slices_options.driver_name, "DRA driver name")
+      ->capture_default_str();
+  slices
+      ->add_option("--kubernetes-version", slices_options.kubernetes_version,
+                   "target Kubernetes release (decides the counter layout)")
+      ->capture_default_str();
+  slices->add_option("--api-version", slices_options.api_version, "resource.k8s.io version")
+      ->check(CLI::IsMember({"v1", "v1beta2", "v1beta1"}))
+      ->capture_default_str();
+  slices->add_option("-o,--output", slices_options.output, "output format")
+      ->check(CLI::IsMember({"yaml", "json"}))
+      ->capture_default_str();
+  slices->add_option("--pci-ids", slices_options.pci_ids, "pci.ids file for device names")
+      ->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -91,6 +115,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (discover->parsed()) return vfio_dra::plugin::RunDiscover(discover_options);
+  if (slices->parsed()) return vfio_dra::plugin::RunSlices(slices_options);
   if (serve->parsed()) {
     if (auto status = vfio_dra::plugin::FinalizeServeOptions(options); !status.ok()) {
       std::cerr << "vfio-dra-plugin serve: " << status.error().message << std::endl;

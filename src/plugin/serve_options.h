@@ -32,8 +32,4 @@ struct ServeOptions {
 // Errors name the flag: "--driver-name: ...".
 Status FinalizeServeOptions(ServeOptions& options);
 
-// Kubernetes name rules, shared with request validation.
-bool IsDnsLabel(const std::string& value);      // RFC 1123 label, at most 63
-bool IsDnsSubdomain(const std::string& value);  // RFC 1123 subdomain, at most 253
-
 }  // namespace vfio_dra::plugin

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "base/k8s_names.h"
 #include "plugin/plugin_server.h"
 
 namespace vfio_dra::plugin {

@@ -1,0 +1,12 @@
+// Kubernetes name rules (RFC 1123 labels and subdomains), used for flags, claim references,
+// device names and counter names alike.
+#pragma once
+
+#include <string>
+
+namespace vfio_dra {
+
+bool IsDnsLabel(const std::string& value);      // [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63
+bool IsDnsSubdomain(const std::string& value);  // dot-separated labels, at most 253
+
+}  // namespace vfio_dra

@@ -1,0 +1,281 @@
+#include "slicepublisher/slice_builder.h"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+
+#include "slicepublisher/device_names.h"
+
+namespace vfio_dra::slicepublisher {
+namespace {
+
+using discovery::DeviceKind;
+using discovery::MdevParent;
+using discovery::PciFunction;
+
+constexpr const char* kStd = "resource.kubernetes.io/";
+
+// Cuts at a UTF-8 character boundary so the value stays valid text.
+std::string Truncate(const std::string& text, size_t max) {
+  if (text.size() <= max) return text;
+  size_t cut = max;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xc0) == 0x80) --cut;
+  return text.substr(0, cut);
+}
+
+std::string Hex4(uint32_t value) {
+  static const char* digits = "0123456789abcdef";
+  std::string out(4, '0');
+  for (int i = 3; i >= 0; --i, value >>= 4) out[static_cast<size_t>(i)] = digits[value & 0xf];
+  return out;
+}
+
+void AddTopology(SliceDevice& device, const PciFunction& fn) {
+  if (!fn.pcie_root.empty()) device.attributes[std::string(kStd) + "pcieRoot"] = fn.pcie_root;
+  if (fn.numa_node) device.attributes[std::string(kStd) + "numaNode"] = int64_t{*fn.numa_node};
+}
+
+SliceDevice PciDevice(const discovery::SelectedDevice& selected, const PciFunction& fn) {
+  SliceDevice device;
+  device.name = PciDeviceName(selected.kind, selected.address);
+  auto& a = device.attributes;
+  a[std::string(kStd) + "pciBusID"] = fn.address;
+  AddTopology(device, fn);
+  a["type"] = std::string(discovery::DeviceKindName(selected.kind));
+  a["vendorID"] = Hex4(fn.vendor_id);
+  a["deviceID"] = Hex4(fn.device_id);
+  const std::string product = !fn.device_name.empty() ? fn.device_name : fn.vendor_name;
+  if (!product.empty()) a["productName"] = Truncate(product, kMaxStringAttribute);
+  if (fn.iommu_group) a["iommuGroup"] = int64_t{*fn.iommu_group};
+  if (!fn.driver.empty()) a["hostDriver"] = Truncate(fn.driver, kMaxStringAttribute);
+  if (selected.unsafe_no_iommu) a["unsafeNoIommu"] = true;
+  if (fn.sriov_vf) {
+    a["pfPciAddress"] = fn.sriov_vf->pf;
+    if (fn.sriov_vf->index >= 0) a["vfIndex"] = int64_t{fn.sriov_vf->index};
+  }
+  if (!fn.netdevs.empty()) a["netdev"] = Truncate(fn.netdevs.front(), kMaxStringAttribute);
+  return device;
+}
+
+struct ParentGroup {
+  std::string counter_set;  // empty: no counters for this parent
+  std::vector<SliceDevice> devices;
+  int64_t capacity = 0;
+};
+
+SliceDevice MdevDevice(const std::string& name, const std::string& uuid,
+                       const discovery::MdevType& type, const MdevParent& parent,
+                       const PciFunction* parent_fn, std::optional<int> iommu_group) {
+  SliceDevice device;
+  device.name = name;
+  auto& a = device.attributes;
+  a["type"] = std::string("mdev");
+  a["mdevUUID"] = uuid;
+  a["mdevType"] = Truncate(type.id, kMaxStringAttribute);
+  if (!type.name.empty()) a["productName"] = Truncate(type.name, kMaxStringAttribute);
+  a["mdevParent"] = Truncate(parent.name, kMaxStringAttribute);
+  if (parent_fn != nullptr) {
+    a["parentPciAddress"] = parent_fn->address;
+    a["vendorID"] = Hex4(parent_fn->vendor_id);
+    a["deviceID"] = Hex4(parent_fn->device_id);
+    AddTopology(device, *parent_fn);
+  }
+  if (iommu_group) a["iommuGroup"] = int64_t{*iommu_group};
+  return device;
+}
+
+// Splits `devices` into chunks of at most `limit`.
+void Chunk(std::vector<SliceDevice> devices, size_t limit, std::vector<SliceContent>& out) {
+  for (size_t i = 0; i < devices.size(); i += limit) {
+    SliceContent slice;
+    slice.devices.assign(
+        devices.begin() + static_cast<std::ptrdiff_t>(i),
+        devices.begin() + static_cast<std::ptrdiff_t>(std::min(devices.size(), i + limit)));
+    out.push_back(std::move(slice));
+  }
+}
+
+}  // namespace
+
+void MdevCapacityMemory::Observe(const discovery::Inventory& inventory) {
+  for (const MdevParent& parent : inventory.mdev_parents) {
+    for (const discovery::MdevType& type : parent.types) {
+      int existing = 0;
+      for (const auto& instance : parent.instances) {
+        if (instance.type_id == type.id) ++existing;
+      }
+      int& max = max_[{parent.name, type.id}];
+      max = std::max(max, type.available_instances + existing);
+    }
+  }
+}
+
+int MdevCapacityMemory::MaxInstances(const std::string& parent, const std::string& type_id) const {
+  auto it = max_.find({parent, type_id});
+  return it == max_.end() ? 0 : it->second;
+}
+
+DesiredPool BuildDesiredPool(const discovery::NodeScan& scan, const BuildOptions& options,
+                             const MdevCapacityMemory& capacity) {
+  const discovery::Inventory& inventory = scan.inventory;
+  DesiredPool pool;
+  pool.name = options.node_name;
+  const bool counters = options.layout != CounterLayout::kNone;
+
+  std::map<std::string, SliceDevice> whole_devices;  // by address
+  for (const auto& selected : scan.selection.devices) {
+    const PciFunction* fn = inventory.Find(selected.address);
+    if (fn != nullptr) whole_devices[selected.address] = PciDevice(selected, *fn);
+  }
+
+  std::set<std::pair<std::string, std::string>> published_types;
+  for (const auto& t : scan.selection.mdev_types) published_types.insert({t.parent, t.type_id});
+
+  std::vector<ParentGroup> groups;
+  for (const MdevParent& parent : inventory.mdev_parents) {
+    bool any_published = false;
+    for (const auto& type : parent.types) {
+      if (published_types.count({parent.name, type.id})) any_published = true;
+    }
+    if (!any_published) continue;
+    const PciFunction* parent_fn =
+        parent.pci_address.empty() ? nullptr : inventory.Find(parent.pci_address);
+    ParentGroup group;
+    // L: the lcm of the maximum instance counts of every type that can exist on this parent.
+    int64_t lcm = 1;
+    std::map<std::string, int> max_by_type;
+    for (const auto& type : parent.types) {
+      const int max = capacity.MaxInstances(parent.name, type.id);
+      max_by_type[type.id] = max;
+      if (max > 0) lcm = std::lcm(lcm, int64_t{max});
+    }
+    int64_t used = 0;
+    std::set<std::string> existing_uuids;
+    for (const auto& instance : parent.instances) {
+      existing_uuids.insert(instance.uuid);
+      const int max = max_by_type.count(instance.type_id) ? max_by_type[instance.type_id] : 0;
+      if (max > 0) used += lcm / max;
+    }
+    if (counters) {
+      group.counter_set = CounterSetName(parent.name, parent_fn != nullptr);
+      group.capacity = std::max<int64_t>(0, lcm - used);
+    }
+    // The whole-device entry of a partitionable GPU takes the entire parent.
+    if (parent_fn != nullptr && whole_devices.count(parent_fn->address)) {
+      SliceDevice whole = whole_devices[parent_fn->address];
+      whole_devices.erase(parent_fn->address);
+      if (counters)
+        whole.consumes_counters.push_back({group.counter_set, {{kCapacityCounter, lcm}}});
+      group.devices.push_back(std::move(whole));
+    }
+    for (const auto& type : parent.types) {
+      if (!published_types.count({parent.name, type.id})) continue;
+      const int max = max_by_type[type.id];
+      int foreign = 0;
+      std::set<std::string> ours;
+      for (int i = 0; i < max; ++i) {
+        ours.insert(MdevInstanceUuid(options.node_name, parent.name, type.id, i));
+      }
+      for (const auto& instance : parent.instances) {
+        if (instance.type_id != type.id) continue;
+        if (!ours.count(instance.uuid)) {
+          ++foreign;
+          group.devices.push_back(MdevDevice(ForeignMdevDeviceName(instance.uuid), instance.uuid,
+                                             type, parent, parent_fn, instance.iommu_group));
+        }
+      }
+      for (int i = 0; i < max - foreign; ++i) {
+        const std::string uuid = MdevInstanceUuid(options.node_name, parent.name, type.id, i);
+        const bool exists = existing_uuids.count(uuid) > 0;
+        if (!exists && !counters) continue;  // without counters only real instances are safe
+        std::optional<int> group_id;
+        for (const auto& instance : parent.instances) {
+          if (instance.uuid == uuid) group_id = instance.iommu_group;
+        }
+        SliceDevice device = MdevDevice(MdevDeviceName(parent.name, type.id, i), uuid, type, parent,
+                                        parent_fn, group_id);
+        if (!exists) {
+          device.consumes_counters.push_back({group.counter_set, {{kCapacityCounter, lcm / max}}});
+        }
+        group.devices.push_back(std::move(device));
+      }
+    }
+    groups.push_back(std::move(group));
+  }
+
+  // Whole devices that are not partitionable, in address order.
+  std::vector<SliceDevice> plain;
+  for (auto& [address, device] : whole_devices) plain.push_back(std::move(device));
+
+  switch (options.layout) {
+    case CounterLayout::kNone: {
+      for (auto& group : groups) {
+        for (auto& device : group.devices) plain.push_back(std::move(device));
+      }
+      Chunk(std::move(plain), kMaxDevicesPerSlice, pool.slices);
+      break;
+    }
+    case CounterLayout::kOwnSlice: {
+      std::vector<CounterSet> sets;
+      std::vector<SliceDevice> consuming;
+      for (auto& group : groups) {
+        sets.push_back({group.counter_set, {{kCapacityCounter, group.capacity}}});
+        for (auto& device : group.devices) {
+          (device.consumes_counters.empty() ? plain : consuming).push_back(std::move(device));
+        }
+      }
+      for (size_t i = 0; i < sets.size(); i += kMaxCounterSetsPerSlice) {
+        SliceContent slice;
+        slice.shared_counters.assign(sets.begin() + static_cast<std::ptrdiff_t>(i),
+                                     sets.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                                        sets.size(), i + kMaxCounterSetsPerSlice)));
+        pool.slices.push_back(std::move(slice));
+      }
+      Chunk(std::move(plain), kMaxDevicesPerSlice, pool.slices);
+      Chunk(std::move(consuming), kMaxDevicesPerSliceWithCounters, pool.slices);
+      break;
+    }
+    case CounterLayout::kInDeviceSlice: {
+      // A parent's counter set and every device using it share one slice; small parents are
+      // packed together while the per-slice limits allow.
+      SliceContent current;
+      size_t consumed = 0;
+      auto flush = [&] {
+        if (!current.devices.empty() || !current.shared_counters.empty()) {
+          pool.slices.push_back(std::move(current));
+        }
+        current = SliceContent{};
+        consumed = 0;
+      };
+      for (auto& group : groups) {
+        if (group.devices.size() > kMaxDevicesPerSlice) {
+          pool.warnings.push_back("counter set " + group.counter_set + ": " +
+                                  std::to_string(group.devices.size() - kMaxDevicesPerSlice) +
+                                  " potential mdev instances left out (at most " +
+                                  std::to_string(kMaxDevicesPerSlice) +
+                                  " devices share a slice with their counters before 1.35)");
+          group.devices.resize(kMaxDevicesPerSlice);
+        }
+        if (current.devices.size() + group.devices.size() > kMaxDevicesPerSlice ||
+            current.shared_counters.size() + 1 > kMaxSharedCountersPerSlice ||
+            consumed + group.devices.size() > 1024) {
+          flush();
+        }
+        current.shared_counters.push_back(
+            {group.counter_set, {{kCapacityCounter, group.capacity}}});
+        for (auto& device : group.devices) {
+          consumed += device.consumes_counters.size();
+          current.devices.push_back(std::move(device));
+        }
+      }
+      flush();
+      Chunk(std::move(plain), kMaxDevicesPerSlice, pool.slices);
+      break;
+    }
+  }
+  // Every pool has at least one slice, even an empty one, so consumers see the pool exists.
+  if (pool.slices.empty()) pool.slices.emplace_back();
+  return pool;
+}
+
+}  // namespace vfio_dra::slicepublisher

@@ -1,0 +1,26 @@
+// ValidatePool: the API server's ResourceSlice rules for the target release, checked before
+// anything is sent, plus the pool-wide rules the allocator relies on (unique device and counter
+// set names, counter references that resolve). A failure names the slice, the device and the rule.
+#pragma once
+
+#include <string>
+
+#include "base/result.h"
+#include "slicepublisher/slice_model.h"
+
+namespace vfio_dra::slicepublisher {
+
+struct ValidationTarget {
+  int kubernetes_minor = 35;  // 1.<minor>
+  std::string driver;
+  std::string node_name;
+  CounterLayout layout = CounterLayout::kOwnSlice;
+};
+
+Status ValidatePool(const DesiredPool& pool, const ValidationTarget& target);
+
+// A qualified attribute name: C identifier (at most 32) with an optional "<dns subdomain>/"
+// prefix (at most 63).
+bool IsQualifiedName(const std::string& name);
+
+}  // namespace vfio_dra::slicepublisher

@@ -1,0 +1,331 @@
+#include "slicepublisher/slice_builder.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+
+#include "base/k8s_names.h"
+#include "slicepublisher/device_names.h"
+#include "slicepublisher/server_profile.h"
+#include "slicepublisher/slice_json.h"
+#include "slicepublisher/slice_validator.h"
+#include "unit/fixture_node.h"
+
+namespace vfio_dra::slicepublisher {
+namespace {
+
+using ::testing::HasSubstr;
+using vfio_dra::testing::FixtureNode;
+
+struct Built {
+  DesiredPool pool;
+  std::shared_ptr<const discovery::NodeScan> scan;
+};
+
+Built Build(const FixtureNode& node, CounterLayout layout) {
+  discovery::SysfsReader sysfs(node.sysfs_root());
+  auto names = discovery::PciNames::Open({node.sysfs_root(), node.pci_ids(), false});
+  auto scan = discovery::ScanNode(sysfs, names.ok() ? names->get() : nullptr, {});
+  MdevCapacityMemory capacity;
+  capacity.Observe(scan->inventory);
+  return {BuildDesiredPool(*scan, {"node-1", layout}, capacity), scan};
+}
+
+const SliceDevice* FindDevice(const DesiredPool& pool, const std::string& name) {
+  for (const auto& slice : pool.slices) {
+    for (const auto& device : slice.devices) {
+      if (device.name == name) return &device;
+    }
+  }
+  return nullptr;
+}
+
+std::string StringAttr(const SliceDevice& device, const std::string& key) {
+  auto it = device.attributes.find(key);
+  return it == device.attributes.end() ? "" : std::get<std::string>(it->second);
+}
+
+class EveryFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EveryFixture, PublishesValidSlicesForEachRelease) {
+  FixtureNode node(GetParam());
+  for (int minor : {34, 35, 36}) {
+    ServerProfile profile{"v1", minor, false};
+    Built built = Build(node, profile.Layout());
+    Status s = ValidatePool(built.pool, {minor, "vfio.dra.io", "node-1", profile.Layout()});
+    EXPECT_TRUE(s.ok()) << GetParam() << " 1." << minor << ": " << s.error().message;
+    size_t devices = 0;
+    for (const auto& slice : built.pool.slices) devices += slice.devices.size();
+    EXPECT_GE(devices, built.scan->selection.devices.size());
+    // The JSON round trip keeps every device and counter (v1 and v1beta1 shapes).
+    for (const char* api : {"v1", "v1beta1"}) {
+      for (const auto& slice : built.pool.slices) {
+        SliceMeta meta{api, "vfio.dra.io", "node-1", "node-1", 1, 1, "", "", ""};
+        auto back = SliceContentFromJson(SliceToJson(slice, meta));
+        ASSERT_TRUE(back.ok());
+        EXPECT_EQ(*back, slice) << GetParam() << " " << api;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, EveryFixture,
+                         ::testing::ValuesIn(vfio_dra::testing::FixtureNames()));
+
+TEST(SliceBuilder, PciDevicesCarryTheStandardAndDriverAttributes) {
+  FixtureNode node("sriov");
+  Built built = Build(node, CounterLayout::kOwnSlice);
+  const SliceDevice* vf = FindDevice(built.pool, "vf-0000-5e-02-3");
+  ASSERT_NE(vf, nullptr);
+  EXPECT_EQ(StringAttr(*vf, "resource.kubernetes.io/pciBusID"), "0000:5e:02.3");
+  EXPECT_EQ(StringAttr(*vf, "resource.kubernetes.io/pcieRoot"), "pci0000:5d");
+  EXPECT_EQ(std::get<int64_t>(vf->attributes.at("resource.kubernetes.io/numaNode")), 0);
+  EXPECT_EQ(StringAttr(*vf, "type"), "vf");
+  EXPECT_EQ(StringAttr(*vf, "vendorID"), "8086");
+  EXPECT_EQ(StringAttr(*vf, "deviceID"), "154c");
+  EXPECT_EQ(StringAttr(*vf, "productName"), "Ethernet Virtual Function 700 Series");
+  EXPECT_EQ(std::get<int64_t>(vf->attributes.at("iommuGroup")), 54);
+  EXPECT_EQ(StringAttr(*vf, "pfPciAddress"), "0000:5e:00.0");
+  EXPECT_EQ(std::get<int64_t>(vf->attributes.at("vfIndex")), 3);
+  EXPECT_EQ(StringAttr(*vf, "netdev"), "ens785f0v3");
+  EXPECT_EQ(vf->attributes.count("mdevUUID"), 0u);
+}
+
+TEST(SliceBuilder, MdevInstancesGetStableUuidsAndCounters) {
+  FixtureNode node("mtty");
+  Built first = Build(node, CounterLayout::kOwnSlice);
+  Built second = Build(node, CounterLayout::kOwnSlice);
+  EXPECT_EQ(first.pool.slices, second.pool.slices);  // same node, same slices and UUIDs
+  // lcm(24, 12) = 24: mtty-1 takes 1, mtty-2 takes 2.
+  ASSERT_FALSE(first.pool.slices[0].shared_counters.empty());
+  EXPECT_EQ(first.pool.slices[0].shared_counters[0].name, "mdev-parent-mtty");
+  EXPECT_EQ(first.pool.slices[0].shared_counters[0].counters.at("capacity"), 24);
+  const SliceDevice* one = FindDevice(first.pool, "mdev-mtty-mtty-1-0");
+  const SliceDevice* two = FindDevice(first.pool, "mdev-mtty-mtty-2-11");
+  ASSERT_TRUE(one && two);
+  EXPECT_EQ(StringAttr(*one, "mdevUUID"), MdevInstanceUuid("node-1", "mtty", "mtty-1", 0));
+  EXPECT_EQ(one->consumes_counters[0].counters.at("capacity"), 1);
+  EXPECT_EQ(two->consumes_counters[0].counters.at("capacity"), 2);
+  EXPECT_EQ(FindDevice(first.pool, "mdev-mtty-mtty-2-12"), nullptr);
+  EXPECT_EQ(StringAttr(*one, "type"), "mdev");
+  EXPECT_EQ(one->attributes.count("resource.kubernetes.io/pciBusID"), 0u);
+  EXPECT_EQ(one->attributes.count("parentPciAddress"), 0u);
+}
+
+TEST(SliceBuilder, ExistingInstancesAreAccountedForAndTheWholeGpuNoLongerFits) {
+  FixtureNode node("vgpu");
+  Built built = Build(node, CounterLayout::kOwnSlice);
+  // nvidia-223 was seen with 7 available + 1 existing = 8; the existing (foreign) one holds 1/8.
+  ASSERT_EQ(built.pool.slices[0].shared_counters.size(), 1u);
+  EXPECT_EQ(built.pool.slices[0].shared_counters[0].counters.at("capacity"), 7);
+  const SliceDevice* whole = FindDevice(built.pool, "gpu-0000-3b-00-0");
+  ASSERT_NE(whole, nullptr);
+  EXPECT_EQ(whole->consumes_counters[0].counters.at("capacity"), 8);
+  const SliceDevice* existing = FindDevice(built.pool, "mdev-4b20d080-1b54-4048-85b3-a6a62d165c01");
+  ASSERT_NE(existing, nullptr);
+  EXPECT_TRUE(existing->consumes_counters.empty());
+  EXPECT_EQ(StringAttr(*existing, "mdevUUID"), "4b20d080-1b54-4048-85b3-a6a62d165c01");
+  EXPECT_EQ(std::get<int64_t>(existing->attributes.at("iommuGroup")), 100);
+  EXPECT_EQ(StringAttr(*existing, "parentPciAddress"), "0000:3b:00.0");
+}
+
+TEST(SliceBuilder, WithoutCountersOnlyWholeDevicesAndExistingInstances) {
+  FixtureNode node("vgpu");
+  Built built = Build(node, CounterLayout::kNone);
+  size_t devices = 0;
+  for (const auto& slice : built.pool.slices) {
+    EXPECT_TRUE(slice.shared_counters.empty());
+    for (const auto& device : slice.devices) {
+      EXPECT_TRUE(device.consumes_counters.empty());
+      ++devices;
+    }
+  }
+  EXPECT_EQ(devices, 2u);  // the T4 and its one existing instance
+}
+
+TEST(SliceBuilder, LayoutsPutCountersWhereEachReleaseWantsThem) {
+  FixtureNode node("vgpu");
+  Built own = Build(node, CounterLayout::kOwnSlice);
+  for (const auto& slice : own.pool.slices) {
+    EXPECT_TRUE(slice.devices.empty() || slice.shared_counters.empty());
+  }
+  Built same = Build(node, CounterLayout::kInDeviceSlice);
+  bool together = false;
+  for (const auto& slice : same.pool.slices) {
+    if (!slice.devices.empty() && !slice.shared_counters.empty()) together = true;
+  }
+  EXPECT_TRUE(together);
+}
+
+TEST(SliceBuilder, AThousandDevicesSplitIntoFullSlices) {
+  FixtureNode node("");
+  vfio_dra::testing::BuildLargeNode(node.sysfs_root(), 3000);
+  Built built = Build(node, CounterLayout::kOwnSlice);
+  ASSERT_EQ(built.scan->selection.devices.size(), 1000u);
+  ASSERT_EQ(built.pool.slices.size(), 8u);  // 7 x 128 + 104
+  std::set<std::string> names;
+  for (size_t i = 0; i < built.pool.slices.size(); ++i) {
+    EXPECT_EQ(built.pool.slices[i].devices.size(), i < 7 ? 128u : 104u);
+    for (const auto& d : built.pool.slices[i].devices) names.insert(d.name);
+  }
+  EXPECT_EQ(names.size(), 1000u);
+  EXPECT_TRUE(
+      ValidatePool(built.pool, {35, "vfio.dra.io", "node-1", CounterLayout::kOwnSlice}).ok());
+}
+
+TEST(SliceBuilder, AnEmptyNodeStillPublishesOneEmptySlice) {
+  FixtureNode node("iommu-off");
+  Built built = Build(node, CounterLayout::kOwnSlice);
+  ASSERT_EQ(built.pool.slices.size(), 1u);
+  EXPECT_TRUE(built.pool.slices[0].devices.empty());
+}
+
+// A counter-aware allocator as the scheduler would run it: a device fits when every counter it
+// consumes still has room.
+class CounterAllocator {
+ public:
+  explicit CounterAllocator(const DesiredPool& pool) {
+    for (const auto& slice : pool.slices) {
+      for (const auto& set : slice.shared_counters) {
+        for (const auto& [name, value] : set.counters) left_[set.name + "/" + name] = value;
+      }
+      for (const auto& device : slice.devices) devices_[device.name] = device;
+    }
+  }
+  bool Allocate(const std::string& name) {
+    const SliceDevice& device = devices_.at(name);
+    for (const auto& c : device.consumes_counters) {
+      for (const auto& [counter, amount] : c.counters) {
+        if (left_[c.counter_set + "/" + counter] < amount) return false;
+      }
+    }
+    for (const auto& c : device.consumes_counters) {
+      for (const auto& [counter, amount] : c.counters)
+        left_[c.counter_set + "/" + counter] -= amount;
+    }
+    return true;
+  }
+  std::vector<std::string> Names() const {
+    std::vector<std::string> out;
+    for (const auto& [name, device] : devices_) out.push_back(name);
+    return out;
+  }
+
+ private:
+  std::map<std::string, int64_t> left_;
+  std::map<std::string, SliceDevice> devices_;
+};
+
+TEST(CounterAllocatorTest, NeverTheWholeGpuWithAnInstanceNorMoreInstancesThanFit) {
+  FixtureNode node("");
+  vfio_dra::testing::SysfsFixture fx(node.sysfs_root());
+  vfio_dra::testing::PciSpec gpu;
+  gpu.address = "0000:3b:00.0";
+  gpu.vendor = 0x10de;
+  gpu.device = 0x1eb8;
+  gpu.class_code = 0x030200;
+  gpu.driver = "nvidia";
+  gpu.iommu_group = 40;
+  fx.AddPci(gpu);
+  fx.AddMdevParent("0000:3b:00.0", {{"nvidia-222", "GRID T4-1B", "", 16},
+                                    {"nvidia-223", "GRID T4-2B", "", 8},
+                                    {"nvidia-228", "GRID T4-8A", "", 2},
+                                    {"nvidia-229", "GRID T4-16A", "", 1}});
+  Built built = Build(node, CounterLayout::kOwnSlice);
+  ASSERT_TRUE(
+      ValidatePool(built.pool, {35, "vfio.dra.io", "node-1", CounterLayout::kOwnSlice}).ok());
+  std::mt19937 rng(7);
+  for (int round = 0; round < 500; ++round) {
+    CounterAllocator allocator(built.pool);
+    std::vector<std::string> names = allocator.Names();
+    std::shuffle(names.begin(), names.end(), rng);
+    bool whole = false;
+    int instances = 0;
+    int units = 0;  // in 1/16ths of the GPU
+    for (const std::string& name : names) {
+      if (!allocator.Allocate(name)) continue;
+      if (name == "gpu-0000-3b-00-0") whole = true;
+      if (name.rfind("mdev-", 0) == 0) {
+        ++instances;
+        units += name.find("nvidia-222") != std::string::npos   ? 1
+                 : name.find("nvidia-223") != std::string::npos ? 2
+                 : name.find("nvidia-228") != std::string::npos ? 8
+                                                                : 16;
+      }
+    }
+    ASSERT_FALSE(whole && instances > 0) << "round " << round;
+    ASSERT_LE(units, 16) << "round " << round;
+  }
+}
+
+TEST(SliceValidator, RejectsWhatTheServerWouldNamingDeviceAndRule) {
+  auto pool_with = [](SliceContent slice) {
+    DesiredPool pool;
+    pool.name = "node-1";
+    pool.slices.push_back(std::move(slice));
+    return pool;
+  };
+  const ValidationTarget v135{35, "vfio.dra.io", "node-1", CounterLayout::kOwnSlice};
+  SliceContent many;
+  for (int i = 0; i < 129; ++i) many.devices.push_back({"d" + std::to_string(i), {}, {}});
+  EXPECT_THAT(ValidatePool(pool_with(many), v135).error().message,
+              HasSubstr("must have at most 128 items, has 129"));
+  SliceContent bad_attr;
+  bad_attr.devices.push_back({"gpu-1", {{"bad-name", std::string("x")}}, {}});
+  EXPECT_THAT(ValidatePool(pool_with(bad_attr), v135).error().message,
+              HasSubstr("device gpu-1: attribute name \"bad-name\""));
+  SliceContent long_value;
+  long_value.devices.push_back({"gpu-1", {{"productName", std::string(65, 'x')}}, {}});
+  EXPECT_THAT(ValidatePool(pool_with(long_value), v135).error().message,
+              HasSubstr("longer than 64"));
+  SliceContent dangling;
+  dangling.devices.push_back({"gpu-1", {}, {{"nope", {{"capacity", 1}}}}});
+  EXPECT_THAT(ValidatePool(pool_with(dangling), v135).error().message,
+              HasSubstr("consumes counter set nope, which is not in the pool"));
+  SliceContent both;
+  both.devices.push_back({"gpu-1", {}, {}});
+  both.shared_counters.push_back({"set", {{"capacity", 1}}});
+  EXPECT_THAT(ValidatePool(pool_with(both), v135).error().message,
+              HasSubstr("only one of `sharedCounters` or `devices`"));
+  EXPECT_TRUE(
+      ValidatePool(pool_with(both), {34, "vfio.dra.io", "node-1", CounterLayout::kInDeviceSlice})
+          .ok());
+  SliceContent bad_name;
+  bad_name.devices.push_back({"GPU_1", {}, {}});
+  EXPECT_THAT(ValidatePool(pool_with(bad_name), v135).error().message, HasSubstr("DNS label"));
+  EXPECT_TRUE(IsQualifiedName("resource.kubernetes.io/pciBusID"));
+  EXPECT_FALSE(IsQualifiedName("a/b/c"));
+  EXPECT_FALSE(IsQualifiedName("1abc"));
+}
+
+TEST(DeviceNames, AreDnsLabelsAndStable) {
+  EXPECT_EQ(PciDeviceName(discovery::DeviceKind::kGpu, "0000:3b:00.0"), "gpu-0000-3b-00-0");
+  EXPECT_EQ(PciDeviceName(discovery::DeviceKind::kVf, "0000:5e:02.3"), "vf-0000-5e-02-3");
+  EXPECT_EQ(MdevDeviceName("0000:3b:00.0", "nvidia-222", 15), "mdev-0000-3b-00-0-nvidia-222-15");
+  const std::string gvt = MdevDeviceName("0000:00:02.0", "i915-GVTg_V5_4", 0);
+  EXPECT_TRUE(IsDnsLabel(gvt)) << gvt;
+  EXPECT_NE(gvt, MdevDeviceName("0000:00:02.0", "i915-GVTg-V5-4", 0));
+  const std::string long_type = MdevDeviceName("0000:00:02.0", std::string(80, 'a'), 123);
+  EXPECT_LE(long_type.size(), 63u);
+  EXPECT_TRUE(IsDnsLabel(long_type));
+  const std::string uuid = MdevInstanceUuid("node-1", "0000:3b:00.0", "nvidia-222", 0);
+  EXPECT_EQ(uuid, MdevInstanceUuid("node-1", "0000:3b:00.0", "nvidia-222", 0));
+  EXPECT_NE(uuid, MdevInstanceUuid("node-2", "0000:3b:00.0", "nvidia-222", 0));
+  EXPECT_EQ(uuid.size(), 36u);
+  EXPECT_EQ(uuid[14], '5');  // version 5
+}
+
+TEST(Quantity, ParsesCanonicalForms) {
+  EXPECT_EQ(*ParseIntegerQuantity("24"), 24);
+  EXPECT_EQ(*ParseIntegerQuantity("1k"), 1000);
+  EXPECT_EQ(*ParseIntegerQuantity("2Ki"), 2048);
+  EXPECT_EQ(*ParseIntegerQuantity("1e3"), 1000);
+  EXPECT_FALSE(ParseIntegerQuantity("1.5").ok());
+  EXPECT_FALSE(ParseIntegerQuantity("k").ok());
+  EXPECT_FALSE(ParseIntegerQuantity("99999999999999999999").ok());
+}
+
+}  // namespace
+}  // namespace vfio_dra::slicepublisher
