@@ -24,6 +24,7 @@
 #include "plugin/node_service.h"
 #include "plugin/plugin_server.h"
 #include "plugin/registration_service.h"
+#include "slicepublisher/slice_reconciler.h"
 
 #ifndef VFIO_DRA_VERSION
 #define VFIO_DRA_VERSION "0.0.0-dev"
@@ -105,6 +106,11 @@ int RunServe(const ServeOptions& options) {
     return 1;
   }
 
+  slicepublisher::ReconcilerOptions reconciler_options;
+  reconciler_options.driver = options.driver_name;
+  reconciler_options.node_name = options.node_name;
+  slicepublisher::SliceReconciler reconciler(api, reconciler_options, root.WithComponent("slices"));
+
   discovery::DeviceWatcherOptions watch_options;
   watch_options.rescan_interval = std::chrono::seconds(options.rescan_interval_seconds);
   discovery::DeviceWatcher watcher(
@@ -113,9 +119,11 @@ int RunServe(const ServeOptions& options) {
         log.Info("node devices", {{"pci_devices", std::to_string(scan->selection.devices.size())},
                                   {"mdev_types", std::to_string(scan->selection.mdev_types.size())},
                                   {"policy", policy.source}});
+        reconciler.SetScan(scan);
       },
       watch_options, root.WithComponent("discovery"));
   watcher.Start();
+  reconciler.Start();
 
   UnimplementedDevicePreparer preparer;
   DraNodeService node(options.driver_name, claims, preparer, **serializer,
@@ -129,6 +137,7 @@ int RunServe(const ServeOptions& options) {
   if (!server.ok()) {
     log.Error("cannot start", {{"error", server.error().message}});
     watcher.Stop();
+    reconciler.Stop();
     return 1;
   }
 
@@ -143,6 +152,7 @@ int RunServe(const ServeOptions& options) {
            {{"signal", signal_number == SIGTERM ? "SIGTERM" : "SIGINT"}});
   (*server)->Stop();
   watcher.Stop();
+  reconciler.Stop();
   log.Info("stopped");
   return 0;
 }

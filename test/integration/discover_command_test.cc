@@ -76,7 +76,59 @@ TEST_P(DiscoverCommandTest, JsonAgreesWithTheTable) {
   EXPECT_THAT(table.output, HasSubstr("Published: " + std::to_string(published) + " PCI device"));
 }
 
+TEST_P(DiscoverCommandTest, SlicesMatchTheGoldenFileForEachRelease) {
+  ASSERT_TRUE(BuildFixture(GetParam(), dir_ + "/sys"));
+  for (const std::string release : {"1.34", "1.35", "1.36"}) {
+    CommandResult result = RunCommand(
+        {VFIO_DRA_PLUGIN_BINARY, "slices", "--sysfs-root", dir_ + "/sys", "--pci-ids",
+         dir_ + "/pci.ids", "--node-name", "node-1", "--kubernetes-version", release, "-o", "json"},
+        std::chrono::seconds(30));
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    auto list = nlohmann::json::parse(result.output, nullptr, false);
+    ASSERT_FALSE(list.is_discarded()) << result.output;
+    EXPECT_EQ(list["apiVersion"], "v1");
+    EXPECT_EQ(list["kind"], "List");
+    for (const auto& item : list["items"]) {
+      EXPECT_EQ(item["spec"]["pool"]["resourceSliceCount"], list["items"].size());
+    }
+    const std::string golden = std::string(VFIO_DRA_SOURCE_DIR) + "/test/golden/slices/" +
+                               GetParam() + "-" + release + ".json";
+    if (std::getenv("UPDATE_GOLDEN") != nullptr) {
+      std::ofstream(golden, std::ios::trunc) << result.output;
+    }
+    EXPECT_EQ(result.output, ReadAll(golden)) << release;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, DiscoverCommandTest, ::testing::ValuesIn(FixtureNames()));
+
+TEST(SlicesCommand, TheV1beta1ShapeAndYaml) {
+  char tmpl[] = "/tmp/vfio-dra-slices-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  BuildFixture("workstation", dir + "/sys");
+  CommandResult beta = RunCommand(
+      {VFIO_DRA_PLUGIN_BINARY, "slices", "--sysfs-root", dir + "/sys", "--node-name", "node-1",
+       "--api-version", "v1beta1", "--kubernetes-version", "1.32", "-o", "json"},
+      std::chrono::seconds(30));
+  ASSERT_EQ(beta.exit_code, 0) << beta.output;
+  auto list = nlohmann::json::parse(beta.output);
+  const auto& device = list["items"][0]["spec"]["devices"][0];
+  EXPECT_EQ(list["items"][0]["apiVersion"], "resource.k8s.io/v1beta1");
+  EXPECT_TRUE(device.contains("basic"));
+  EXPECT_EQ(device["basic"]["attributes"]["resource.kubernetes.io/pciBusID"]["string"],
+            "0000:01:00.0");
+  CommandResult yaml = RunCommand(
+      {VFIO_DRA_PLUGIN_BINARY, "slices", "--sysfs-root", dir + "/sys", "--node-name", "node-1"},
+      std::chrono::seconds(30));
+  EXPECT_EQ(yaml.exit_code, 0);
+  EXPECT_THAT(yaml.output, HasSubstr("kind: \"ResourceSlice\""));
+  CommandResult bad = RunCommand({VFIO_DRA_PLUGIN_BINARY, "slices", "--sysfs-root", dir + "/sys",
+                                  "--node-name", "node-1", "--kubernetes-version", "two"},
+                                 std::chrono::seconds(30));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.output, HasSubstr("--kubernetes-version"));
+  std::filesystem::remove_all(dir);
+}
 
 TEST(DiscoverCommand, PolicyFileErrorsNameFileAndLine) {
   char tmpl[] = "/tmp/vfio-dra-policy-XXXXXX";

@@ -263,8 +263,8 @@ TEST_F(PluginDaemonTest, MalformedRequestsAreRejectedCleanly) {
   for (const auto& [uid, result] : response->claims()) {
     EXPECT_THAT(result.error(), HasSubstr("invalid")) << uid;
   }
-  // Nothing of that reached the API server.
-  EXPECT_EQ(server_->CountRequests("GET", "/apis/resource.k8s.io/"), 0u);
+  // No claim lookup reached the API server.
+  EXPECT_EQ(server_->CountRequests("GET", "/apis/resource.k8s.io/v1/namespaces/"), 0u);
   // And the daemon is still serving.
   EXPECT_TRUE(sim.Unprepare(plugin, {{"vms", "ok", "u-ok"}}).ok());
 }
@@ -370,6 +370,26 @@ TEST_F(PluginDaemonTest, ServeDiscoversTheNodeUnderThePolicy) {
   ASSERT_TRUE(socket.ok());
   // The first scan is logged before the sockets exist.
   EXPECT_THAT(daemon.Log(), HasSubstr("node devices\" pci_devices=3 mdev_types=0"));
+}
+
+TEST_F(PluginDaemonTest, ServePublishesTheNodesSlicesAndLeavesThemOnShutdown) {
+  BuildVgpuNode(dir_ + "/sys");
+  server_->PutNode("node1", "node1-uid");
+  KubeletSimulator sim;
+  RegisteredPlugin plugin = StartAndRegister(sim);
+  DaemonProcess& daemon = *daemons_.back();
+  // The reconciler publishes in the background; the full set is 3 slices (1.35 layout).
+  ASSERT_TRUE(
+      server_->WaitForSlices([](const auto& s) { return s.size() == 3; }, std::chrono::seconds(20)))
+      << daemon.Log();
+  const std::vector<json> slices = server_->Slices();
+  for (const json& slice : slices) {
+    EXPECT_EQ(slice["spec"]["nodeName"], "node1");
+    EXPECT_EQ(slice["metadata"]["ownerReferences"][0]["uid"], "node1-uid");
+  }
+  ASSERT_TRUE(daemon.Signal(SIGTERM));
+  ASSERT_EQ(daemon.WaitForExit(std::chrono::seconds(20)), 0);
+  EXPECT_EQ(server_->Slices().size(), 3u);
 }
 
 TEST(PluginCli, BadFlagsAreOneLineAndExitTwo) {

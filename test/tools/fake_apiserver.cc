@@ -5,6 +5,7 @@
 #include <chrono>
 #include <fstream>
 #include <random>
+#include <set>
 #include <sstream>
 
 namespace vfio_dra::testing {
@@ -138,6 +139,125 @@ json SliceFromVersion(json slice, const std::string& version) {
   return slice;
 }
 
+bool IsLabel(const std::string& v) {
+  if (v.empty() || v.size() > 63) return false;
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (!alnum(v.front()) || !alnum(v.back())) return false;
+  for (char c : v) {
+    if (!alnum(c) && c != '-') return false;
+  }
+  return true;
+}
+
+// The server's ResourceSlice validation for release 1.<minor>, written independently of the
+// plugin's own validator so that tests check one against the other. Returns "" or the causes.
+std::string ValidateSlice(const json& slice, int minor, std::string& field) {
+  const json& spec = slice.contains("spec") ? slice["spec"] : json::object();
+  auto fail = [&](const std::string& f, const std::string& message) {
+    field = f;
+    return message;
+  };
+  if (!spec.contains("driver") || !spec["driver"].is_string() ||
+      spec["driver"].get<std::string>().empty()) {
+    return fail("spec.driver", "Required value");
+  }
+  if (spec["driver"].get<std::string>().size() > 63)
+    return fail("spec.driver", "Too long: may not be more than 63 bytes");
+  const json& pool = spec.contains("pool") ? spec["pool"] : json::object();
+  if (!pool.contains("name") || pool["name"].get<std::string>().empty())
+    return fail("spec.pool.name", "Required value");
+  if (!pool.contains("resourceSliceCount") || pool["resourceSliceCount"].get<int64_t>() <= 0) {
+    return fail("spec.pool.resourceSliceCount", "Invalid value: must be greater than zero");
+  }
+  if (!pool.contains("generation") || pool["generation"].get<int64_t>() < 0) {
+    return fail("spec.pool.generation", "Invalid value: must be greater than or equal to 0");
+  }
+  if (!spec.contains("nodeName") || spec["nodeName"].get<std::string>().empty()) {
+    return fail("spec",
+                "Required value: exactly one of `nodeName`, `nodeSelector`, `allNodes`, "
+                "`perDeviceNodeSelection` is required");
+  }
+  const bool has_devices = spec.contains("devices") && !spec["devices"].is_null();
+  const bool has_counters = spec.contains("sharedCounters") && !spec["sharedCounters"].is_null();
+  if (minor >= 35 && has_devices && has_counters) {
+    return fail("spec",
+                "Invalid value: \"\": only one of `sharedCounters` or `devices` is allowed");
+  }
+  size_t counters_total = 0;
+  if (has_counters) {
+    if (minor >= 35 && spec["sharedCounters"].size() > 8) {
+      return fail("spec.sharedCounters",
+                  "Too many: " + std::to_string(spec["sharedCounters"].size()) +
+                      ": must have at most 8 items");
+    }
+    for (const json& set : spec["sharedCounters"]) {
+      if (!IsLabel(set.value("name", "")))
+        return fail("spec.sharedCounters[].name", "Invalid value: a lowercase RFC 1123 label");
+      counters_total += set.contains("counters") ? set["counters"].size() : 0;
+    }
+    if (minor < 35 && counters_total > 32) {
+      return fail("spec.sharedCounters",
+                  "Invalid value: the total number of shared counters must not exceed 32");
+    }
+  }
+  if (has_devices) {
+    bool consumes = false;
+    std::set<std::string> names;
+    for (const json& device : spec["devices"]) {
+      const std::string name = device.value("name", "");
+      if (!IsLabel(name))
+        return fail("spec.devices[].name",
+                    "Invalid value: \"" + name + "\": a lowercase RFC 1123 label");
+      if (!names.insert(name).second)
+        return fail("spec.devices[].name", "Duplicate value: \"" + name + "\"");
+      const std::string version = slice.value("apiVersion", "");
+      const json* fields = &device;
+      if (version == "resource.k8s.io/v1beta1") {
+        if (!device.contains("basic")) return fail("spec.devices[].basic", "Required value");
+        fields = &device["basic"];
+      }
+      const json attributes = fields->value("attributes", json::object());
+      if (attributes.size() > 32)
+        return fail("spec.devices[].attributes",
+                    "Too many: must have at most 32 attributes and capacities combined");
+      for (const auto& [key, value] : attributes.items()) {
+        if (value.size() != 1)
+          return fail("spec.devices[].attributes[" + key + "]",
+                      "Invalid value: exactly one value must be specified");
+        if (value.contains("string") && value["string"].get<std::string>().size() > 64) {
+          return fail("spec.devices[].attributes[" + key + "].string",
+                      "Too long: may not be more than 64 bytes");
+        }
+      }
+      if (fields->contains("consumesCounters")) {
+        consumes = true;
+        if (minor >= 35 && (*fields)["consumesCounters"].size() > 2) {
+          return fail("spec.devices[].consumesCounters", "Too many: must have at most 2 items");
+        }
+      }
+    }
+    const size_t limit = (minor >= 35 && consumes) ? 64 : 128;
+    if (spec["devices"].size() > limit) {
+      return fail("spec.devices", "Too many: " + std::to_string(spec["devices"].size()) +
+                                      ": must have at most " + std::to_string(limit) + " items");
+    }
+  }
+  return "";
+}
+
+// What the server does with the partitionable-devices gate off.
+void DropPartitionableFields(json& slice) {
+  if (!slice.contains("spec")) return;
+  json& spec = slice["spec"];
+  spec.erase("sharedCounters");
+  if (spec.contains("devices")) {
+    for (json& device : spec["devices"]) {
+      device.erase("consumesCounters");
+      if (device.contains("basic")) device["basic"].erase("consumesCounters");
+    }
+  }
+}
+
 std::string RandomSuffix() {
   static thread_local std::mt19937 rng(std::random_device{}());
   const char* alphabet = "bcdfghjklmnpqrstvwxz2456789";
@@ -251,6 +371,16 @@ std::vector<json> FakeApiServer::Slices() const {
   return out;
 }
 
+bool FakeApiServer::WaitForSlices(const std::function<bool(const std::vector<json>&)>& done,
+                                  std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return changed_.wait_for(lock, timeout, [&] {
+    std::vector<json> slices;
+    for (const auto& [name, slice] : slices_) slices.push_back(slice);
+    return done(slices);
+  });
+}
+
 bool FakeApiServer::RemoveSlice(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = slices_.find(name);
@@ -266,6 +396,38 @@ void FakeApiServer::FailNext(int count, int status, int retry_after,
                              const std::string& path_prefix) {
   std::lock_guard<std::mutex> lock(mu_);
   faults_.push_back(Fault{count, status, retry_after, path_prefix});
+}
+
+size_t FakeApiServer::DeleteSlicesWhere(const std::string& field_selector) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<FieldRequirement> selector;
+  std::string error;
+  if (!ParseFieldSelector(field_selector, selector, error)) return 0;
+  size_t deleted = 0;
+  for (auto it = slices_.begin(); it != slices_.end();) {
+    if (Matches(it->second, selector)) {
+      json object = it->second;
+      object["metadata"]["resourceVersion"] = std::to_string(NextRv());
+      Emit("DELETED", object);
+      it = slices_.erase(it);
+      ++deleted;
+    } else {
+      ++it;
+    }
+  }
+  return deleted;
+}
+
+size_t FakeApiServer::SliceWrites() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& r : requests_) {
+    if (r.path.find("/resourceslices") != std::string::npos &&
+        (r.method == "POST" || r.method == "PUT" || r.method == "DELETE")) {
+      ++n;
+    }
+  }
+  return n;
 }
 
 std::vector<RecordedRequest> FakeApiServer::Requests() const {
@@ -513,6 +675,23 @@ void FakeApiServer::InstallRoutes() {
           if (body.is_discarded() || !body.is_object()) {
             return ReplyStatus(res, 400, "BadRequest", "the request body is not a JSON object");
           }
+          if (!options_.partitionable_devices) DropPartitionableFields(body);
+          {
+            std::string field;
+            const std::string problem =
+                ValidateSlice(body, std::stoi(options_.minor_version), field);
+            if (!problem.empty()) {
+              json status = StatusBody(
+                  422, "Invalid",
+                  "ResourceSlice.resource.k8s.io \"" +
+                      body["metadata"].value("name", body["metadata"].value("generateName", "")) +
+                      "\" is invalid: " + field + ": " + problem,
+                  "ResourceSlice", body["metadata"].value("name", ""));
+              status["details"]["causes"] = json::array(
+                  {{{"reason", "FieldValueInvalid"}, {"message", problem}, {"field", field}}});
+              return Reply(res, 422, status);
+            }
+          }
           json slice = SliceFromVersion(body, version);
           auto& meta = slice["metadata"];
           std::string new_name = meta.value("name", "");
@@ -549,6 +728,21 @@ void FakeApiServer::InstallRoutes() {
           if (body.is_discarded() || !body.is_object()) {
             return ReplyStatus(res, 400, "BadRequest", "the request body is not a JSON object");
           }
+          if (!options_.partitionable_devices) DropPartitionableFields(body);
+          {
+            std::string field;
+            const std::string problem =
+                ValidateSlice(body, std::stoi(options_.minor_version), field);
+            if (!problem.empty()) {
+              json status = StatusBody(422, "Invalid",
+                                       "ResourceSlice.resource.k8s.io \"" + name +
+                                           "\" is invalid: " + field + ": " + problem,
+                                       "ResourceSlice", name);
+              status["details"]["causes"] = json::array(
+                  {{{"reason", "FieldValueInvalid"}, {"message", problem}, {"field", field}}});
+              return Reply(res, 422, status);
+            }
+          }
           json slice = SliceFromVersion(body, version);
           const std::string sent_rv = slice["metadata"].value("resourceVersion", "");
           const std::string have_rv = it->second["metadata"]["resourceVersion"];
@@ -567,6 +761,24 @@ void FakeApiServer::InstallRoutes() {
           it->second = slice;
           Emit("MODIFIED", slice);
           return Reply(res, 200, SliceToVersion(slice, version));
+        }
+        if (req.method == "DELETE" && name.empty()) {
+          std::vector<FieldRequirement> selector;
+          std::string error;
+          if (!ParseFieldSelector(req.get_param_value("fieldSelector"), selector, error)) {
+            return ReplyStatus(res, 400, "BadRequest", error);
+          }
+          for (auto it = slices_.begin(); it != slices_.end();) {
+            if (Matches(it->second, selector)) {
+              json object = it->second;
+              object["metadata"]["resourceVersion"] = std::to_string(NextRv());
+              Emit("DELETED", object);
+              it = slices_.erase(it);
+            } else {
+              ++it;
+            }
+          }
+          return Reply(res, 200, {{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Success"}});
         }
         if (req.method == "DELETE" && !name.empty()) {
           auto it = slices_.find(name);

@@ -6,8 +6,10 @@
 // real server's plain "404 page not found"). Faults can be injected per request.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,6 +29,9 @@ struct FakeApiServerOptions {
   std::set<std::string> served_versions = {"v1", "v1beta2", "v1beta1"};
   std::string token;  // when set, requests must carry "Authorization: Bearer <token>"
   std::string minor_version = "35";
+  // DRAPartitionableDevices on the server: when false, sharedCounters and consumesCounters are
+  // silently dropped on create/update, as the real server does with the gate off.
+  bool partitionable_devices = true;
 };
 
 struct RecordedRequest {
@@ -61,13 +66,21 @@ class FakeApiServer {
   void RemoveClaim(const std::string& namespace_, const std::string& name);
   void PutNode(const std::string& name, const std::string& uid);
   std::vector<nlohmann::json> Slices() const;
+  // Waits (on the store's change notifications) until `done(slices)` holds or `timeout` passes.
+  bool WaitForSlices(const std::function<bool(const std::vector<nlohmann::json>&)>& done,
+                     std::chrono::milliseconds timeout);
   bool RemoveSlice(const std::string& name);  // as another actor would (emits a watch event)
 
   // The next `count` requests (of any kind, or only those whose path starts with `path_prefix`)
   // get `status` with a Status body; 429 and 503 carry Retry-After when `retry_after` > 0.
   void FailNext(int count, int status, int retry_after = 0, const std::string& path_prefix = "");
 
+  // Deletes every slice matching a field selector, as the kubelet does at startup.
+  size_t DeleteSlicesWhere(const std::string& field_selector);
+
   std::vector<RecordedRequest> Requests() const;
+  // Counts POST/PUT/DELETE requests on resourceslices (the reconciler's writes).
+  size_t SliceWrites() const;
   size_t CountRequests(const std::string& method, const std::string& path_prefix) const;
   void ClearRequests();
 

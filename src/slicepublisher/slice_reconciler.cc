@@ -1,0 +1,495 @@
+#include "slicepublisher/slice_reconciler.h"
+
+#include <algorithm>
+#include <set>
+
+#include "kube/backoff.h"
+#include "slicepublisher/slice_validator.h"
+
+namespace vfio_dra::slicepublisher {
+namespace {
+
+using nlohmann::json;
+
+std::string MatchKey(const SliceContent& content) {
+  std::vector<std::string> names;
+  for (const auto& d : content.devices) names.push_back("d:" + d.name);
+  for (const auto& c : content.shared_counters) names.push_back("c:" + c.name);
+  std::sort(names.begin(), names.end());
+  std::string key;
+  for (const auto& n : names) key += n + ",";
+  return key;
+}
+
+std::string ContentFingerprint(const SliceContent& content) {
+  return SliceToJson(content, SliceMeta{}).dump();
+}
+
+bool HasCounters(const SliceContent& content) {
+  if (!content.shared_counters.empty()) return true;
+  for (const auto& d : content.devices) {
+    if (!d.consumes_counters.empty()) return true;
+  }
+  return false;
+}
+
+int64_t PoolInt(const json& object, const char* key) {
+  const json& pool = object["spec"]["pool"];
+  return pool.contains(key) && pool[key].is_number_integer() ? pool[key].get<int64_t>() : 0;
+}
+
+}  // namespace
+
+SliceReconciler::SliceReconciler(kube::ApiClient& api, ReconcilerOptions options, Logger log)
+    : api_(api), options_(std::move(options)), log_(std::move(log)) {}
+
+SliceReconciler::~SliceReconciler() { Stop(); }
+
+std::string SliceReconciler::SlicesPath() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return "/apis/resource.k8s.io/" + profile_.api_version + "/resourceslices";
+}
+
+std::string SliceReconciler::Selector() const {
+  return kube::UrlEncode("spec.nodeName=" + options_.node_name + ",spec.driver=" + options_.driver);
+}
+
+void SliceReconciler::Start() {
+  sync_thread_ = std::thread([this] { SyncLoop(); });
+  watch_thread_ = std::thread([this] { WatchLoop(); });
+}
+
+void SliceReconciler::Stop() {
+  stopping_ = true;
+  wake_.notify_all();
+  if (watch_thread_.joinable()) watch_thread_.join();
+  if (sync_thread_.joinable()) sync_thread_.join();
+}
+
+void SliceReconciler::MarkDirty() {
+  std::lock_guard<std::mutex> lock(mu_);
+  dirty_ = true;
+  stats_.in_sync = false;
+  wake_.notify_all();
+}
+
+void SliceReconciler::SetScan(std::shared_ptr<const discovery::NodeScan> scan) {
+  std::lock_guard<std::mutex> lock(mu_);
+  scan_ = std::move(scan);
+  capacity_.Observe(scan_->inventory);
+  dirty_ = true;
+  stats_.in_sync = false;
+  wake_.notify_all();
+}
+
+void SliceReconciler::Resync() { MarkDirty(); }
+
+ReconcilerStats SliceReconciler::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  ReconcilerStats stats = stats_;
+  stats.profile = profile_;
+  return stats;
+}
+
+bool SliceReconciler::WaitInSync(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t start = sync_epoch_;
+  return synced_.wait_for(lock, timeout,
+                          [&] { return sync_epoch_ > start && stats_.in_sync && !dirty_; });
+}
+
+void SliceReconciler::Remember(const json& object) {
+  auto content = SliceContentFromJson(object);
+  if (!content.ok() || !object.contains("metadata")) return;
+  const std::string name = object["metadata"].value("name", "");
+  std::lock_guard<std::mutex> lock(mu_);
+  cache_[name] = CachedSlice{object, std::move(*content)};
+}
+
+void SliceReconciler::Forget(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cache_.erase(name);
+}
+
+Status SliceReconciler::EnsureProfile() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (profile_known_) return Status::Ok();
+  }
+  auto group = api_.Get("/apis/resource.k8s.io");
+  if (!group.ok()) {
+    return group.error().Wrap("cannot discover the resource.k8s.io API (is DRA enabled?)");
+  }
+  std::set<std::string> served;
+  if ((*group).contains("versions") && (*group)["versions"].is_array()) {
+    for (const json& v : (*group)["versions"]) served.insert(v.value("version", ""));
+  }
+  std::string chosen;
+  for (const char* v : {"v1", "v1beta2", "v1beta1"}) {
+    if (served.count(v)) {
+      chosen = v;
+      break;
+    }
+  }
+  if (chosen.empty()) {
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     "the API server serves no resource.k8s.io version this plugin supports "
+                     "(v1, v1beta2, v1beta1)");
+  }
+  auto version = api_.Get("/version");
+  if (!version.ok()) return version.error().Wrap("cannot read the API server version");
+  std::string minor_text = (*version).value("minor", "");
+  minor_text.erase(
+      std::remove_if(minor_text.begin(), minor_text.end(),
+                     [](char c) { return !std::isdigit(static_cast<unsigned char>(c)); }),
+      minor_text.end());
+  auto minor = ParseKubernetesMinor("1." + minor_text);
+  if (!minor.ok()) return minor.error().Wrap("cannot read the API server version");
+  std::lock_guard<std::mutex> lock(mu_);
+  profile_.api_version = chosen;
+  profile_.kubernetes_minor = *minor;
+  profile_known_ = true;
+  log_.Info(
+      "API server profile",
+      {{"api_version", "resource.k8s.io/" + chosen},
+       {"kubernetes", "1." + std::to_string(*minor)},
+       {"counter_layout", profile_.Layout() == CounterLayout::kOwnSlice        ? "own-slice"
+                          : profile_.Layout() == CounterLayout::kInDeviceSlice ? "in-device-slice"
+                                                                               : "none"}});
+  return Status::Ok();
+}
+
+Status SliceReconciler::EnsureNodeUid() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!node_uid_.empty()) return Status::Ok();
+  }
+  auto node = api_.Get("/api/v1/nodes/" + kube::UrlEncode(options_.node_name));
+  if (!node.ok()) {
+    return node.error().Wrap("cannot read Node " + options_.node_name +
+                             " (its UID owns the slices)");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  node_uid_ = (*node)["metadata"].value("uid", "");
+  return Status::Ok();
+}
+
+Status SliceReconciler::ListIntoCache(std::string& resource_version) {
+  auto list = api_.Get(SlicesPath() + "?fieldSelector=" + Selector());
+  if (!list.ok()) return list.error().Wrap("cannot list this node's ResourceSlices");
+  std::map<std::string, CachedSlice> fresh;
+  if ((*list).contains("items") && (*list)["items"].is_array()) {
+    for (const json& item : (*list)["items"]) {
+      auto content = SliceContentFromJson(item);
+      if (!content.ok()) {
+        log_.Warn("unreadable ResourceSlice", {{"error", content.error().message}});
+        content = SliceContent{};
+      }
+      fresh[item["metadata"].value("name", "")] = CachedSlice{item, std::move(*content)};
+    }
+  }
+  resource_version = (*list)["metadata"].value("resourceVersion", "");
+  std::lock_guard<std::mutex> lock(mu_);
+  cache_ = std::move(fresh);
+  cache_ready_ = true;
+  dirty_ = true;
+  wake_.notify_all();
+  return Status::Ok();
+}
+
+void SliceReconciler::WatchLoop() {
+  kube::Backoff backoff(options_.initial_backoff, options_.max_backoff);
+  auto pause = [&](std::chrono::milliseconds delay) {
+    std::unique_lock<std::mutex> lock(mu_);
+    wake_.wait_for(lock, delay, [&] { return stopping_.load(); });
+  };
+  while (!stopping_) {
+    if (Status s = EnsureProfile(); !s.ok()) {
+      log_.Warn("ResourceSlice watch waits for the API server", {{"error", s.error().message}});
+      pause(backoff.Next());
+      continue;
+    }
+    std::string rv;
+    if (Status s = ListIntoCache(rv); !s.ok()) {
+      log_.Warn("ResourceSlice list failed", {{"error", s.error().message}});
+      pause(backoff.Next());
+      continue;
+    }
+    while (!stopping_) {
+      const std::string path = SlicesPath() +
+                               "?watch=1&allowWatchBookmarks=true&resourceVersion=" + rv +
+                               "&timeoutSeconds=" + std::to_string(options_.watch_timeout.count()) +
+                               "&fieldSelector=" + Selector();
+      Status watched = api_.Watch(
+          path,
+          [&](const kube::WatchEvent& event) {
+            const json& meta =
+                event.object.contains("metadata") ? event.object["metadata"] : json::object();
+            const std::string event_rv = meta.value("resourceVersion", "");
+            if (!event_rv.empty()) rv = event_rv;
+            if (event.type == "BOOKMARK") return true;
+            const std::string name = meta.value("name", "");
+            bool changed = false;
+            {
+              std::lock_guard<std::mutex> lock(mu_);
+              auto it = cache_.find(name);
+              if (event.type == "DELETED") {
+                changed = it != cache_.end();
+              } else {
+                changed = it == cache_.end() ||
+                          it->second.object["metadata"].value("resourceVersion", "") != event_rv;
+              }
+            }
+            if (!changed) return true;  // the echo of our own write
+            if (event.type == "DELETED") {
+              Forget(name);
+              log_.Info("ResourceSlice removed by someone else; re-creating", {{"slice", name}});
+            } else {
+              Remember(event.object);
+            }
+            MarkDirty();
+            return true;
+          },
+          stopping_);
+      if (stopping_) break;
+      if (watched.ok()) {
+        backoff.Reset();
+        continue;  // the server ended the watch; resume from the last resourceVersion
+      }
+      if (watched.error().kind != ErrorKind::kGone) {
+        log_.Warn("ResourceSlice watch failed", {{"error", watched.error().message}});
+        pause(backoff.Next());
+      }
+      break;  // relist
+    }
+  }
+}
+
+void SliceReconciler::SyncLoop() {
+  kube::Backoff backoff(options_.initial_backoff, options_.max_backoff);
+  using SteadyClock = std::chrono::steady_clock;
+  auto next_resync = SteadyClock::now() + options_.resync_interval;
+  auto retry_at = SteadyClock::now();
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    const auto ready = [&] {
+      return stopping_ || (dirty_ && cache_ready_ && scan_ && SteadyClock::now() >= retry_at);
+    };
+    const auto deadline = dirty_ ? std::min(retry_at, next_resync) : next_resync;
+    wake_.wait_until(lock, deadline, ready);
+    if (stopping_) break;
+    if (SteadyClock::now() >= next_resync && cache_ready_ && scan_) dirty_ = true;
+    if (!ready() || !dirty_) continue;
+    dirty_ = false;
+    lock.unlock();
+    Status status = Sync();
+    lock.lock();
+    ++sync_epoch_;
+    ++stats_.syncs;
+    if (!status.ok()) {
+      ++stats_.failed_syncs;
+      stats_.last_error = status.error().message;
+      stats_.in_sync = false;
+      dirty_ = true;
+      const auto delay = backoff.Next();
+      retry_at = SteadyClock::now() + delay;
+      log_.Warn("ResourceSlice sync failed; retrying",
+                {{"error", status.error().message}, {"retry_ms", std::to_string(delay.count())}});
+    } else {
+      backoff.Reset();
+      stats_.last_error.clear();
+      stats_.in_sync = !dirty_;
+      next_resync = SteadyClock::now() + options_.resync_interval;
+    }
+    synced_.notify_all();
+  }
+}
+
+Status SliceReconciler::Sync() {
+  if (Status s = EnsureProfile(); !s.ok()) return s;
+  if (Status s = EnsureNodeUid(); !s.ok()) return s;
+  std::shared_ptr<const discovery::NodeScan> scan;
+  std::map<std::string, CachedSlice> cache;
+  ServerProfile profile;
+  std::string node_uid;
+  DesiredPool pool;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    scan = scan_;
+    cache = cache_;
+    profile = profile_;
+    node_uid = node_uid_;
+    pool = BuildDesiredPool(*scan, {options_.node_name, profile.Layout()}, capacity_);
+  }
+  for (const std::string& warning : pool.warnings)
+    log_.Warn("slice layout", {{"warning", warning}});
+  if (Status s = ValidatePool(
+          pool, {profile.kubernetes_minor, options_.driver, options_.node_name, profile.Layout()});
+      !s.ok()) {
+    return s.error().Wrap("not publishing: the desired slices would be rejected");
+  }
+  const std::string path = "/apis/resource.k8s.io/" + profile.api_version + "/resourceslices";
+
+  // Match desired slices to existing ones by their device and counter-set names.
+  std::vector<std::string> current_names;
+  int64_t generation = 0;
+  for (const auto& [name, slice] : cache) {
+    current_names.push_back(name);
+    generation = std::max(generation, PoolInt(slice.object, "generation"));
+  }
+  std::vector<std::string> match(pool.slices.size());
+  std::set<std::string> used;
+  if (pool.slices.size() == 1 && cache.size() == 1) {
+    match[0] = cache.begin()->first;
+    used.insert(match[0]);
+  } else {
+    for (size_t i = 0; i < pool.slices.size(); ++i) {
+      const std::string key = MatchKey(pool.slices[i]);
+      for (const auto& [name, slice] : cache) {
+        if (!used.count(name) && MatchKey(slice.content) == key) {
+          match[i] = name;
+          used.insert(name);
+          break;
+        }
+      }
+    }
+  }
+  std::vector<std::string> obsolete;
+  for (const auto& name : current_names) {
+    if (!used.count(name)) obsolete.push_back(name);
+  }
+  const auto count = static_cast<int64_t>(pool.slices.size());
+  std::vector<size_t> changed;
+  size_t creates = 0;
+  for (size_t i = 0; i < pool.slices.size(); ++i) {
+    if (match[i].empty()) {
+      ++creates;
+      continue;
+    }
+    const CachedSlice& current = cache.at(match[i]);
+    bool same = current.content == pool.slices[i];
+    if (!same) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = adopted_.find(ContentFingerprint(pool.slices[i]));
+      same = it != adopted_.end() && it->second == ContentFingerprint(current.content);
+    }
+    const json& spec = current.object["spec"];
+    if (!same || PoolInt(current.object, "resourceSliceCount") != count ||
+        spec["pool"].value("name", "") != pool.name ||
+        PoolInt(current.object, "generation") != generation) {
+      changed.push_back(i);
+    }
+  }
+  if (obsolete.empty() && creates == 0 && changed.empty()) return Status::Ok();
+  const bool bump = !obsolete.empty() || creates > 0 || changed.size() > 1 || generation == 0;
+  if (bump) {
+    ++generation;
+    changed.clear();
+    for (size_t i = 0; i < pool.slices.size(); ++i) {
+      if (!match[i].empty()) changed.push_back(i);
+    }
+  }
+
+  // What the server stored differs from what we sent: counters dropped (gate off) or other
+  // fields dropped. Either way, adopt it instead of rewriting forever.
+  auto check_stored = [&](const SliceContent& sent, const json& stored) {
+    auto stored_content = SliceContentFromJson(stored);
+    if (!stored_content.ok() || *stored_content == sent) return;
+    if (HasCounters(sent) && !HasCounters(*stored_content)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!profile_.counters_dropped) {
+        profile_.counters_dropped = true;
+        log_.Warn(
+            "the API server dropped sharedCounters/consumesCounters (DRAPartitionableDevices "
+            "is off): publishing whole devices and existing mdev instances only");
+      }
+      dirty_ = true;
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string key = ContentFingerprint(sent);
+    if (!adopted_.count(key)) {
+      log_.Warn(
+          "the API server stored a ResourceSlice differently from what was sent (a feature "
+          "gate may be off); adopting the stored form",
+          {{"slice", stored["metadata"].value("name", "")}});
+    }
+    adopted_[key] = ContentFingerprint(*stored_content);
+  };
+  auto meta_for = [&](size_t i, const std::string& name, const std::string& rv) {
+    SliceMeta meta;
+    meta.api_version = profile.api_version;
+    meta.driver = options_.driver;
+    meta.node_name = options_.node_name;
+    meta.pool_name = pool.name;
+    meta.generation = generation;
+    meta.slice_count = count;
+    meta.node_uid = node_uid;
+    meta.name = name;
+    meta.resource_version = rv;
+    (void)i;
+    return meta;
+  };
+
+  // 1. Obsolete slices go first: stale devices disappear even if the rest fails.
+  for (const std::string& name : obsolete) {
+    const json& object = cache.at(name).object;
+    Status s = api_.Delete(path + "/" + name, object["metadata"].value("uid", ""),
+                           object["metadata"].value("resourceVersion", ""));
+    if (!s.ok() && s.error().kind != ErrorKind::kNotFound) {
+      return s.error().Wrap("cannot delete obsolete ResourceSlice " + name);
+    }
+    Forget(name);
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.deletes;
+  }
+  // 2. Updates, with the resourceVersion we know; a conflict re-reads the object and retries.
+  for (size_t i : changed) {
+    std::string name = match[i];
+    std::string rv = cache.at(name).object["metadata"].value("resourceVersion", "");
+    for (int attempt = 0;; ++attempt) {
+      auto stored =
+          api_.Update(path + "/" + name, SliceToJson(pool.slices[i], meta_for(i, name, rv)));
+      if (stored.ok()) {
+        check_stored(pool.slices[i], *stored);
+        Remember(*stored);
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.updates;
+        break;
+      }
+      if (stored.error().kind != ErrorKind::kConflict || attempt >= 3) {
+        return stored.error().Wrap("cannot update ResourceSlice " + name);
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.conflicts;
+      }
+      auto fresh = api_.Get(path + "/" + name);
+      if (!fresh.ok()) return fresh.error().Wrap("cannot re-read ResourceSlice " + name);
+      Remember(*fresh);
+      rv = (*fresh)["metadata"].value("resourceVersion", "");
+    }
+  }
+  // 3. New slices.
+  for (size_t i = 0; i < pool.slices.size(); ++i) {
+    if (!match[i].empty()) continue;
+    auto stored = api_.Create(path, SliceToJson(pool.slices[i], meta_for(i, "", "")));
+    if (!stored.ok()) {
+      if (stored.error().kind == ErrorKind::kNotFound) {
+        std::lock_guard<std::mutex> lock(mu_);
+        profile_known_ = false;  // the served API version went away; rediscover
+      }
+      return stored.error().Wrap("cannot create a ResourceSlice");
+    }
+    check_stored(pool.slices[i], *stored);
+    Remember(*stored);
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.creates;
+  }
+  log_.Info("ResourceSlices published", {{"slices", std::to_string(count)},
+                                         {"generation", std::to_string(generation)},
+                                         {"deleted", std::to_string(obsolete.size())}});
+  return Status::Ok();
+}
+
+}  // namespace vfio_dra::slicepublisher

@@ -1,0 +1,113 @@
+// SliceReconciler: keeps this node's ResourceSlices equal to the desired pool for the daemon's
+// whole life. A watch on its own slices (field selectors spec.nodeName and spec.driver) keeps a
+// cache; any change made by someone else (a kubelet wipe, a manual delete) schedules a sync at
+// once. A sync deletes obsolete slices first (with uid/resourceVersion preconditions), then
+// updates (with resourceVersion; a conflict re-reads and retries), then creates (generateName
+// "<node>-<driver>-", owned by the Node), bumping the pool generation unless at most one slice
+// changes. It adapts to the server: the newest served resource.k8s.io version, the counter
+// layout of its release, and a counter-free layout when the server drops counter fields (the
+// partitionable-devices gate is off), adopting whatever else the server stores so that no
+// update loop can start. Slices stay in place when the reconciler stops.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "base/log.h"
+#include "discovery/node_scan.h"
+#include "kube/api_client.h"
+#include "slicepublisher/server_profile.h"
+#include "slicepublisher/slice_builder.h"
+#include "slicepublisher/slice_json.h"
+
+namespace vfio_dra::slicepublisher {
+
+struct ReconcilerOptions {
+  std::string driver;
+  std::string node_name;
+  std::chrono::milliseconds resync_interval{std::chrono::minutes(10)};
+  std::chrono::milliseconds initial_backoff{500};
+  std::chrono::milliseconds max_backoff{std::chrono::seconds(10)};
+  std::chrono::seconds watch_timeout{300};
+};
+
+struct ReconcilerStats {
+  uint64_t syncs = 0;
+  uint64_t failed_syncs = 0;
+  uint64_t creates = 0;
+  uint64_t updates = 0;
+  uint64_t deletes = 0;
+  uint64_t conflicts = 0;
+  bool in_sync = false;  // the last sync succeeded and nothing changed since
+  std::string last_error;
+  ServerProfile profile;
+};
+
+class SliceReconciler {
+ public:
+  SliceReconciler(kube::ApiClient& api, ReconcilerOptions options, Logger log);
+  ~SliceReconciler();
+  SliceReconciler(const SliceReconciler&) = delete;
+  SliceReconciler& operator=(const SliceReconciler&) = delete;
+
+  void Start();
+  void Stop();  // leaves the slices in place
+  // A new view of the node; a sync follows.
+  void SetScan(std::shared_ptr<const discovery::NodeScan> scan);
+  // Asks for a full comparison now (also done every resync_interval).
+  void Resync();
+
+  ReconcilerStats Stats() const;
+  // Waits until a sync has completed after this call began and the reconciler is in sync.
+  bool WaitInSync(std::chrono::milliseconds timeout);
+
+ private:
+  struct CachedSlice {
+    nlohmann::json object;
+    SliceContent content;
+  };
+  void SyncLoop();
+  void WatchLoop();
+  Status Sync();
+  Status EnsureProfile();
+  Status EnsureNodeUid();
+  Status ListIntoCache(std::string& resource_version);
+  void MarkDirty();
+  std::string SlicesPath() const;
+  std::string Selector() const;
+  // Applies a server response to the cache (so the watch echo of our own write is a no-op).
+  void Remember(const nlohmann::json& object);
+  void Forget(const std::string& name);
+
+  kube::ApiClient& api_;
+  ReconcilerOptions options_;
+  Logger log_;
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::condition_variable synced_;
+  bool dirty_ = true;
+  uint64_t sync_epoch_ = 0;  // completed syncs
+  std::shared_ptr<const discovery::NodeScan> scan_;
+  std::map<std::string, CachedSlice> cache_;  // by slice name
+  bool cache_ready_ = false;
+  ReconcilerStats stats_;
+  MdevCapacityMemory capacity_;
+  ServerProfile profile_;
+  bool profile_known_ = false;
+  bool counters_warned_ = false;
+  std::string node_uid_;
+  // What the server made of content we sent, so that stored-but-different content is not
+  // rewritten forever: sent fingerprint -> stored fingerprint.
+  std::map<std::string, std::string> adopted_;
+
+  std::atomic<bool> stopping_{false};
+  std::thread sync_thread_;
+  std::thread watch_thread_;
+};
+
+}  // namespace vfio_dra::slicepublisher

@@ -1,0 +1,226 @@
+// The slice reconciler against the fake API server over loopback HTTP.
+#include "slicepublisher/slice_reconciler.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "discovery/node_scan.h"
+#include "fake_apiserver.h"
+#include "kube/client_config.h"
+#include "kube/curl_transport.h"
+#include "sysfs_fixture.h"
+
+namespace vfio_dra::slicepublisher {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+using vfio_dra::testing::FakeApiServer;
+using vfio_dra::testing::FakeApiServerOptions;
+
+constexpr auto kWait = std::chrono::seconds(20);
+
+class SliceReconcilerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/vfio-dra-rec-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    vfio_dra::testing::WritePciIds(dir_ + "/pci.ids");
+  }
+  void TearDown() override {
+    reconciler_.reset();
+    client_.reset();
+    transport_.reset();
+    tokens_.reset();
+    if (server_) server_->Stop();
+    std::filesystem::remove_all(dir_);
+  }
+  void StartServer(FakeApiServerOptions options = {}) {
+    server_ = std::make_unique<FakeApiServer>(std::move(options));
+    ASSERT_TRUE(server_->Start());
+    server_->PutNode("node-1", "node-uid-1");
+  }
+  std::shared_ptr<const discovery::NodeScan> Scan(const std::string& fixture) {
+    const std::string root = dir_ + "/" + fixture;
+    if (!std::filesystem::exists(root)) vfio_dra::testing::BuildFixture(fixture, root);
+    discovery::SysfsReader sysfs(root);
+    auto names = discovery::PciNames::Open({root, dir_ + "/pci.ids", false});
+    return discovery::ScanNode(sysfs, names.ok() ? names->get() : nullptr, {});
+  }
+  void StartReconciler(const std::string& fixture) {
+    auto config = kube::LoadKubeconfigFile(server_->WriteKubeconfig(dir_));
+    ASSERT_TRUE(config.ok());
+    transport_ = std::move(*kube::CurlTransport::Create(*config, "test"));
+    tokens_ = std::make_unique<kube::TokenSource>("", "", RealClock());
+    kube::ApiClientOptions api_options;
+    api_options.qps = 0;
+    api_options.max_retries = 1;
+    api_options.initial_backoff = std::chrono::milliseconds(10);
+    client_ = std::make_unique<kube::ApiClient>(*transport_, *tokens_, RealClock(),
+                                                Logger::Discard(), api_options);
+    ReconcilerOptions options;
+    options.driver = "vfio.dra.io";
+    options.node_name = "node-1";
+    options.initial_backoff = std::chrono::milliseconds(50);
+    options.max_backoff = std::chrono::seconds(2);
+    options.watch_timeout = std::chrono::seconds(5);
+    reconciler_ = std::make_unique<SliceReconciler>(*client_, options, Logger::Discard());
+    reconciler_->SetScan(Scan(fixture));
+    reconciler_->Start();
+  }
+  // Waits until the reconciler is in sync and the server holds `slices` slices of the pool.
+  bool Converged(size_t slices) {
+    const auto deadline = std::chrono::steady_clock::now() + kWait;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (reconciler_->WaitInSync(std::chrono::seconds(1)) && server_->Slices().size() == slices) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  std::string dir_;
+  std::unique_ptr<FakeApiServer> server_;
+  std::unique_ptr<kube::CurlTransport> transport_;
+  std::unique_ptr<kube::TokenSource> tokens_;
+  std::unique_ptr<kube::ApiClient> client_;
+  std::unique_ptr<SliceReconciler> reconciler_;
+};
+
+TEST_F(SliceReconcilerTest, PublishesTheNodeAndANoChangeResyncWritesNothing) {
+  StartServer();
+  StartReconciler("vgpu");
+  ASSERT_TRUE(Converged(3));
+  for (const json& slice : server_->Slices()) {
+    EXPECT_EQ(slice["spec"]["driver"], "vfio.dra.io");
+    EXPECT_EQ(slice["spec"]["nodeName"], "node-1");
+    EXPECT_EQ(slice["spec"]["pool"]["name"], "node-1");
+    EXPECT_EQ(slice["spec"]["pool"]["generation"], 1);
+    EXPECT_EQ(slice["spec"]["pool"]["resourceSliceCount"], 3);
+    EXPECT_EQ(slice["metadata"]["name"].get<std::string>().rfind("node-1-vfio.dra.io-", 0), 0u);
+    EXPECT_EQ(slice["metadata"]["ownerReferences"][0]["uid"], "node-uid-1");
+    EXPECT_EQ(slice["metadata"]["ownerReferences"][0]["kind"], "Node");
+  }
+  const size_t writes = server_->SliceWrites();
+  EXPECT_EQ(writes, 3u);
+  reconciler_->Resync();
+  ASSERT_TRUE(reconciler_->WaitInSync(kWait));
+  reconciler_->SetScan(Scan("vgpu"));  // the same node again
+  ASSERT_TRUE(reconciler_->WaitInSync(kWait));
+  EXPECT_EQ(server_->SliceWrites(), writes);
+}
+
+TEST_F(SliceReconcilerTest, ADeletedSliceIsRecreatedWithinTwoSeconds) {
+  StartServer();
+  StartReconciler("workstation");
+  ASSERT_TRUE(Converged(1));
+  const std::string name = server_->Slices()[0]["metadata"]["name"];
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(server_->RemoveSlice(name));
+  bool back = false;
+  while (!back && std::chrono::steady_clock::now() - start < kWait) {
+    back = reconciler_->WaitInSync(std::chrono::seconds(1)) && server_->Slices().size() == 1;
+  }
+  ASSERT_TRUE(back);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(server_->Slices()[0]["spec"]["devices"].size(), 2u);
+}
+
+TEST_F(SliceReconcilerTest, AKubeletRestartWipeIsRepaired) {
+  StartServer();
+  StartReconciler("sriov");
+  ASSERT_TRUE(Converged(1));
+  EXPECT_EQ(server_->DeleteSlicesWhere("spec.nodeName=node-1"), 1u);
+  ASSERT_TRUE(Converged(1));
+  EXPECT_EQ(server_->Slices()[0]["spec"]["devices"].size(), 8u);
+}
+
+TEST_F(SliceReconcilerTest, AConflictingUpdateIsRetried) {
+  StartServer();
+  StartReconciler("workstation");
+  ASSERT_TRUE(Converged(1));
+  server_->FailNext(2, 409, 0, "/apis/resource.k8s.io/v1/resourceslices/");
+  reconciler_->SetScan(Scan("sriov"));  // the one slice changes: an update, as upstream, in place
+  ASSERT_TRUE(Converged(1));
+  const json slice = server_->Slices()[0];
+  EXPECT_EQ(slice["spec"]["devices"].size(), 8u);
+  EXPECT_EQ(slice["spec"]["pool"]["generation"], 1);  // one changed slice keeps the generation
+  EXPECT_GE(reconciler_->Stats().conflicts, 1u);
+}
+
+TEST_F(SliceReconcilerTest, NewSlicesBumpTheGenerationOfTheWholePool) {
+  StartServer();
+  StartReconciler("workstation");
+  ASSERT_TRUE(Converged(1));
+  reconciler_->SetScan(Scan("vgpu"));
+  ASSERT_TRUE(Converged(3));
+  for (const json& slice : server_->Slices()) {
+    EXPECT_EQ(slice["spec"]["pool"]["generation"], 2);
+    EXPECT_EQ(slice["spec"]["pool"]["resourceSliceCount"], 3);
+  }
+}
+
+TEST_F(SliceReconcilerTest, AServerWithoutV1GetsTheV1beta1Shape) {
+  FakeApiServerOptions options;
+  options.served_versions = {"v1beta1"};
+  options.minor_version = "32";
+  StartServer(options);
+  StartReconciler("workstation");
+  ASSERT_TRUE(Converged(1));
+  EXPECT_EQ(reconciler_->Stats().profile.api_version, "v1beta1");
+  EXPECT_GE(server_->CountRequests("POST", "/apis/resource.k8s.io/v1beta1/resourceslices"), 1u);
+  EXPECT_EQ(server_->CountRequests("POST", "/apis/resource.k8s.io/v1/"), 0u);
+  EXPECT_EQ(server_->Slices()[0]["spec"]["devices"].size(), 2u);
+}
+
+TEST_F(SliceReconcilerTest, Kubernetes134GetsCountersInTheDeviceSlice) {
+  FakeApiServerOptions options;
+  options.minor_version = "34";
+  StartServer(options);
+  StartReconciler("vgpu");
+  ASSERT_TRUE(Converged(1));
+  const json slice = server_->Slices()[0];
+  EXPECT_EQ(slice["spec"]["sharedCounters"].size(), 1u);
+  EXPECT_GE(slice["spec"]["devices"].size(), 2u);
+}
+
+TEST_F(SliceReconcilerTest, AServerThatDropsCountersGetsTheFallbackWithoutALoop) {
+  FakeApiServerOptions options;
+  options.partitionable_devices = false;
+  StartServer(options);
+  StartReconciler("vgpu");
+  ASSERT_TRUE(Converged(1));
+  const json slice = server_->Slices()[0];
+  EXPECT_FALSE(slice["spec"].contains("sharedCounters"));
+  EXPECT_EQ(slice["spec"]["devices"].size(), 2u);  // the T4 and its existing instance
+  EXPECT_TRUE(reconciler_->Stats().profile.counters_dropped);
+  const size_t writes = server_->SliceWrites();
+  for (int i = 0; i < 3; ++i) {
+    reconciler_->Resync();
+    ASSERT_TRUE(reconciler_->WaitInSync(kWait));
+  }
+  EXPECT_EQ(server_->SliceWrites(), writes);
+}
+
+TEST_F(SliceReconcilerTest, AnApiServerDownForThirtySecondsConvergesAfterwards) {
+  StartServer();
+  const int port = server_->port();
+  server_->Stop();
+  StartReconciler("workstation");
+  // Let the reconciler fail against the dead server for 30 s: each failed sync is counted.
+  const auto down_until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < down_until) {
+    reconciler_->WaitInSync(std::chrono::milliseconds(500));
+  }
+  EXPECT_FALSE(reconciler_->Stats().in_sync);
+  ASSERT_TRUE(server_->Start(port));
+  server_->PutNode("node-1", "node-uid-1");
+  ASSERT_TRUE(Converged(1));
+  EXPECT_EQ(server_->Slices()[0]["spec"]["devices"].size(), 2u);
+}
+
+}  // namespace
+}  // namespace vfio_dra::slicepublisher
