@@ -27,18 +27,25 @@ PIDS+=($!)
 read -r KUBECONFIG_PATH <"$WORK/api.out"
 echo "kubeconfig: $KUBECONFIG_PATH"
 
-step "Starting vfio-dra-plugin serve"
-mkdir -p "$WORK/sys" "$WORK/dev"
+step "A simulated vGPU node (fake sysfs: a Tesla T4 that is an mdev parent, one vGPU in use)"
+"$BIN/test/make-fixture" vgpu "$WORK/node" >/dev/null
+"$BIN/src/vfio-dra-plugin" discover --sysfs-root "$WORK/node/sys" --pci-ids "$WORK/node/pci.ids"
+
+step "Starting vfio-dra-plugin serve on that node"
+mkdir -p "$WORK/dev"
 "$BIN/src/vfio-dra-plugin" serve --node-name demo-node --kubeconfig "$KUBECONFIG_PATH" \
   --registrar-dir "$WORK/plugins_registry" --plugin-data-dir "$WORK/plugins/vfio.dra.io" \
-  --cdi-dir "$WORK/cdi" --sysfs-root "$WORK/sys" --dev-root "$WORK/dev" \
-  2>"$WORK/plugin.log" &
+  --cdi-dir "$WORK/cdi" --sysfs-root "$WORK/node/sys" --pci-ids "$WORK/node/pci.ids" \
+  --dev-root "$WORK/dev" 2>"$WORK/plugin.log" &
 PLUGIN=$!
 PIDS+=($PLUGIN)
 
 step "The kubelet finds and registers the plugin"
 "$BIN/test/kubelet-sim" register --registrar-dir "$WORK/plugins_registry"
 ls -l "$WORK/plugins_registry" "$WORK/plugins/vfio.dra.io" | sed 's/^/  /'
+
+step "The ResourceSlices it published (as kubectl would list them)"
+python3 hack/demo/show_slices.py "$(sed -n 's/^ *server: //p' "$KUBECONFIG_PATH")" demo-node
 
 step "NodePrepareResources for a claim of another driver (nothing for us to do)"
 "$BIN/test/kubelet-sim" prepare --registrar-dir "$WORK/plugins_registry" \

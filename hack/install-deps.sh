@@ -12,7 +12,7 @@ PACKAGES=(
   libboost-filesystem-dev libfmt-dev libspdlog-dev libpci-dev pci.ids
   libcurl4-openssl-dev libssl-dev libcpp-httplib-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libudev-dev
   # tests
-  libgtest-dev libgmock-dev libbenchmark-dev curl openssl
+  libgtest-dev libgmock-dev libbenchmark-dev curl openssl python3
 )
 
 missing=()

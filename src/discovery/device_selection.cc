@@ -111,8 +111,9 @@ DeviceSelection SelectDevices(const Inventory& inventory, const AdminPolicy& pol
         break;
       case DeviceKind::kHostdev:
         selected = FirstMatch(policy.select, fn, DeviceKind::kHostdev) != nullptr;
-        if (!selected)
+        if (!selected) {
           decision.reason = "host devices are published only when a hostdev selector matches";
+        }
         break;
       case DeviceKind::kMdev:
         break;

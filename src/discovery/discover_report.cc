@@ -89,8 +89,9 @@ std::string DiscoverTable(const Inventory& inventory, const DeviceSelection& sel
     }
   }
   std::string summary;
-  for (const auto& [kind, n] : counts)
+  for (const auto& [kind, n] : counts) {
     summary += fmt::format("{}{} {}", summary.empty() ? "" : ", ", n, kind);
+  }
   out += fmt::format(
       "\nPublished: {} PCI device{}{}{}; {} mdev type{}. Not published: {} "
       "function{}.\n",

@@ -21,12 +21,12 @@ struct ErrorTrap {
 };
 thread_local ErrorTrap* current_trap = nullptr;
 
-[[noreturn]] void OnPciError(char* format, ...) {
+__attribute__((noreturn)) void OnPciError(char* format, ...) {
   ErrorTrap* trap = current_trap;
   va_list args;
   va_start(args, format);
   if (trap != nullptr) {
-    std::vsnprintf(trap->message, sizeof trap->message, format, args);
+    (void)std::vsnprintf(trap->message, sizeof trap->message, format, args);
     va_end(args);
     std::longjmp(trap->jump, 1);
   }
@@ -55,8 +55,9 @@ Result<std::unique_ptr<PciNames>> PciNames::Open(const PciNamesOptions& options)
     return MakeError(ErrorKind::kUnavailable, std::string("libpci: ") + trap.message);
   }
   pci_set_param(access, const_cast<char*>("sysfs.path"), const_cast<char*>(sysfs_path.c_str()));
-  if (!options.use_hwdb)
+  if (!options.use_hwdb) {
     pci_set_param(access, const_cast<char*>("hwdb.disable"), const_cast<char*>("1"));
+  }
   // Debian builds libpci with DNS lookups and a cache in $HOME; names come from the file only.
   pci_set_param(access, const_cast<char*>("net.cache_name"), const_cast<char*>("/dev/null"));
   // libpci keeps the pointer and frees it at cleanup, so it gets its own malloc'ed copy.

@@ -9,7 +9,6 @@
 namespace vfio_dra::slicepublisher {
 namespace {
 
-using discovery::DeviceKind;
 using discovery::MdevParent;
 using discovery::PciFunction;
 
@@ -164,8 +163,9 @@ DesiredPool BuildDesiredPool(const discovery::NodeScan& scan, const BuildOptions
     if (parent_fn != nullptr && whole_devices.count(parent_fn->address)) {
       SliceDevice whole = whole_devices[parent_fn->address];
       whole_devices.erase(parent_fn->address);
-      if (counters)
+      if (counters) {
         whole.consumes_counters.push_back({group.counter_set, {{kCapacityCounter, lcm}}});
+      }
       group.devices.push_back(std::move(whole));
     }
     for (const auto& type : parent.types) {
@@ -205,6 +205,7 @@ DesiredPool BuildDesiredPool(const discovery::NodeScan& scan, const BuildOptions
 
   // Whole devices that are not partitionable, in address order.
   std::vector<SliceDevice> plain;
+  plain.reserve(whole_devices.size());
   for (auto& [address, device] : whole_devices) plain.push_back(std::move(device));
 
   switch (options.layout) {

@@ -321,8 +321,9 @@ Status SliceReconciler::Sync() {
     node_uid = node_uid_;
     pool = BuildDesiredPool(*scan, {options_.node_name, profile.Layout()}, capacity_);
   }
-  for (const std::string& warning : pool.warnings)
+  for (const std::string& warning : pool.warnings) {
     log_.Warn("slice layout", {{"warning", warning}});
+  }
   if (Status s = ValidatePool(
           pool, {profile.kubernetes_minor, options_.driver, options_.node_name, profile.Layout()});
       !s.ok()) {
