@@ -83,6 +83,14 @@ DeviceSelection SelectDevices(const Inventory& inventory, const AdminPolicy& pol
       decision.reason = "denied by the policy (" + denied->where + ")";
       continue;
     }
+    if (fn.address.find(':') > 4) {
+      // Behind a VMD controller the kernel invents a domain beyond 16 bits: such devices share
+      // the controller's DMA identity and have no standard pciBusID form.
+      decision.reason = "behind a VMD controller (PCI domain " +
+                        fn.address.substr(0, fn.address.find(':')) +
+                        "): shares the controller's DMA identity; never managed";
+      continue;
+    }
     if (fn.sriov_pf.has_value() && fn.sriov_pf->num_vfs > 0) {
       decision.reason = fmt::format("SR-IOV PF with {} VFs enabled: its VFs are managed instead",
                                     fn.sriov_pf->num_vfs);

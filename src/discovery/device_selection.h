@@ -1,6 +1,7 @@
 // DeviceSelection: which of the node's devices vfio-dra publishes, as what, and, for every one it
 // does not, why. The safety rules here hold under any policy:
-//  - bridges and SR-IOV PFs with VFs enabled are never managed;
+//  - bridges, SR-IOV PFs with VFs enabled, and devices behind a VMD controller (domains beyond
+//    16 bits) are never managed;
 //  - a device is bound together with the other endpoints of its IOMMU group, so a device whose
 //    group holds an endpoint that a host driver uses and that vfio-dra does not manage is refused
 //    (binding it would take that endpoint away from the host, or the group would not be viable);

@@ -23,16 +23,13 @@ thread_local ErrorTrap* current_trap = nullptr;
 
 __attribute__((noreturn)) void OnPciError(char* format, ...) {
   ErrorTrap* trap = current_trap;
+  // Every libpci call below runs under a trap; without one there is nowhere safe to return to.
+  if (trap == nullptr) std::abort();
   va_list args;
   va_start(args, format);
-  if (trap != nullptr) {
-    (void)std::vsnprintf(trap->message, sizeof trap->message, format, args);
-    va_end(args);
-    std::longjmp(trap->jump, 1);
-  }
+  (void)std::vsnprintf(trap->message, sizeof trap->message, format, args);
   va_end(args);
-  // Unreachable by construction: every libpci call below runs under a trap.
-  std::abort();
+  std::longjmp(trap->jump, 1);
 }
 
 void OnPciWarning(char* /*format*/, ...) {}

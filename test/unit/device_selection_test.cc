@@ -266,3 +266,19 @@ TEST(DeviceSelection, AnUnreadableFunctionInTheGroupCountsAsInUse) {
 
 }  // namespace
 }  // namespace vfio_dra::discovery
+
+namespace vfio_dra::discovery {
+namespace {
+
+TEST(DeviceSelection, DevicesBehindVmdAreNeverManaged) {
+  FixtureNode node("vmd");
+  const DeviceSelection s =
+      SelectDevices(node.Scan(), Policy("select:\n  - kind: hostdev\n    class: \"0108\"\n"));
+  EXPECT_EQ(Published(s, "10000:01:00.0"), nullptr);
+  EXPECT_THAT(s.functions.at("10000:01:00.0").reason,
+              HasSubstr("behind a VMD controller (PCI domain 10000)"));
+  EXPECT_NE(Published(s, "0000:65:00.0"), nullptr);
+}
+
+}  // namespace
+}  // namespace vfio_dra::discovery
