@@ -1,0 +1,172 @@
+#include "cdi/cdi_spec.h"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+
+#include "base/file_io.h"
+
+namespace vfio_dra::cdi {
+namespace {
+
+nlohmann::json NodeJson(const DeviceNode& node) {
+  nlohmann::json out = {{"path", node.path}};
+  if (!node.host_path.empty() && node.host_path != node.path) out["hostPath"] = node.host_path;
+  if (node.major && node.minor) {
+    out["type"] = "c";
+    out["major"] = *node.major;
+    out["minor"] = *node.minor;
+  }
+  return out;
+}
+
+}  // namespace
+
+bool IsSafeFileName(const std::string& name) {
+  if (name.empty() || name.size() > 255 || name == "." || name == "..") return false;
+  for (unsigned char c : name) {
+    if (c == '/' || c < 0x21 || c > 0x7e) return false;
+  }
+  return true;
+}
+
+std::string MinimumCdiVersion(const Spec& spec) {
+  bool needs_050 = false;
+  for (const Device& device : spec.devices) {
+    if (!device.name.empty() && device.name[0] >= '0' && device.name[0] <= '9') needs_050 = true;
+    for (const DeviceNode& node : device.device_nodes) {
+      if (!node.host_path.empty() && node.host_path != node.path) needs_050 = true;
+    }
+  }
+  for (const DeviceNode& node : spec.common_device_nodes) {
+    if (!node.host_path.empty() && node.host_path != node.path) needs_050 = true;
+  }
+  return needs_050 ? "0.5.0" : "0.3.0";
+}
+
+Status ValidateSpec(const Spec& spec) {
+  const size_t slash = spec.kind.find('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == spec.kind.size() ||
+      spec.kind.find('/', slash + 1) != std::string::npos ||
+      !std::isalpha(static_cast<unsigned char>(spec.kind[0]))) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "CDI kind \"" + spec.kind +
+                         "\" must be vendor/class with a vendor starting "
+                         "with a letter");
+  }
+  if (spec.devices.empty()) {
+    return MakeError(ErrorKind::kInvalidArgument, "CDI spec " + spec.kind + " has no devices");
+  }
+  for (const Device& device : spec.devices) {
+    if (device.name.empty()) {
+      return MakeError(ErrorKind::kInvalidArgument, "CDI spec " + spec.kind + ": unnamed device");
+    }
+    for (char c : device.name) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.' &&
+          c != ':') {
+        return MakeError(ErrorKind::kInvalidArgument,
+                         "CDI device name \"" + device.name + "\" has a character CDI refuses");
+      }
+    }
+    if (device.device_nodes.empty() && device.mounts.empty()) {
+      return MakeError(ErrorKind::kInvalidArgument,
+                       "CDI device " + device.name + " has no container edits");
+    }
+  }
+  return Status::Ok();
+}
+
+nlohmann::json SpecJson(const Spec& spec) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (const Device& device : spec.devices) {
+    nlohmann::json edits = nlohmann::json::object();
+    if (!device.device_nodes.empty()) {
+      nlohmann::json nodes = nlohmann::json::array();
+      for (const DeviceNode& node : device.device_nodes) nodes.push_back(NodeJson(node));
+      edits["deviceNodes"] = nodes;
+    }
+    if (!device.mounts.empty()) {
+      nlohmann::json mounts = nlohmann::json::array();
+      for (const Mount& m : device.mounts) {
+        mounts.push_back({{"hostPath", m.host_path},
+                          {"containerPath", m.container_path},
+                          {"options", m.options}});
+      }
+      edits["mounts"] = mounts;
+    }
+    devices.push_back({{"name", device.name}, {"containerEdits", edits}});
+  }
+  nlohmann::json out = {
+      {"cdiVersion", MinimumCdiVersion(spec)}, {"kind", spec.kind}, {"devices", devices}};
+  if (!spec.common_device_nodes.empty()) {
+    nlohmann::json nodes = nlohmann::json::array();
+    for (const DeviceNode& node : spec.common_device_nodes) nodes.push_back(NodeJson(node));
+    out["containerEdits"] = {{"deviceNodes", nodes}};
+  }
+  return out;
+}
+
+std::string QualifiedDeviceId(const std::string& kind, const std::string& device_name) {
+  return kind + "=" + device_name;
+}
+
+std::string TransientSpecFileName(const std::string& kind, const std::string& id) {
+  std::string name = kind;
+  for (char& c : name) {
+    if (c == '/') c = '-';
+  }
+  std::string safe_id = id;
+  for (char& c : safe_id) {
+    if (c == '/') c = '_';
+  }
+  return name + "_" + safe_id + ".json";
+}
+
+Status SpecDirectory::Write(const std::string& file_name, const Spec& spec) const {
+  if (!IsSafeFileName(file_name)) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "refusing CDI spec file name \"" + file_name + "\": not a single safe name");
+  }
+  if (Status s = ValidateSpec(spec); !s.ok()) return s;
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  if (ec) {
+    return MakeError(ErrorKind::kUnavailable,
+                     "cannot create the CDI directory " + dir_ + ": " + ec.message());
+  }
+  return WriteFileAtomically(PathOf(file_name), SpecJson(spec).dump(2) + "\n", file_mode_);
+}
+
+Status SpecDirectory::Remove(const std::string& file_name) const {
+  if (!IsSafeFileName(file_name)) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "refusing CDI spec file name \"" + file_name + "\": not a single safe name");
+  }
+  if (::unlink(PathOf(file_name).c_str()) != 0 && errno != ENOENT) {
+    return MakeError(ErrorKind::kUnavailable,
+                     "cannot remove CDI spec " + PathOf(file_name) + ": " + ErrnoText(errno));
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<std::string>> SpecDirectory::List(const std::string& prefix) const {
+  std::vector<std::string> out;
+  DIR* dir = ::opendir(dir_.c_str());
+  if (dir == nullptr) {
+    if (errno == ENOENT) return out;
+    return MakeError(ErrorKind::kUnavailable, "cannot list " + dir_ + ": " + ErrnoText(errno));
+  }
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.rfind(prefix, 0) == 0 && name.size() > 5 &&
+        name.compare(name.size() - 5, 5, ".json") == 0) {
+      out.push_back(name);
+    }
+  }
+  ::closedir(dir);
+  return out;
+}
+
+}  // namespace vfio_dra::cdi

@@ -1,0 +1,136 @@
+#include "cdi/device_metadata.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+
+#include "base/file_io.h"
+#include "base/k8s_names.h"
+#include "base/text.h"
+
+namespace vfio_dra::cdi {
+namespace {
+
+bool IsUid(const std::string& uid) {
+  if (uid.empty() || uid.size() > 128) return false;
+  for (char c : uid) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') return false;
+  }
+  return true;
+}
+
+Error BadName(const std::string& what, const std::string& value) {
+  return MakeError(ErrorKind::kInvalidArgument, "refusing device metadata for " + what + " \"" +
+                                                    EscapeForDisplay(value, 80) +
+                                                    "\": not a valid Kubernetes name");
+}
+
+Status MakeDirs(const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return MakeError(ErrorKind::kUnavailable,
+                     "cannot create " + dir.string() + ": " + ec.message());
+  }
+  ::chmod(dir.c_str(), 0755);
+  return Status::Ok();
+}
+
+}  // namespace
+
+nlohmann::json DeviceMetadataJson(const RequestMetadata& metadata) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (const MetadataDevice& device : metadata.devices) {
+    nlohmann::json attributes = nlohmann::json::object();
+    for (const auto& [name, value] : device.attributes) attributes[name] = value;
+    devices.push_back({{"driver", device.driver},
+                       {"pool", device.pool},
+                       {"name", device.name},
+                       {"attributes", attributes}});
+  }
+  nlohmann::json out = {{"apiVersion", kMetadataApiVersion},
+                        {"kind", "DeviceMetadata"},
+                        {"metadata",
+                         {{"name", metadata.claim_name},
+                          {"namespace", metadata.claim_namespace},
+                          {"uid", metadata.claim_uid},
+                          {"generation", metadata.generation}}}};
+  if (metadata.pod_claim_name) out["podClaimName"] = *metadata.pod_claim_name;
+  out["requests"] = nlohmann::json::array({{{"name", metadata.request}, {"devices", devices}}});
+  return out;
+}
+
+Status MetadataStore::CheckNames(const RequestMetadata& metadata) const {
+  if (!IsDnsLabel(metadata.claim_namespace)) return BadName("namespace", metadata.claim_namespace);
+  if (!IsDnsSubdomain(metadata.claim_name)) return BadName("claim", metadata.claim_name);
+  if (!IsUid(metadata.claim_uid)) return BadName("claim uid", metadata.claim_uid);
+  if (!IsDnsLabel(metadata.request)) return BadName("request", metadata.request);
+  if (metadata.pod_claim_name && !IsDnsLabel(*metadata.pod_claim_name)) {
+    return BadName("pod claim name", *metadata.pod_claim_name);
+  }
+  return Status::Ok();
+}
+
+std::string MetadataStore::HostPath(const RequestMetadata& metadata) const {
+  return plugin_data_dir_ + "/dra-device-metadata/" + metadata.claim_namespace + "_" +
+         metadata.claim_name + "/" + metadata.request + "/metadata.json";
+}
+
+std::string MetadataStore::ContainerPath(const RequestMetadata& metadata) const {
+  const std::string claim = metadata.pod_claim_name
+                                ? "resourceclaimtemplates/" + *metadata.pod_claim_name
+                                : "resourceclaims/" + metadata.claim_name;
+  return std::string(kContainerMetadataBase) + "/" + claim + "/" + metadata.request + "/" +
+         driver_ + "-metadata.json";
+}
+
+std::string MetadataStore::CdiFileName(const std::string& claim_uid,
+                                       const std::string& request) const {
+  return driver_ + "_metadata_" + claim_uid + "_" + request + ".json";
+}
+
+std::string MetadataStore::CdiDeviceId(const std::string& claim_uid,
+                                       const std::string& request) const {
+  return QualifiedDeviceId(driver_ + "/metadata", claim_uid + "_" + request);
+}
+
+Result<std::string> MetadataStore::Write(const RequestMetadata& metadata) const {
+  if (Status s = CheckNames(metadata); !s.ok()) return s.error();
+  const std::filesystem::path host(HostPath(metadata));
+  if (Status s = MakeDirs(host.parent_path()); !s.ok()) return s.error();
+  if (Status s =
+          WriteFileAtomically(host.string(), DeviceMetadataJson(metadata).dump() + "\n", 0644);
+      !s.ok()) {
+    return s.error();
+  }
+  Spec spec;
+  spec.kind = driver_ + "/metadata";
+  Device device;
+  device.name = metadata.claim_uid + "_" + metadata.request;
+  device.mounts.push_back(Mount{host.string(), ContainerPath(metadata), {"ro", "bind"}});
+  spec.devices.push_back(device);
+  if (Status s = cdi_.Write(CdiFileName(metadata.claim_uid, metadata.request), spec); !s.ok()) {
+    return s.error();
+  }
+  return CdiDeviceId(metadata.claim_uid, metadata.request);
+}
+
+Status MetadataStore::RemoveClaim(const std::string& claim_namespace, const std::string& claim_name,
+                                  const std::string& claim_uid) const {
+  if (!IsDnsLabel(claim_namespace)) return BadName("namespace", claim_namespace);
+  if (!IsDnsSubdomain(claim_name)) return BadName("claim", claim_name);
+  if (!IsUid(claim_uid)) return BadName("claim uid", claim_uid);
+  auto files = cdi_.List(driver_ + "_metadata_" + claim_uid + "_");
+  if (!files.ok()) return files.error();
+  for (const std::string& file : *files) {
+    if (Status s = cdi_.Remove(file); !s.ok()) return s;
+  }
+  std::error_code ec;
+  const std::string dir =
+      plugin_data_dir_ + "/dra-device-metadata/" + claim_namespace + "_" + claim_name;
+  std::filesystem::remove_all(dir, ec);
+  if (ec) return MakeError(ErrorKind::kUnavailable, "cannot remove " + dir + ": " + ec.message());
+  return Status::Ok();
+}
+
+}  // namespace vfio_dra::cdi
