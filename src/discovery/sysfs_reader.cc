@@ -21,6 +21,18 @@ Error OpenError(int err, const std::string& what, const std::string& path) {
                    "cannot " + what + " " + path + ": " + ErrnoText(err));
 }
 
+// Reads the entries of an open directory (sorted, without . and ..) and closes it.
+std::vector<std::string> ReadEntries(DIR* dir) {
+  std::vector<std::string> names;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  ::closedir(dir);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 std::string BaseName(const std::string& target) {
   const size_t slash = target.find_last_of('/');
   return slash == std::string::npos ? target : target.substr(slash + 1);
@@ -78,14 +90,7 @@ Result<std::vector<std::string>> SysfsDir::List(const std::string& name) const {
     ::close(fd);
     return OpenError(err, "list", Path(name));
   }
-  std::vector<std::string> names;
-  while (const dirent* entry = ::readdir(dir)) {
-    const std::string entry_name = entry->d_name;
-    if (entry_name != "." && entry_name != "..") names.push_back(entry_name);
-  }
-  ::closedir(dir);
-  std::sort(names.begin(), names.end());
-  return names;
+  return ReadEntries(dir);
 }
 
 SysfsReader::SysfsReader(std::string root) : root_(std::move(root)) {
@@ -152,14 +157,7 @@ Result<std::vector<std::string>> SysfsReader::List(const std::string& relative) 
     return MakeError(err == ENOENT ? ErrorKind::kNotFound : ErrorKind::kUnavailable,
                      "cannot list " + path + ": " + ErrnoText(err));
   }
-  std::vector<std::string> names;
-  while (const dirent* entry = ::readdir(dir)) {
-    const std::string name = entry->d_name;
-    if (name != "." && name != "..") names.push_back(name);
-  }
-  ::closedir(dir);
-  std::sort(names.begin(), names.end());
-  return names;
+  return ReadEntries(dir);
 }
 
 bool SysfsReader::Exists(const std::string& relative) const {

@@ -450,6 +450,23 @@ void FakeApiServer::ClearRequests() {
   requests_.clear();
 }
 
+bool FakeApiServer::Admit(json& body, httplib::Response& res) const {
+  if (!options_.partitionable_devices) DropPartitionableFields(body);
+  std::string field;
+  const std::string problem = ValidateSlice(body, std::stoi(options_.minor_version), field);
+  if (problem.empty()) return true;
+  const json& meta = body.contains("metadata") ? body["metadata"] : json::object();
+  const std::string name = meta.value("name", meta.value("generateName", ""));
+  json status = StatusBody(
+      422, "Invalid",
+      "ResourceSlice.resource.k8s.io \"" + name + "\" is invalid: " + field + ": " + problem,
+      "ResourceSlice", name);
+  status["details"]["causes"] =
+      json::array({{{"reason", "FieldValueInvalid"}, {"message", problem}, {"field", field}}});
+  Reply(res, 422, status);
+  return false;
+}
+
 void FakeApiServer::InstallRoutes() {
   auto handler = [this](const httplib::Request& req, httplib::Response& res) {
     const std::vector<std::string> parts = SplitPath(req.path);
@@ -675,23 +692,7 @@ void FakeApiServer::InstallRoutes() {
           if (body.is_discarded() || !body.is_object()) {
             return ReplyStatus(res, 400, "BadRequest", "the request body is not a JSON object");
           }
-          if (!options_.partitionable_devices) DropPartitionableFields(body);
-          {
-            std::string field;
-            const std::string problem =
-                ValidateSlice(body, std::stoi(options_.minor_version), field);
-            if (!problem.empty()) {
-              json status = StatusBody(
-                  422, "Invalid",
-                  "ResourceSlice.resource.k8s.io \"" +
-                      body["metadata"].value("name", body["metadata"].value("generateName", "")) +
-                      "\" is invalid: " + field + ": " + problem,
-                  "ResourceSlice", body["metadata"].value("name", ""));
-              status["details"]["causes"] = json::array(
-                  {{{"reason", "FieldValueInvalid"}, {"message", problem}, {"field", field}}});
-              return Reply(res, 422, status);
-            }
-          }
+          if (!Admit(body, res)) return;
           json slice = SliceFromVersion(body, version);
           auto& meta = slice["metadata"];
           std::string new_name = meta.value("name", "");
@@ -728,21 +729,7 @@ void FakeApiServer::InstallRoutes() {
           if (body.is_discarded() || !body.is_object()) {
             return ReplyStatus(res, 400, "BadRequest", "the request body is not a JSON object");
           }
-          if (!options_.partitionable_devices) DropPartitionableFields(body);
-          {
-            std::string field;
-            const std::string problem =
-                ValidateSlice(body, std::stoi(options_.minor_version), field);
-            if (!problem.empty()) {
-              json status = StatusBody(422, "Invalid",
-                                       "ResourceSlice.resource.k8s.io \"" + name +
-                                           "\" is invalid: " + field + ": " + problem,
-                                       "ResourceSlice", name);
-              status["details"]["causes"] = json::array(
-                  {{{"reason", "FieldValueInvalid"}, {"message", problem}, {"field", field}}});
-              return Reply(res, 422, status);
-            }
-          }
+          if (!Admit(body, res)) return;
           json slice = SliceFromVersion(body, version);
           const std::string sent_rv = slice["metadata"].value("resourceVersion", "");
           const std::string have_rv = it->second["metadata"]["resourceVersion"];

@@ -21,7 +21,8 @@
 
 namespace httplib {
 class Server;
-}
+struct Response;
+}  // namespace httplib
 
 namespace vfio_dra::testing {
 
@@ -98,6 +99,8 @@ class FakeApiServer {
   };
 
   void InstallRoutes();
+  // Drops gated fields and validates a ResourceSlice body; on failure answers 422 and false.
+  bool Admit(nlohmann::json& body, httplib::Response& res) const;
   long long NextRv();
   void Emit(const std::string& type, const nlohmann::json& object);
 

@@ -80,8 +80,8 @@ int main(int argc, char** argv) {
   }
   std::vector<vfio_dra::testing::SimClaim> claims;
   if (!ParseClaims(claim_specs, claims)) return 2;
-  if (prep->parsed()) {
-    auto response = sim.Prepare(*plugin, claims, service);
+  // Prints the answer as JSON; any per-claim error makes the exit code 1.
+  auto report = [](const auto& response) {
     if (!response.ok()) {
       std::cerr << "kubelet-sim: " << response.error().message << "\n";
       return 1;
@@ -91,15 +91,7 @@ int main(int argc, char** argv) {
       if (!result.error().empty()) return 1;
     }
     return 0;
-  }
-  auto response = sim.Unprepare(*plugin, claims, service);
-  if (!response.ok()) {
-    std::cerr << "kubelet-sim: " << response.error().message << "\n";
-    return 1;
-  }
-  std::cout << ToJson(*response) << std::endl;
-  for (const auto& [uid, result] : response->claims()) {
-    if (!result.error().empty()) return 1;
-  }
-  return 0;
+  };
+  if (prep->parsed()) return report(sim.Prepare(*plugin, claims, service));
+  return report(sim.Unprepare(*plugin, claims, service));
 }

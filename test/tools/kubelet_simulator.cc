@@ -182,52 +182,46 @@ static void FillClaims(Request& request, const std::vector<SimClaim>& claims) {
   }
 }
 
-Result<k8s::io::kubelet::pkg::apis::dra::v1::NodePrepareResourcesResponse>
-KubeletSimulator::Prepare(const RegisteredPlugin& plugin, const std::vector<SimClaim>& claims,
-                          const std::string& service) {
-  auto path = MethodPath(service.empty() ? plugin.chosen_service : service, "NodePrepareResources");
+// One DRA call: the v1 message types encode both versions (they are wire-identical).
+template <typename Request, typename Response>
+static Result<Response> CallDra(KubeletSimulator& sim, const RegisteredPlugin& plugin,
+                                const std::vector<SimClaim>& claims, const std::string& service,
+                                const std::string& method) {
+  auto path =
+      KubeletSimulator::MethodPath(service.empty() ? plugin.chosen_service : service, method);
   if (!path.ok()) return path.error();
-  // v1 and v1beta1 messages are wire-identical, so the v1 types encode both.
-  k8s::io::kubelet::pkg::apis::dra::v1::NodePrepareResourcesRequest request;
+  Request request;
   FillClaims(request, claims);
   std::string bytes;
-  grpc::Status status = CallRaw(plugin.endpoint, *path, request.SerializeAsString(), &bytes,
-                                std::chrono::seconds(45));
+  grpc::Status status = sim.CallRaw(plugin.endpoint, *path, request.SerializeAsString(), &bytes,
+                                    std::chrono::seconds(45));
   if (!status.ok()) {
     return MakeError(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT
                          ? ErrorKind::kInvalidArgument
                          : ErrorKind::kUnavailable,
-                     "NodePrepareResources: " + status.error_message());
+                     method + ": " + status.error_message());
   }
-  k8s::io::kubelet::pkg::apis::dra::v1::NodePrepareResourcesResponse response;
+  Response response;
   if (!response.ParseFromString(bytes)) {
-    return MakeError(ErrorKind::kInternal, "unparsable NodePrepareResourcesResponse");
+    return MakeError(ErrorKind::kInternal, "unparsable " + method + " response");
   }
   return response;
+}
+
+Result<k8s::io::kubelet::pkg::apis::dra::v1::NodePrepareResourcesResponse>
+KubeletSimulator::Prepare(const RegisteredPlugin& plugin, const std::vector<SimClaim>& claims,
+                          const std::string& service) {
+  return CallDra<k8s::io::kubelet::pkg::apis::dra::v1::NodePrepareResourcesRequest,
+                 k8s::io::kubelet::pkg::apis::dra::v1::NodePrepareResourcesResponse>(
+      *this, plugin, claims, service, "NodePrepareResources");
 }
 
 Result<k8s::io::kubelet::pkg::apis::dra::v1::NodeUnprepareResourcesResponse>
 KubeletSimulator::Unprepare(const RegisteredPlugin& plugin, const std::vector<SimClaim>& claims,
                             const std::string& service) {
-  auto path =
-      MethodPath(service.empty() ? plugin.chosen_service : service, "NodeUnprepareResources");
-  if (!path.ok()) return path.error();
-  k8s::io::kubelet::pkg::apis::dra::v1::NodeUnprepareResourcesRequest request;
-  FillClaims(request, claims);
-  std::string bytes;
-  grpc::Status status = CallRaw(plugin.endpoint, *path, request.SerializeAsString(), &bytes,
-                                std::chrono::seconds(45));
-  if (!status.ok()) {
-    return MakeError(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT
-                         ? ErrorKind::kInvalidArgument
-                         : ErrorKind::kUnavailable,
-                     "NodeUnprepareResources: " + status.error_message());
-  }
-  k8s::io::kubelet::pkg::apis::dra::v1::NodeUnprepareResourcesResponse response;
-  if (!response.ParseFromString(bytes)) {
-    return MakeError(ErrorKind::kInternal, "unparsable NodeUnprepareResourcesResponse");
-  }
-  return response;
+  return CallDra<k8s::io::kubelet::pkg::apis::dra::v1::NodeUnprepareResourcesRequest,
+                 k8s::io::kubelet::pkg::apis::dra::v1::NodeUnprepareResourcesResponse>(
+      *this, plugin, claims, service, "NodeUnprepareResources");
 }
 
 }  // namespace vfio_dra::testing
