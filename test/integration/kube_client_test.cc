@@ -239,5 +239,41 @@ TEST_F(KubeClientTest, StaleUpdateIsAConflictAndStaleDeleteToo) {
   EXPECT_EQ(stale_delete.error().kind, ErrorKind::kConflict);
 }
 
+// TLS: verification is on unless the kubeconfig turns it off; a CA file makes it pass.
+TEST_F(KubeClientTest, TlsIsVerifiedAgainstTheConfiguredCa) {
+  const std::string make_cert =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=fake-apiserver "
+      "-addext subjectAltName=IP:127.0.0.1 -keyout " +
+      dir_ + "/key.pem -out " + dir_ + "/cert.pem 2>/dev/null";
+  ASSERT_EQ(std::system(make_cert.c_str()), 0) << "openssl is needed (hack/install-deps.sh)";
+  FakeApiServerOptions options;
+  options.tls_cert_file = dir_ + "/cert.pem";
+  options.tls_key_file = dir_ + "/key.pem";
+  StartServer(options);
+  auto connect_with = [&](const std::string& cluster_extra) -> Result<nlohmann::json> {
+    const std::string path = dir_ + "/tls-kubeconfig";
+    std::ofstream(path, std::ios::trunc)
+        << "current-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n"
+        << "clusters:\n- name: k\n  cluster:\n    server: " << server_->url() << "\n"
+        << cluster_extra << "users:\n- name: u\n  user: {}\n";
+    auto config = LoadKubeconfigFile(path);
+    if (!config.ok()) return config.error();
+    auto transport = CurlTransport::Create(*config, "test");
+    if (!transport.ok()) return transport.error();
+    TokenSource tokens("", "", RealClock());
+    ApiClientOptions api_options;
+    api_options.max_retries = 0;
+    ApiClient client(**transport, tokens, RealClock(), Logger::Discard(), api_options);
+    return client.Get("/version");
+  };
+  auto untrusted = connect_with("");
+  ASSERT_FALSE(untrusted.ok());
+  EXPECT_NE(untrusted.error().message.find("SSL"), std::string::npos) << untrusted.error().message;
+  auto with_ca = connect_with("    certificate-authority: " + dir_ + "/cert.pem\n");
+  EXPECT_TRUE(with_ca.ok()) << with_ca.error().message;
+  auto insecure = connect_with("    insecure-skip-tls-verify: true\n");
+  EXPECT_TRUE(insecure.ok());
+}
+
 }  // namespace
 }  // namespace vfio_dra::kube

@@ -286,7 +286,12 @@ bool FakeApiServer::Start(int port) {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = false;
   }
-  server_ = std::make_unique<httplib::Server>();
+  if (!options_.tls_cert_file.empty()) {
+    server_ = std::make_unique<httplib::SSLServer>(options_.tls_cert_file.c_str(),
+                                                   options_.tls_key_file.c_str());
+  } else {
+    server_ = std::make_unique<httplib::Server>();
+  }
   server_->new_task_queue = [] { return new httplib::ThreadPool(64); };
   InstallRoutes();
   if (port == 0) {

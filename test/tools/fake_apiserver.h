@@ -33,6 +33,9 @@ struct FakeApiServerOptions {
   // DRAPartitionableDevices on the server: when false, sharedCounters and consumesCounters are
   // silently dropped on create/update, as the real server does with the gate off.
   bool partitionable_devices = true;
+  // When both are set the server speaks HTTPS with this certificate.
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 struct RecordedRequest {
@@ -56,7 +59,10 @@ class FakeApiServer {
   // Stops listening and ends open watches; the stored objects survive a Start() on the same port.
   void Stop();
   int port() const { return port_; }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string url() const {
+    return (options_.tls_cert_file.empty() ? "http://" : "https://") + std::string("127.0.0.1:") +
+           std::to_string(port_);
+  }
   // Writes a kubeconfig for this server into `dir` and returns its path.
   std::string WriteKubeconfig(const std::string& dir, const std::string& token_file = "") const;
 
