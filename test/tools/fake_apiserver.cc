@@ -408,6 +408,11 @@ size_t FakeApiServer::DeleteSlicesWhere(const std::string& field_selector) {
   std::vector<FieldRequirement> selector;
   std::string error;
   if (!ParseFieldSelector(field_selector, selector, error)) return 0;
+  return DeleteMatchingLocked(selector);
+}
+
+template <typename Selector>
+size_t FakeApiServer::DeleteMatchingLocked(const Selector& selector) {
   size_t deleted = 0;
   for (auto it = slices_.begin(); it != slices_.end();) {
     if (Matches(it->second, selector)) {
@@ -760,16 +765,7 @@ void FakeApiServer::InstallRoutes() {
           if (!ParseFieldSelector(req.get_param_value("fieldSelector"), selector, error)) {
             return ReplyStatus(res, 400, "BadRequest", error);
           }
-          for (auto it = slices_.begin(); it != slices_.end();) {
-            if (Matches(it->second, selector)) {
-              json object = it->second;
-              object["metadata"]["resourceVersion"] = std::to_string(NextRv());
-              Emit("DELETED", object);
-              it = slices_.erase(it);
-            } else {
-              ++it;
-            }
-          }
+          DeleteMatchingLocked(selector);
           return Reply(res, 200, {{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Success"}});
         }
         if (req.method == "DELETE" && !name.empty()) {

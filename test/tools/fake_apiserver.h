@@ -108,6 +108,9 @@ class FakeApiServer {
   // Drops gated fields and validates a ResourceSlice body; on failure answers 422 and false.
   bool Admit(nlohmann::json& body, httplib::Response& res) const;
   long long NextRv();
+  // Deletes the slices a parsed field selector matches; mu_ must be held.
+  template <typename Selector>
+  size_t DeleteMatchingLocked(const Selector& selector);
   void Emit(const std::string& type, const nlohmann::json& object);
 
   FakeApiServerOptions options_;

@@ -13,6 +13,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using vfio_dra::testing::FixtureNode;
+using vfio_dra::testing::MakePciSpec;
 using vfio_dra::testing::PciSpec;
 using vfio_dra::testing::SysfsFixture;
 
@@ -98,13 +99,7 @@ TEST(DeviceSelection, DefaultPolicyPublishesKnownNicVfsOnly) {
   SysfsFixture fx(node.sysfs_root());
   // An NVMe PF (QEMU vendor) with one VF in its own group: not a known NIC, so the VF needs a
   // selector.
-  PciSpec nvme;
-  nvme.address = "0000:09:00.0";
-  nvme.vendor = 0x1b36;
-  nvme.device = 0x0010;
-  nvme.class_code = 0x010802;
-  nvme.driver = "nvme";
-  nvme.iommu_group = 89;
+  PciSpec nvme = MakePciSpec("0000:09:00.0", 0x1b36, 0x0010, 0x010802, "nvme", 89);
   fx.AddPci(nvme);
   PciSpec vf = nvme;
   vf.driver = "";
@@ -151,13 +146,7 @@ TEST(DeviceSelection, KindsCanBeTurnedOff) {
 TEST(DeviceSelection, OtherDisplayControllersAreGpusOnlyWhenSelected) {
   FixtureNode node("");
   SysfsFixture fx(node.sysfs_root());
-  PciSpec other;
-  other.address = "0000:05:00.0";
-  other.vendor = 0x1002;
-  other.device = 0x7408;
-  other.class_code = 0x038000;
-  other.driver = "amdgpu";
-  other.iommu_group = 5;
+  PciSpec other = MakePciSpec("0000:05:00.0", 0x1002, 0x7408, 0x038000, "amdgpu", 5);
   fx.AddPci(other);
   const Inventory inv = node.Scan();
   EXPECT_EQ(SelectDevices(inv, AdminPolicy{}).functions.at("0000:05:00.0").kind,
@@ -172,12 +161,7 @@ TEST(DeviceSelection, OtherDisplayControllersAreGpusOnlyWhenSelected) {
 TEST(DeviceSelection, AnUnmanagedVfioPciFunctionBlocksItsGroup) {
   FixtureNode node("");
   SysfsFixture fx(node.sysfs_root());
-  PciSpec gpu;
-  gpu.address = "0000:06:00.0";
-  gpu.vendor = 0x10de;
-  gpu.device = 0x2230;
-  gpu.class_code = 0x030000;
-  gpu.iommu_group = 6;
+  PciSpec gpu = MakePciSpec("0000:06:00.0", 0x10de, 0x2230, 0x030000, "", 6);
   fx.AddPci(gpu);
   PciSpec other = gpu;
   other.address = "0000:06:01.0";
@@ -195,13 +179,7 @@ TEST(DeviceSelection, AnUnmanagedVfioPciFunctionBlocksItsGroup) {
 TEST(DeviceSelection, UnboundFunctionsInTheGroupDoNotBlock) {
   FixtureNode node("");
   SysfsFixture fx(node.sysfs_root());
-  PciSpec gpu;
-  gpu.address = "0000:06:00.0";
-  gpu.vendor = 0x10de;
-  gpu.device = 0x2230;
-  gpu.class_code = 0x030000;
-  gpu.iommu_group = 6;
-  gpu.driver = "nvidia";
+  PciSpec gpu = MakePciSpec("0000:06:00.0", 0x10de, 0x2230, 0x030000, "nvidia", 6);
   fx.AddPci(gpu);
   PciSpec idle = gpu;
   idle.address = "0000:06:01.0";

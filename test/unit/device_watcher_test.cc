@@ -10,7 +10,6 @@ namespace vfio_dra::discovery {
 namespace {
 
 using vfio_dra::testing::FixtureNode;
-using vfio_dra::testing::PciSpec;
 using vfio_dra::testing::SysfsFixture;
 
 // Counts scans and handed-on results, and lets the test wait for either.
@@ -58,13 +57,7 @@ class Recorder {
 
 void AddGpu(const std::string& root, const std::string& address, int group) {
   SysfsFixture fx(root);
-  PciSpec gpu;
-  gpu.address = address;
-  gpu.vendor = 0x10de;
-  gpu.device = 0x2230;
-  gpu.class_code = 0x030000;
-  gpu.iommu_group = group;
-  fx.AddPci(gpu);
+  fx.AddPci(vfio_dra::testing::MakePciSpec(address, 0x10de, 0x2230, 0x030000, "", group));
 }
 
 TEST(DeviceWatcher, ATriggerHandsOnTheChangedNodeWithinTheQuietPeriod) {

@@ -175,12 +175,8 @@ TEST(Inventory, MalformedEntriesAreSkippedWithOneWarningEach) {
 TEST(Inventory, ADanglingIommuGroupLinkDoesNotCrash) {
   FixtureNode node("");
   SysfsFixture fx(node.sysfs_root());
-  vfio_dra::testing::PciSpec spec;
-  spec.address = "0000:01:00.0";
-  spec.vendor = 0x10de;
-  spec.device = 0x2230;
-  spec.class_code = 0x030000;
-  fx.AddPci(spec);
+  fx.AddPci(
+      vfio_dra::testing::MakePciSpec("0000:01:00.0", 0x10de, 0x2230, 0x030000, "", std::nullopt));
   fx.Symlink("devices/pci0000:00/0000:01:00.0/iommu_group", "kernel/iommu_groups/notanumber");
   const Inventory inv = node.Scan();
   EXPECT_EQ(inv.Find("0000:01:00.0"), nullptr);

@@ -221,14 +221,7 @@ class CounterAllocator {
 TEST(CounterAllocatorTest, NeverTheWholeGpuWithAnInstanceNorMoreInstancesThanFit) {
   FixtureNode node("");
   vfio_dra::testing::SysfsFixture fx(node.sysfs_root());
-  vfio_dra::testing::PciSpec gpu;
-  gpu.address = "0000:3b:00.0";
-  gpu.vendor = 0x10de;
-  gpu.device = 0x1eb8;
-  gpu.class_code = 0x030200;
-  gpu.driver = "nvidia";
-  gpu.iommu_group = 40;
-  fx.AddPci(gpu);
+  fx.AddPci(vfio_dra::testing::MakePciSpec("0000:3b:00.0", 0x10de, 0x1eb8, 0x030200, "nvidia", 40));
   fx.AddMdevParent("0000:3b:00.0", {{"nvidia-222", "GRID T4-1B", "", 16},
                                     {"nvidia-223", "GRID T4-2B", "", 8},
                                     {"nvidia-228", "GRID T4-8A", "", 2},
