@@ -32,4 +32,12 @@ bool IsDnsSubdomain(const std::string& value) {
   }
 }
 
+bool IsObjectUid(const std::string& value) {
+  if (value.empty() || value.size() > 128) return false;
+  for (char c : value) {
+    if (!IsLowerAlnum(c) && !(c >= 'A' && c <= 'Z') && c != '-') return false;
+  }
+  return true;
+}
+
 }  // namespace vfio_dra

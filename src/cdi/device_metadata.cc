@@ -11,14 +11,6 @@
 namespace vfio_dra::cdi {
 namespace {
 
-bool IsUid(const std::string& uid) {
-  if (uid.empty() || uid.size() > 128) return false;
-  for (char c : uid) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') return false;
-  }
-  return true;
-}
-
 Error BadName(const std::string& what, const std::string& value) {
   return MakeError(ErrorKind::kInvalidArgument, "refusing device metadata for " + what + " \"" +
                                                     EscapeForDisplay(value, 80) +
@@ -63,7 +55,7 @@ nlohmann::json DeviceMetadataJson(const RequestMetadata& metadata) {
 Status MetadataStore::CheckNames(const RequestMetadata& metadata) const {
   if (!IsDnsLabel(metadata.claim_namespace)) return BadName("namespace", metadata.claim_namespace);
   if (!IsDnsSubdomain(metadata.claim_name)) return BadName("claim", metadata.claim_name);
-  if (!IsUid(metadata.claim_uid)) return BadName("claim uid", metadata.claim_uid);
+  if (!IsObjectUid(metadata.claim_uid)) return BadName("claim uid", metadata.claim_uid);
   if (!IsDnsLabel(metadata.request)) return BadName("request", metadata.request);
   if (metadata.pod_claim_name && !IsDnsLabel(*metadata.pod_claim_name)) {
     return BadName("pod claim name", *metadata.pod_claim_name);
@@ -119,7 +111,7 @@ Status MetadataStore::RemoveClaim(const std::string& claim_namespace, const std:
                                   const std::string& claim_uid) const {
   if (!IsDnsLabel(claim_namespace)) return BadName("namespace", claim_namespace);
   if (!IsDnsSubdomain(claim_name)) return BadName("claim", claim_name);
-  if (!IsUid(claim_uid)) return BadName("claim uid", claim_uid);
+  if (!IsObjectUid(claim_uid)) return BadName("claim uid", claim_uid);
   auto files = cdi_.List(driver_ + "_metadata_" + claim_uid + "_");
   if (!files.ok()) return files.error();
   for (const std::string& file : *files) {

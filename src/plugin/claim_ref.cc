@@ -1,6 +1,5 @@
 #include "plugin/claim_ref.h"
 
-#include <cctype>
 
 #include "base/k8s_names.h"
 
@@ -24,11 +23,7 @@ Status ValidateClaimRef(const ClaimRef& claim) {
                          ": invalid name: must be a DNS subdomain (lower-case letters, digits, "
                          "'-' and '.', at most 253 characters)");
   }
-  bool uid_ok = !claim.uid.empty() && claim.uid.size() <= 128;
-  for (char c : claim.uid) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') uid_ok = false;
-  }
-  if (!uid_ok) {
+  if (!IsObjectUid(claim.uid)) {
     return MakeError(ErrorKind::kInvalidArgument,
                      who + ": invalid uid: must be letters, digits and '-' (at most 128)");
   }
