@@ -1,6 +1,5 @@
 #include "plugin/claim_ref.h"
 
-
 #include "base/k8s_names.h"
 
 namespace vfio_dra::plugin {
