@@ -187,6 +187,14 @@ void ScanMdevParents(const SysfsReader& sysfs, Inventory& inventory) {
 
 }  // namespace
 
+Result<PciFunction> ReadPciFunction(const SysfsReader& sysfs, const std::string& address) {
+  if (!sysfs.Exists("bus/pci/devices/" + address)) {
+    return MakeError(ErrorKind::kNotFound, "PCI device " + address + " is not present (no " +
+                                               sysfs.Path("bus/pci/devices/" + address) + ")");
+  }
+  return ReadFunction(sysfs, address, address);
+}
+
 Inventory ScanInventory(const SysfsReader& sysfs, PciNames* names) {
   Inventory inventory;
   std::map<std::string, int> unreadable_groups;

@@ -12,4 +12,8 @@ namespace vfio_dra::discovery {
 // `names` may be null (no names are filled in).
 Inventory ScanInventory(const SysfsReader& sysfs, PciNames* names);
 
+// One PCI function, read now (no names): what device preparation re-checks before it touches a
+// device. kNotFound when the device is gone.
+Result<PciFunction> ReadPciFunction(const SysfsReader& sysfs, const std::string& address);
+
 }  // namespace vfio_dra::discovery

@@ -119,6 +119,13 @@ Result<ResourceClaim> ParseResourceClaim(const nlohmann::json& object) {
     if (!value.ok()) return value.error();
     *target = *value;
   }
+  if (auto generation = metadata->find("generation");
+      generation != metadata->end() && !generation->is_null()) {
+    if (!generation->is_number_integer()) {
+      return FieldError("metadata.generation", "must be an integer");
+    }
+    claim.generation = generation->get<int64_t>();
+  }
   if (auto annotations = metadata->find("annotations");
       annotations != metadata->end() && !annotations->is_null()) {
     if (!annotations->is_object()) return FieldError("metadata.annotations", "must be a map");

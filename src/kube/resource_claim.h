@@ -44,6 +44,7 @@ struct ResourceClaim {
   std::string name;
   std::string uid;
   std::string resource_version;
+  int64_t generation = 0;
   std::map<std::string, std::string> annotations;
   std::optional<AllocationResult> allocation;
 };

@@ -35,15 +35,4 @@ class DevicePreparer {
   virtual Status Unprepare(const ClaimRef& claim) = 0;
 };
 
-// Used until device preparation exists: it refuses every claim that has devices of this driver
-// with a clear error instead of pretending, and (because nothing can ever have been prepared)
-// reports unprepare as done.
-class UnimplementedDevicePreparer final : public DevicePreparer {
- public:
-  Result<std::vector<PreparedDevice>> Prepare(
-      const kube::ResourceClaim& claim,
-      const std::vector<kube::DeviceRequestAllocationResult>& ours) override;
-  Status Unprepare(const ClaimRef& claim) override;
-};
-
 }  // namespace vfio_dra::plugin

@@ -14,8 +14,8 @@ json ToJson(const ClaimRecord& r) {
   json functions = json::array();
   for (const auto& f : r.functions) {
     functions.push_back({{"address", f.address},
-                         {"originalDriver", f.original_driver},
-                         {"originalOverride", f.original_override},
+                         {"originalDriver", f.driver},
+                         {"originalOverride", f.override},
                          {"wasOnVfio", f.was_on_vfio}});
   }
   json mdevs = json::array();

@@ -16,18 +16,14 @@
 #include <vector>
 
 #include "base/result.h"
+#include "vfio/vfio_pci_binder.h"
 
 namespace vfio_dra::plugin {
 
 inline constexpr int kCheckpointVersion = 1;
 
-struct FunctionRecord {
-  std::string address;
-  std::string original_driver;    // empty: no driver was bound
-  std::string original_override;  // empty: driver_override was unset
-  bool was_on_vfio = false;       // already on vfio-pci before prepare: left bound at unprepare
-  bool operator==(const FunctionRecord&) const = default;
-};
+// A function's binding before prepare (was_on_vfio: left on vfio-pci at unprepare).
+using FunctionRecord = vfio::OriginalBinding;
 
 struct MdevRecord {
   std::string parent;

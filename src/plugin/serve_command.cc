@@ -19,11 +19,11 @@
 #include "kube/curl_transport.h"
 #include "kube/token_source.h"
 #include "plugin/call_serializer.h"
-#include "plugin/device_preparer.h"
 #include "plugin/dra_grpc_service.h"
 #include "plugin/node_service.h"
 #include "plugin/plugin_server.h"
 #include "plugin/registration_service.h"
+#include "plugin/vfio_device_preparer.h"
 #include "slicepublisher/slice_reconciler.h"
 
 #ifndef VFIO_DRA_VERSION
@@ -53,7 +53,7 @@ void BlockShutdownSignals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
-int RunServe(const ServeOptions& options) {
+int RunServe(const ServeOptions& options, const ServeEnvironment& environment) {
   Logger root = Logger::ToStderr(options.verbosity);
   Logger log = root.WithComponent("serve");
   log.Info(
@@ -90,7 +90,12 @@ int RunServe(const ServeOptions& options) {
   api_options.qps = options.kube_api_qps;
   api_options.burst = options.kube_api_burst;
   kube::ApiClient api(**transport, tokens, RealClock(), root.WithComponent("kube"), api_options);
-  kube::ResourceClaimReader claim_reader(api);
+  kube::ApiClientOptions claim_api_options;
+  claim_api_options.qps = options.claim_api_qps;
+  claim_api_options.burst = options.claim_api_burst;
+  kube::ApiClient claim_api(**transport, tokens, RealClock(), root.WithComponent("kube"),
+                            claim_api_options);
+  kube::ResourceClaimReader claim_reader(claim_api);
   ApiClaimSource claims(claim_reader);
   log.Info("Kubernetes API client ready",
            {{"server", client_config->server}, {"source", client_config->source}});
@@ -106,7 +111,41 @@ int RunServe(const ServeOptions& options) {
     return 1;
   }
 
+  if (Status s = EnsureDirectory(options.cdi_dir); !s.ok()) {
+    log.Error("cannot prepare the CDI spec directory", {{"error", s.error().message}});
+    return 1;
+  }
+  std::unique_ptr<vfio::SysfsWriter> sysfs_writer =
+      environment.make_sysfs_writer ? environment.make_sysfs_writer(options)
+                                    : std::make_unique<vfio::KernelSysfsWriter>();
+  slicepublisher::PublishedDevices published;
+  PreparerOptions preparer_options;
+  preparer_options.driver_name = options.driver_name;
+  preparer_options.node_name = options.node_name;
+  preparer_options.plugin_data_dir = options.plugin_data_dir;
+  preparer_options.cdi_dir = options.cdi_dir;
+  preparer_options.dev_root = options.dev_root;
+  preparer_options.unbind_timeout = std::chrono::seconds(options.unbind_timeout_seconds);
+  preparer_options.before_step = environment.before_prepare_step;
+  auto preparer = VfioDevicePreparer::Open(preparer_options, sysfs, *sysfs_writer, published,
+                                           root.WithComponent("prepare"));
+  if (!preparer.ok()) {
+    log.Error("cannot start device preparation", {{"error", preparer.error().message}});
+    return 1;
+  }
+  {
+    // Another instance (a rolling update) may be working on the node: recover under its lock.
+    CallSerializer::Guard guard(**serializer);
+    if (Status s = (*preparer)->Recover(); !s.ok()) {
+      log.Error(
+          "recovery from the prepare checkpoint is incomplete; affected claims are retried "
+          "on their next prepare or unprepare",
+          {{"error", s.error().message}});
+    }
+  }
+
   slicepublisher::ReconcilerOptions reconciler_options;
+  reconciler_options.published = &published;
   reconciler_options.driver = options.driver_name;
   reconciler_options.node_name = options.node_name;
   slicepublisher::SliceReconciler reconciler(api, reconciler_options, root.WithComponent("slices"));
@@ -125,8 +164,7 @@ int RunServe(const ServeOptions& options) {
   watcher.Start();
   reconciler.Start();
 
-  UnimplementedDevicePreparer preparer;
-  DraNodeService node(options.driver_name, claims, preparer, **serializer,
+  DraNodeService node(options.driver_name, claims, **preparer, **serializer,
                       root.WithComponent("node"));
   DraGrpcService<DraV1Api> v1(node, root.WithComponent("grpc"));
   DraGrpcService<DraV1beta1Api> v1beta1(node, root.WithComponent("grpc"));

@@ -3,13 +3,25 @@
 // place on shutdown (the kubelet wipes a driver's slices only after it stays away).
 #pragma once
 
+#include <functional>
+#include <memory>
+#include <string>
+
 #include "plugin/serve_options.h"
+#include "vfio/sysfs_writer.h"
 
 namespace vfio_dra::plugin {
 
+// What the daemon uses to change the node; the defaults are the real kernel. The test daemon
+// substitutes a simulated kernel and a hook that can kill it at any step of prepare/unprepare.
+struct ServeEnvironment {
+  std::function<std::unique_ptr<vfio::SysfsWriter>(const ServeOptions&)> make_sysfs_writer;
+  std::function<void(const std::string&)> before_prepare_step;
+};
+
 // Returns the process exit code. Signals SIGTERM and SIGINT must already be blocked in every
 // thread (BlockShutdownSignals) so that only the waiting thread receives them.
-int RunServe(const ServeOptions& options);
+int RunServe(const ServeOptions& options, const ServeEnvironment& environment = {});
 
 // Blocks SIGTERM and SIGINT in the calling thread; call first thing in main, before any thread
 // exists, so that threads started later inherit the mask.

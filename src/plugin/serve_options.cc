@@ -63,6 +63,11 @@ Status FinalizeServeOptions(ServeOptions& options) {
   }
   if (options.kube_api_qps < 0) return FlagError("--kube-api-qps", "must not be negative");
   if (options.kube_api_burst < 1) return FlagError("--kube-api-burst", "must be at least 1");
+  if (options.claim_api_qps < 0) return FlagError("--claim-api-qps", "must not be negative");
+  if (options.claim_api_burst < 1) return FlagError("--claim-api-burst", "must be at least 1");
+  if (options.unbind_timeout_seconds < 1 || options.unbind_timeout_seconds > 600) {
+    return FlagError("--unbind-timeout", "must be between 1 and 600 seconds");
+  }
   if (options.rescan_interval_seconds < 1 || options.rescan_interval_seconds > 3600) {
     return FlagError("--rescan-interval", "must be between 1 and 3600 seconds");
   }

@@ -26,6 +26,11 @@ struct ServeOptions {
   int verbosity = 0;
   double kube_api_qps = 5.0;
   int kube_api_burst = 10;
+  // ResourceClaim reads have their own, higher limit: they sit on the path of every pod start,
+  // and a node starting many pods at once must not queue them behind slice writes.
+  double claim_api_qps = 50.0;
+  int claim_api_burst = 100;
+  int unbind_timeout_seconds = 20;
 };
 
 // Fills defaults that depend on other options (plugin data dir) and validates every value.

@@ -8,13 +8,6 @@ namespace {
 
 using nlohmann::json;
 
-json AttributeJson(const AttributeValue& value) {
-  if (const auto* i = std::get_if<int64_t>(&value)) return {{"int", *i}};
-  if (const auto* b = std::get_if<bool>(&value)) return {{"bool", *b}};
-  if (const auto* s = std::get_if<std::string>(&value)) return {{"string", *s}};
-  return {{"version", std::get<VersionString>(value).value}};
-}
-
 json CountersJson(const std::map<std::string, int64_t>& counters) {
   json out = json::object();
   for (const auto& [name, value] : counters) out[name] = {{"value", std::to_string(value)}};
@@ -44,6 +37,13 @@ Result<std::map<std::string, int64_t>> CountersFromJson(const json& counters,
 }
 
 }  // namespace
+
+json AttributeJson(const AttributeValue& value) {
+  if (const auto* i = std::get_if<int64_t>(&value)) return {{"int", *i}};
+  if (const auto* b = std::get_if<bool>(&value)) return {{"bool", *b}};
+  if (const auto* s = std::get_if<std::string>(&value)) return {{"string", *s}};
+  return {{"version", std::get<VersionString>(value).value}};
+}
 
 Result<int64_t> ParseIntegerQuantity(const std::string& text) {
   size_t i = 0;

@@ -23,6 +23,9 @@ struct SliceMeta {
   std::string resource_version;
 };
 
+// A DeviceAttribute as the API writes it: {"int": 4}, {"string": "0000:3b:00.0"}, ...
+nlohmann::json AttributeJson(const AttributeValue& value);
+
 nlohmann::json SliceToJson(const SliceContent& content, const SliceMeta& meta);
 
 // Reads spec.devices / spec.sharedCounters of a server object (either shape).

@@ -329,6 +329,7 @@ Status SliceReconciler::Sync() {
       !s.ok()) {
     return s.error().Wrap("not publishing: the desired slices would be rejected");
   }
+  if (options_.published != nullptr) options_.published->Set(pool);
   const std::string path = "/apis/resource.k8s.io/" + profile.api_version + "/resourceslices";
 
   // Match desired slices to existing ones by their device and counter-set names.

@@ -20,6 +20,7 @@
 #include "base/log.h"
 #include "discovery/node_scan.h"
 #include "kube/api_client.h"
+#include "slicepublisher/published_devices.h"
 #include "slicepublisher/server_profile.h"
 #include "slicepublisher/slice_builder.h"
 #include "slicepublisher/slice_json.h"
@@ -33,6 +34,9 @@ struct ReconcilerOptions {
   std::chrono::milliseconds initial_backoff{500};
   std::chrono::milliseconds max_backoff{std::chrono::seconds(10)};
   std::chrono::seconds watch_timeout{300};
+  // Told every pool the reconciler sets out to publish (device preparation looks devices up
+  // there); may be null.
+  PublishedDevices* published = nullptr;
 };
 
 struct ReconcilerStats {

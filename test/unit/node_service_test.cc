@@ -205,15 +205,5 @@ TEST_F(NodeServiceTest, ConcurrentCallsNeverOverlapInDeviceWork) {
   EXPECT_FALSE(preparer_.overlapped_);
 }
 
-TEST(UnimplementedDevicePreparer, RefusesClearlyInsteadOfPretending) {
-  UnimplementedDevicePreparer preparer;
-  auto out = preparer.Prepare(Claim("c", "u", {}), {Alloc("gpu", kDriver, "gpu-0000-3b-00-0")});
-  ASSERT_FALSE(out.ok());
-  EXPECT_EQ(out.error().kind, ErrorKind::kUnimplemented);
-  EXPECT_NE(out.error().message.find("not implemented yet"), std::string::npos);
-  EXPECT_NE(out.error().message.find("vms/c"), std::string::npos);
-  EXPECT_NE(out.error().message.find("node1/gpu-0000-3b-00-0"), std::string::npos);
-}
-
 }  // namespace
 }  // namespace vfio_dra::plugin

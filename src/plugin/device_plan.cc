@@ -1,0 +1,206 @@
+#include "plugin/device_plan.h"
+
+#include "discovery/inventory_scanner.h"
+#include "discovery/sysfs_parse.h"
+#include "slicepublisher/device_names.h"
+
+namespace vfio_dra::plugin {
+namespace {
+
+using slicepublisher::IntAttribute;
+using slicepublisher::StringAttribute;
+
+constexpr const char* kPciBusId = "resource.kubernetes.io/pciBusID";
+// Right after a restart the first publish follows within milliseconds when the API server is
+// up (the claim was just read from it); waiting that long after startup spares the pod a retry.
+constexpr std::chrono::seconds kWaitForFirstPublish{5};
+
+Error Mismatch(const std::string& device, const std::string& what) {
+  return MakeError(ErrorKind::kFailedPrecondition,
+                   "device " + device + " no longer matches what was published: " + what +
+                       "; the node's hardware changed since the claim was allocated, so it must "
+                       "be allocated again");
+}
+
+std::optional<uint32_t> HexAttribute(const slicepublisher::SliceDevice& device,
+                                     const std::string& name) {
+  auto text = StringAttribute(device, name);
+  if (!text) return std::nullopt;
+  auto value = discovery::ParseBareHex(*text, 4);
+  if (!value.ok()) return std::nullopt;
+  return *value;
+}
+
+// The functions of `group` that must be bound with the device: every PCI function but bridges.
+Result<std::vector<std::string>> GroupFunctions(const discovery::SysfsReader& sysfs, int group,
+                                                const std::string& device) {
+  const std::string dir = "kernel/iommu_groups/" + std::to_string(group) + "/devices";
+  auto entries = sysfs.List(dir);
+  if (!entries.ok()) {
+    return entries.error().Wrap("cannot list IOMMU group " + std::to_string(group));
+  }
+  std::vector<std::string> functions{device};
+  for (const std::string& entry : *entries) {
+    auto address = discovery::CanonicalBdf(entry);
+    if (!address.ok() || *address == device) continue;
+    auto fn = discovery::ReadPciFunction(sysfs, *address);
+    if (!fn.ok()) {
+      return fn.error().Wrap("IOMMU group " + std::to_string(group) + " of " + device +
+                             " has a member that cannot be read, so the group cannot be handed "
+                             "out safely");
+    }
+    if (!fn->IsBridge()) functions.push_back(*address);
+  }
+  return functions;
+}
+
+// Mediated devices that exist on `parent` now (0 when it is not an mdev parent).
+int MdevInstanceCount(const discovery::SysfsReader& sysfs, const std::string& parent) {
+  const std::string types = "class/mdev_bus/" + parent + "/mdev_supported_types";
+  auto type_ids = sysfs.List(types);
+  if (!type_ids.ok()) return 0;
+  int count = 0;
+  for (const std::string& type : *type_ids) {
+    if (auto devices = sysfs.List(types + "/" + type + "/devices"); devices.ok()) {
+      count += static_cast<int>(devices->size());
+    }
+  }
+  return count;
+}
+
+Result<PlannedDevice> PlanPci(PlannedDevice planned, const PlanContext& context) {
+  const std::string& name = planned.result.device;
+  auto address = StringAttribute(planned.published, kPciBusId);
+  if (!address) {
+    return MakeError(ErrorKind::kInternal, "published device " + name + " has no " + kPciBusId);
+  }
+  planned.address = *address;
+  auto fn = discovery::ReadPciFunction(context.sysfs, *address);
+  if (!fn.ok()) {
+    if (fn.error().kind == ErrorKind::kNotFound) {
+      return MakeError(ErrorKind::kFailedPrecondition,
+                       "device " + name + " (PCI " + *address +
+                           ") has vanished from the node since it was published");
+    }
+    return fn.error().Wrap("cannot re-check device " + name);
+  }
+  const auto vendor = HexAttribute(planned.published, "vendorID");
+  const auto device = HexAttribute(planned.published, "deviceID");
+  if (vendor && device && (*vendor != fn->vendor_id || *device != fn->device_id)) {
+    return Mismatch(name, "PCI " + *address + " is now a different device");
+  }
+  const auto group = IntAttribute(planned.published, "iommuGroup");
+  if (group.has_value() != fn->iommu_group.has_value() ||
+      (group && *group != static_cast<int64_t>(*fn->iommu_group))) {
+    return Mismatch(name, "the IOMMU group of PCI " + *address + " changed");
+  }
+  if (fn->IsBridge()) return Mismatch(name, "PCI " + *address + " is a bridge");
+  if (fn->sriov_pf && fn->sriov_pf->num_vfs > 0) {
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     "device " + name + " (PCI " + *address + ") is an SR-IOV PF with " +
+                         std::to_string(fn->sriov_pf->num_vfs) +
+                         " VFs enabled; vfio-pci refuses such a PF");
+  }
+  if (auto instances = MdevInstanceCount(context.sysfs, *address); instances > 0) {
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     "device " + name + " (PCI " + *address + ") has " + std::to_string(instances) +
+                         " mediated devices; the whole GPU cannot be handed out while they exist");
+  }
+  if (planned.config.mac_address && !fn->sriov_vf) {
+    return MakeError(
+        ErrorKind::kInvalidArgument,
+        "VfioConfig.macAddress applies only to SR-IOV VFs, and device " + name + " is not one");
+  }
+  if (planned.config.mac_address) {
+    return MakeError(ErrorKind::kUnimplemented,
+                     "device " + name +
+                         ": setting a VF MAC address (VfioConfig.macAddress) is "
+                         "not supported yet by this vfio-dra version; remove the "
+                         "field or set the MAC on the PF before allocation");
+  }
+  if (fn->iommu_group) {
+    planned.iommu_group = *fn->iommu_group;
+    auto functions = GroupFunctions(context.sysfs, *fn->iommu_group, *address);
+    if (!functions.ok()) return functions.error();
+    planned.functions = std::move(*functions);
+  } else {
+    planned.functions = {*address};
+  }
+  return planned;
+}
+
+Result<PlannedDevice> PlanMdev(PlannedDevice planned, const PlanContext& context) {
+  const std::string& name = planned.result.device;
+  auto uuid = StringAttribute(planned.published, "mdevUUID");
+  auto type = StringAttribute(planned.published, "mdevType");
+  auto parent = StringAttribute(planned.published, "mdevParent");
+  if (!uuid || !type || !parent) {
+    return MakeError(ErrorKind::kInternal,
+                     "published device " + name + " lacks mdevUUID, mdevType or mdevParent");
+  }
+  if (planned.config.mac_address) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "VfioConfig.macAddress applies only to SR-IOV VFs, and device " + name +
+                         " is a mediated device");
+  }
+  planned.kind = PlannedKind::kMdev;
+  planned.mdev = {*parent, *type, *uuid};
+  planned.mdev_created_by_driver = name != slicepublisher::ForeignMdevDeviceName(*uuid);
+  if (!context.sysfs.Exists("class/mdev_bus/" + *parent)) {
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     "device " + name + ": the mdev parent " + *parent +
+                         " has vanished from the node since it was published");
+  }
+  if (!planned.mdev_created_by_driver && !context.sysfs.Exists("bus/mdev/devices/" + *uuid)) {
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     "device " + name + ": the existing mdev " + *uuid + " has been removed");
+  }
+  return planned;
+}
+
+}  // namespace
+
+Result<std::vector<PlannedDevice>> PlanClaim(
+    const kube::ResourceClaim& claim, const std::vector<kube::DeviceRequestAllocationResult>& ours,
+    const PlanContext& context) {
+  if (!context.published.WaitForFirstPublish(kWaitForFirstPublish)) {
+    return MakeError(ErrorKind::kUnavailable,
+                     "this node's devices have not been published yet (is the API server "
+                     "reachable?); the kubelet will retry");
+  }
+  std::vector<PlannedDevice> plan;
+  for (const auto& result : ours) {
+    PlannedDevice planned;
+    planned.result = result;
+    if (result.admin_access) {
+      return MakeError(ErrorKind::kInvalidArgument,
+                       "request " + result.request + " asks for adminAccess to " + result.device +
+                           "; VFIO devices belong to one VM at a time, so vfio-dra does not "
+                           "support admin access");
+    }
+    if (result.pool != context.node_name) {
+      return MakeError(ErrorKind::kFailedPrecondition,
+                       "device " + result.device + " was allocated from pool " + result.pool +
+                           ", but this node publishes pool " + context.node_name);
+    }
+    auto published = context.published.Find(result.pool, result.device);
+    if (!published) {
+      return MakeError(ErrorKind::kFailedPrecondition,
+                       "device " + result.device +
+                           " is not (or no longer) published by this node; it may have been "
+                           "removed or excluded by the admin policy");
+    }
+    planned.published = *published;
+    auto config = ConfigForRequest(claim.allocation->config, context.driver, result.request);
+    if (!config.ok()) return config.error().Wrap("request " + result.request);
+    planned.config = *config;
+    auto type = StringAttribute(planned.published, "type");
+    auto done = type == "mdev" ? PlanMdev(std::move(planned), context)
+                               : PlanPci(std::move(planned), context);
+    if (!done.ok()) return done.error();
+    plan.push_back(std::move(*done));
+  }
+  return plan;
+}
+
+}  // namespace vfio_dra::plugin

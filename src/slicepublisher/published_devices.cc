@@ -1,0 +1,51 @@
+#include "slicepublisher/published_devices.h"
+
+namespace vfio_dra::slicepublisher {
+
+void PublishedDevices::Set(const DesiredPool& pool) {
+  auto devices = std::make_shared<std::map<std::string, SliceDevice>>();
+  for (const SliceContent& slice : pool.slices) {
+    for (const SliceDevice& device : slice.devices) (*devices)[device.name] = device;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pool_ = pool.name;
+    devices_ = std::move(devices);
+  }
+  known_.notify_all();
+}
+
+bool PublishedDevices::WaitForFirstPublish(std::chrono::milliseconds grace) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  return known_.wait_until(lock, created_ + grace, [&] { return devices_ != nullptr; });
+}
+
+std::optional<SliceDevice> PublishedDevices::Find(const std::string& pool,
+                                                  const std::string& device) const {
+  std::shared_ptr<const std::map<std::string, SliceDevice>> devices;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pool != pool_) return std::nullopt;
+    devices = devices_;
+  }
+  if (devices == nullptr) return std::nullopt;
+  auto it = devices->find(device);
+  if (it == devices->end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<std::string> StringAttribute(const SliceDevice& device, const std::string& name) {
+  auto it = device.attributes.find(name);
+  if (it == device.attributes.end()) return std::nullopt;
+  if (const auto* s = std::get_if<std::string>(&it->second)) return *s;
+  return std::nullopt;
+}
+
+std::optional<int64_t> IntAttribute(const SliceDevice& device, const std::string& name) {
+  auto it = device.attributes.find(name);
+  if (it == device.attributes.end()) return std::nullopt;
+  if (const auto* i = std::get_if<int64_t>(&it->second)) return *i;
+  return std::nullopt;
+}
+
+}  // namespace vfio_dra::slicepublisher

@@ -1,0 +1,41 @@
+// PublishedDevices: the devices this node offers right now, by name, as the publisher last built
+// them. Device preparation looks allocated devices up here: the scheduler allocated what was
+// published, so what was published (PCI address, IDs, IOMMU group, mdev UUID) is what prepare
+// re-checks against sysfs. Thread-safe; readers get a snapshot.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "slicepublisher/slice_model.h"
+
+namespace vfio_dra::slicepublisher {
+
+class PublishedDevices {
+ public:
+  void Set(const DesiredPool& pool);
+  // Waits for the first Set until `grace` after this object was made (a prepare can arrive right
+  // after a restart, before the first publish); false when that time has passed. Measured from
+  // the start, so that while the API server is unreachable calls fail fast instead of each
+  // waiting in turn.
+  bool WaitForFirstPublish(std::chrono::milliseconds grace) const;
+  std::optional<SliceDevice> Find(const std::string& pool, const std::string& device) const;
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::condition_variable known_;
+  const std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
+  std::string pool_;
+  std::shared_ptr<const std::map<std::string, SliceDevice>> devices_;
+};
+
+// Reads an attribute of a published device; nullopt when absent or of another type.
+std::optional<std::string> StringAttribute(const SliceDevice& device, const std::string& name);
+std::optional<int64_t> IntAttribute(const SliceDevice& device, const std::string& name);
+
+}  // namespace vfio_dra::slicepublisher

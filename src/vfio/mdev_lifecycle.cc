@@ -1,0 +1,105 @@
+#include "vfio/mdev_lifecycle.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include "discovery/sysfs_parse.h"
+
+namespace vfio_dra::vfio {
+namespace {
+
+std::string InstancePath(const std::string& uuid) { return "bus/mdev/devices/" + uuid; }
+
+std::string Describe(const MdevIdentity& mdev) {
+  return "mdev " + mdev.uuid + " (type " + mdev.type_id + " on " + mdev.parent + ")";
+}
+
+}  // namespace
+
+bool MdevLifecycle::Exists(const std::string& uuid) const {
+  return sysfs_.Exists(InstancePath(uuid));
+}
+
+Status MdevLifecycle::CheckExisting(const MdevIdentity& mdev) const {
+  auto type = sysfs_.LinkBaseName(InstancePath(mdev.uuid) + "/mdev_type");
+  auto real = sysfs_.RealPath(InstancePath(mdev.uuid));
+  auto parent_real = sysfs_.RealPath("class/mdev_bus/" + mdev.parent);
+  if (!type.ok() || !real.ok() || !parent_real.ok()) {
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     Describe(mdev) + ": an instance with this UUID exists but cannot be read");
+  }
+  const std::string expected_dir = *parent_real + "/" + mdev.uuid;
+  if (*type != mdev.type_id || *real != expected_dir) {
+    return MakeError(ErrorKind::kAlreadyExists,
+                     Describe(mdev) + ": the UUID is taken by an instance of type " + *type +
+                         " at " + sysfs_.Path(*real) + "; remove it or fix the node's mdev setup");
+  }
+  return Status::Ok();
+}
+
+Result<bool> MdevLifecycle::Create(const MdevIdentity& mdev) {
+  if (Exists(mdev.uuid)) {
+    if (Status s = CheckExisting(mdev); !s.ok()) return s.error();
+    return false;
+  }
+  const std::string type_dir =
+      "class/mdev_bus/" + mdev.parent + "/mdev_supported_types/" + mdev.type_id;
+  if (!sysfs_.IsDirectory(type_dir)) {
+    return MakeError(ErrorKind::kNotFound, Describe(mdev) +
+                                               ": the parent no longer offers the type (no " +
+                                               sysfs_.Path(type_dir) + ")");
+  }
+  if (auto available = sysfs_.Read(type_dir + "/available_instances"); available.ok()) {
+    if (auto count = discovery::ParseDecimalAttribute(*available); count.ok() && *count <= 0) {
+      return MakeError(ErrorKind::kFailedPrecondition,
+                       Describe(mdev) +
+                           ": no capacity left (available_instances is 0; another "
+                           "type may be in use on this parent)");
+    }
+  }
+  const int err = writer_.Write(sysfs_.Path(type_dir + "/create"), mdev.uuid);
+  if (err == EEXIST) {
+    if (Status s = CheckExisting(mdev); !s.ok()) return s.error();
+    return false;
+  }
+  if (err == EUSERS || err == ENOSPC) {
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     Describe(mdev) + ": no capacity left on the parent (" + std::strerror(err) +
+                         "; another type may be in use on it)");
+  }
+  if (err != 0) {
+    return MakeError(ErrorKind::kFailedPrecondition, Describe(mdev) + ": writing the UUID to " +
+                                                         sysfs_.Path(type_dir + "/create") +
+                                                         " failed: " + std::strerror(err));
+  }
+  if (!Exists(mdev.uuid)) {
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     Describe(mdev) + ": the kernel accepted the create but " +
+                         sysfs_.Path(InstancePath(mdev.uuid)) + " does not exist");
+  }
+  return true;
+}
+
+Status MdevLifecycle::Remove(const std::string& uuid) {
+  if (!Exists(uuid)) return Status::Ok();
+  const int err = writer_.Write(sysfs_.Path(InstancePath(uuid) + "/remove"), "1");
+  if (err != 0 && Exists(uuid)) {
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     "removing mdev " + uuid + " failed: " + std::strerror(err) +
+                         (err == EBUSY ? " (it is still in use by a VM)" : ""));
+  }
+  return Status::Ok();
+}
+
+Result<int> MdevLifecycle::IommuGroup(const std::string& uuid) const {
+  auto group = sysfs_.LinkBaseName(InstancePath(uuid) + "/iommu_group");
+  if (!group.ok()) return group.error().Wrap("mdev " + uuid + " has no IOMMU group");
+  auto number = discovery::ParseDecimalAttribute(*group);
+  if (!number.ok() || *number < 0) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "mdev " + uuid + ": iommu_group link does not name a group: " + *group);
+  }
+  return static_cast<int>(*number);
+}
+
+}  // namespace vfio_dra::vfio

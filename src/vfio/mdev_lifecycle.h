@@ -1,0 +1,42 @@
+// MdevLifecycle: creates and removes mediated devices through the mdev core's sysfs interface.
+// vfio-dra creates instances under the deterministic UUIDs it published, so a create that finds
+// the UUID taken by the same parent and type is the earlier attempt's instance (success), and a
+// UUID taken by anything else is an error. Capacity is the kernel's to decide: 0 available
+// instances or EUSERS fails the claim with the parent and type named.
+#pragma once
+
+#include <string>
+
+#include "base/result.h"
+#include "discovery/sysfs_reader.h"
+#include "vfio/sysfs_writer.h"
+
+namespace vfio_dra::vfio {
+
+struct MdevIdentity {
+  std::string parent;  // entry under class/mdev_bus
+  std::string type_id;
+  std::string uuid;
+};
+
+class MdevLifecycle {
+ public:
+  MdevLifecycle(const discovery::SysfsReader& sysfs, SysfsWriter& writer)
+      : sysfs_(sysfs), writer_(writer) {}
+
+  // Ok(true) when this call created the instance, Ok(false) when it existed already.
+  Result<bool> Create(const MdevIdentity& mdev);
+  // Removing an instance that does not exist succeeds.
+  Status Remove(const std::string& uuid);
+  bool Exists(const std::string& uuid) const;
+  // The instance's own IOMMU group (its /dev/vfio/<group> node is what the VM opens).
+  Result<int> IommuGroup(const std::string& uuid) const;
+
+ private:
+  Status CheckExisting(const MdevIdentity& mdev) const;
+
+  const discovery::SysfsReader& sysfs_;
+  SysfsWriter& writer_;
+};
+
+}  // namespace vfio_dra::vfio

@@ -1,0 +1,302 @@
+// Device preparation through the daemon process: the real command line (vfio-dra-sim-daemon is
+// vfio-dra-plugin with the SimulatedKernel), the kubelet simulator on its sockets, and the fake
+// API server. A claim of each kind is prepared and unprepared, and the crash-safety test kills
+// the daemon with SIGKILL before every single step of prepare and unprepare, restarts it, lets
+// the kubelet retry, and checks that the claim ends prepared (or unprepared) with nothing on the
+// node that the checkpoint does not account for.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "fake_apiserver.h"
+#include "integration/daemon_process.h"
+#include "kubelet_simulator.h"
+#include "sysfs_fixture.h"
+
+namespace vfio_dra::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+constexpr const char* kDriver = "vfio.dra.io";
+constexpr const char* kPolicy =
+    "version: v1\n"
+    "select:\n"
+    "  - kind: hostdev\n"
+    "    address: \"0000:06:00.0\"\n";
+
+// Host drivers of the vm-host fixture's managed functions.
+const std::map<std::string, std::string>& HostDrivers() {
+  static const std::map<std::string, std::string> kDrivers = {{"0000:01:00.0", "nvidia"},
+                                                              {"0000:01:00.1", "snd_hda_intel"},
+                                                              {"0000:5e:02.1", "iavf"},
+                                                              {"0000:06:00.0", "nvme"}};
+  return kDrivers;
+}
+
+std::string Slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+json Claim(const std::string& name, const std::string& uid,
+           const std::vector<std::pair<std::string, std::string>>& results) {
+  json out = json::array();
+  for (const auto& [request, device] : results) {
+    out.push_back(
+        {{"request", request}, {"driver", kDriver}, {"pool", "node1"}, {"device", device}});
+  }
+  return {{"metadata", {{"namespace", "vms"}, {"name", name}, {"uid", uid}, {"generation", 1}}},
+          {"spec", json::object()},
+          {"status", {{"allocation", {{"devices", {{"results", out}}}}}}}};
+}
+
+class PrepareDaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/vfio-dra-prep-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    server_ = std::make_unique<FakeApiServer>();
+    ASSERT_TRUE(server_->Start());
+    kubeconfig_ = server_->WriteKubeconfig(dir_);
+    server_->PutNode("node1", "6a0a1d47-0000-4000-8000-0000000000aa");
+    std::ofstream(dir_ + "/policy.yaml") << kPolicy;
+    FreshNode();
+  }
+  void TearDown() override {
+    daemon_.reset();
+    server_->Stop();
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  // A node as it boots: the fixture tree, empty /dev/vfio, CDI and plugin data directories.
+  void FreshNode() {
+    daemon_.reset();
+    for (const char* sub : {"sys", "dev", "cdi", "data", "registry"})
+      fs::remove_all(dir_ + "/" + sub);
+    fs::remove(dir_ + "/sys.sim.json");
+    BuildFixture("vm-host", dir_ + "/sys");
+    fs::create_directories(dir_ + "/registry");
+  }
+  void StartDaemon(const std::vector<std::string>& env = {}) {
+    daemon_.reset();
+    // The kubelet forgets a plugin whose socket died; a crashed daemon leaves the file behind.
+    for (const auto& entry : fs::directory_iterator(dir_ + "/registry")) fs::remove(entry.path());
+    const std::string log = dir_ + "/daemon-" + std::to_string(++starts_) + ".log";
+    daemon_ = std::make_unique<DaemonProcess>(std::vector<std::string>{VFIO_DRA_SIM_DAEMON_BINARY,
+                                                                       "serve",
+                                                                       "--node-name",
+                                                                       "node1",
+                                                                       "--kubeconfig",
+                                                                       kubeconfig_,
+                                                                       "--registrar-dir",
+                                                                       dir_ + "/registry",
+                                                                       "--plugin-data-dir",
+                                                                       dir_ + "/data",
+                                                                       "--cdi-dir",
+                                                                       dir_ + "/cdi",
+                                                                       "--sysfs-root",
+                                                                       dir_ + "/sys",
+                                                                       "--dev-root",
+                                                                       dir_ + "/dev",
+                                                                       "--config",
+                                                                       dir_ + "/policy.yaml",
+                                                                       "--unbind-timeout",
+                                                                       "2"},
+                                              log, env);
+    auto socket = sim_.WaitForRegistrationSocket(dir_ + "/registry", std::chrono::seconds(20));
+    ASSERT_TRUE(socket.ok()) << socket.error().message << daemon_->Log();
+    auto plugin = sim_.Register(*socket);
+    ASSERT_TRUE(plugin.ok()) << plugin.error().message << daemon_->Log();
+    plugin_ = *plugin;
+  }
+  std::string Driver(const std::string& address) const {
+    std::error_code ec;
+    auto target = fs::read_symlink(dir_ + "/sys/bus/pci/devices/" + address + "/driver", ec);
+    return ec ? "" : target.filename().string();
+  }
+  json Checkpoint() const {
+    const std::string text = Slurp(dir_ + "/data/checkpoint.json");
+    return text.empty() ? json{{"claims", json::object()}} : json::parse(text);
+  }
+  std::vector<std::string> CdiFiles() const {
+    std::vector<std::string> files;
+    if (!fs::exists(dir_ + "/cdi")) return files;
+    for (const auto& e : fs::directory_iterator(dir_ + "/cdi"))
+      files.push_back(e.path().filename());
+    return files;
+  }
+  // The crash-safety invariants: every function is on its host driver unless the checkpoint
+  // records it, and every CDI spec belongs to a checkpoint entry.
+  void ExpectAccountedFor(const std::string& when) const {
+    SCOPED_TRACE(when);
+    const json checkpoint = Checkpoint();
+    std::set<std::string> recorded;
+    std::set<std::string> files;
+    for (const auto& [uid, claim] : checkpoint["claims"].items()) {
+      for (const json& f : claim["functions"]) recorded.insert(f["address"]);
+      for (const json& f : claim["cdiFiles"]) files.insert(f);
+    }
+    for (const auto& [address, host] : HostDrivers()) {
+      if (recorded.count(address) == 0) {
+        EXPECT_EQ(Driver(address), host) << address;
+      }
+    }
+    for (const std::string& file : CdiFiles()) {
+      EXPECT_EQ(files.count(file), 1u) << "CDI spec without a checkpoint entry: " << file;
+    }
+  }
+
+  std::string dir_, kubeconfig_;
+  std::unique_ptr<FakeApiServer> server_;
+  std::unique_ptr<DaemonProcess> daemon_;
+  KubeletSimulator sim_;
+  RegisteredPlugin plugin_;
+  int starts_ = 0;
+};
+
+TEST_F(PrepareDaemonTest, AClaimOfEachKindIsPreparedAndUnpreparedThroughTheKubelet) {
+  struct Case {
+    std::string name, uid, request, device;
+    std::vector<std::string> bound;
+  };
+  const std::vector<Case> cases = {
+      {"gpu",
+       "11111111-0000-4000-8000-000000000001",
+       "gpu",
+       "gpu-0000-01-00-0",
+       {"0000:01:00.0", "0000:01:00.1"}},
+      {"nic", "11111111-0000-4000-8000-000000000002", "nic", "vf-0000-5e-02-1", {"0000:5e:02.1"}},
+      {"disk",
+       "11111111-0000-4000-8000-000000000003",
+       "disk",
+       "hostdev-0000-06-00-0",
+       {"0000:06:00.0"}},
+      {"vgpu",
+       "11111111-0000-4000-8000-000000000004",
+       "vgpu",
+       "mdev-0000-3b-00-0-nvidia-222-0",
+       {}}};
+  for (const Case& c : cases) server_->PutClaim(Claim(c.name, c.uid, {{c.request, c.device}}));
+  StartDaemon();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto prepared = sim_.Prepare(plugin_, {{"vms", c.name, c.uid}});
+    ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+    const auto& result = prepared->claims().at(c.uid);
+    ASSERT_EQ(result.error(), "") << daemon_->Log();
+    ASSERT_EQ(result.devices_size(), 1);
+    const auto& device = result.devices(0);
+    EXPECT_EQ(device.device_name(), c.device);
+    EXPECT_EQ(device.pool_name(), "node1");
+    ASSERT_EQ(device.cdi_device_ids_size(), 2);
+    EXPECT_EQ(device.cdi_device_ids(0), std::string(kDriver) + "/vfio=" + c.uid + "-" + c.device);
+    EXPECT_EQ(device.cdi_device_ids(1),
+              std::string(kDriver) + "/metadata=" + c.uid + "_" + c.request);
+    for (const std::string& f : c.bound) EXPECT_EQ(Driver(f), "vfio-pci") << f;
+    EXPECT_TRUE(fs::exists(dir_ + "/cdi/vfio.dra.io-vfio_" + c.uid + ".json"));
+    EXPECT_TRUE(fs::exists(dir_ + "/data/dra-device-metadata/vms_" + c.name + "/" + c.request +
+                           "/metadata.json"));
+  }
+  EXPECT_EQ(Driver("0000:3b:00.0"), "nvidia");
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto unprepared = sim_.Unprepare(plugin_, {{"vms", c.name, c.uid}});
+    ASSERT_TRUE(unprepared.ok()) << unprepared.error().message;
+    EXPECT_EQ(unprepared->claims().at(c.uid).error(), "");
+  }
+  for (const auto& [address, host] : HostDrivers()) EXPECT_EQ(Driver(address), host) << address;
+  EXPECT_TRUE(CdiFiles().empty());
+  EXPECT_TRUE(Checkpoint()["claims"].empty());
+  EXPECT_TRUE(fs::is_empty(dir_ + "/sys/bus/mdev/devices"));
+}
+
+TEST_F(PrepareDaemonTest, AnUnbindThatHangsFailsOnlyThatClaimWithinTheDeadline) {
+  server_->PutClaim(
+      Claim("gpu", "11111111-0000-4000-8000-000000000001", {{"gpu", "gpu-0000-01-00-0"}}));
+  server_->PutClaim(
+      Claim("nic", "11111111-0000-4000-8000-000000000002", {{"nic", "vf-0000-5e-02-1"}}));
+  StartDaemon({"VFIO_DRA_SIM_HANG_UNBIND=0000:01:00.1"});
+  auto prepared = sim_.Prepare(plugin_, {{"vms", "gpu", "11111111-0000-4000-8000-000000000001"},
+                                         {"vms", "nic", "11111111-0000-4000-8000-000000000002"}});
+  ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+  EXPECT_THAT(prepared->claims().at("11111111-0000-4000-8000-000000000001").error(),
+              HasSubstr("did not finish within 2000 ms"));
+  EXPECT_EQ(prepared->claims().at("11111111-0000-4000-8000-000000000002").error(), "");
+  EXPECT_EQ(Driver("0000:5e:02.1"), "vfio-pci");
+}
+
+// Kills the daemon before each step (1-based) of preparing and then unpreparing a claim with a
+// GPU (two functions) and a vGPU, and checks the outcome after the restart and the retry.
+TEST_F(PrepareDaemonTest, SurvivesSigkillAtEveryStepOfPrepareAndUnprepare) {
+  const std::string uid = "22222222-0000-4000-8000-000000000001";
+  server_->PutClaim(
+      Claim("vm", uid, {{"gpu", "gpu-0000-01-00-0"}, {"vgpu", "mdev-0000-3b-00-0-nvidia-222-0"}}));
+  const SimClaim claim{"vms", "vm", uid};
+  // A clean run names every step.
+  const std::string step_log = dir_ + "/steps.log";
+  StartDaemon({"VFIO_DRA_SIM_STEP_LOG=" + step_log});
+  ASSERT_EQ(sim_.Prepare(plugin_, {claim})->claims().at(uid).error(), "") << daemon_->Log();
+  ASSERT_EQ(sim_.Unprepare(plugin_, {claim})->claims().at(uid).error(), "");
+  std::vector<std::string> steps;
+  {
+    std::ifstream in(step_log);
+    for (std::string line; std::getline(in, line);) steps.push_back(line);
+  }
+  ASSERT_GE(steps.size(), 14u);
+  size_t prepare_steps = 0;
+  while (prepare_steps < steps.size() && steps[prepare_steps] != "cdi:remove") ++prepare_steps;
+
+  for (size_t k = 1; k <= steps.size(); ++k) {
+    const std::string step = steps[k - 1];
+    SCOPED_TRACE("SIGKILL before step " + std::to_string(k) + " (" + step + ")");
+    FreshNode();
+    StartDaemon({"VFIO_DRA_SIM_CRASH_AT_STEP=" + std::to_string(k)});
+    const bool in_prepare = k <= prepare_steps;
+    auto first = sim_.Prepare(plugin_, {claim});
+    if (in_prepare) {
+      ASSERT_FALSE(first.ok()) << "the daemon should have died before " << step;
+      ASSERT_EQ(daemon_->WaitForExit(std::chrono::seconds(10)), 128 + SIGKILL);
+      StartDaemon();
+      ExpectAccountedFor("after the restart");
+      auto retried = sim_.Prepare(plugin_, {claim});
+      ASSERT_TRUE(retried.ok()) << retried.error().message;
+      ASSERT_EQ(retried->claims().at(uid).error(), "") << daemon_->Log();
+    } else {
+      ASSERT_TRUE(first.ok()) << first.error().message;
+      ASSERT_EQ(first->claims().at(uid).error(), "");
+    }
+    // Prepared: both GPU functions on vfio-pci, the mdev exists, both CDI specs are there.
+    EXPECT_EQ(Driver("0000:01:00.0"), "vfio-pci");
+    EXPECT_EQ(Driver("0000:01:00.1"), "vfio-pci");
+    EXPECT_FALSE(fs::is_empty(dir_ + "/sys/bus/mdev/devices"));
+    EXPECT_EQ(CdiFiles().size(), 3u);  // the devices' spec and one metadata spec per request
+    ExpectAccountedFor("prepared");
+
+    auto unprepared = sim_.Unprepare(plugin_, {claim});
+    if (!in_prepare) {
+      ASSERT_FALSE(unprepared.ok()) << "the daemon should have died before " << step;
+      ASSERT_EQ(daemon_->WaitForExit(std::chrono::seconds(10)), 128 + SIGKILL);
+      StartDaemon();
+      ExpectAccountedFor("after the restart");
+      unprepared = sim_.Unprepare(plugin_, {claim});
+    }
+    ASSERT_TRUE(unprepared.ok()) << unprepared.error().message;
+    ASSERT_EQ(unprepared->claims().at(uid).error(), "") << daemon_->Log();
+    for (const auto& [address, host] : HostDrivers()) EXPECT_EQ(Driver(address), host) << address;
+    EXPECT_TRUE(fs::is_empty(dir_ + "/sys/bus/mdev/devices"));
+    EXPECT_TRUE(CdiFiles().empty());
+    EXPECT_TRUE(Checkpoint()["claims"].empty());
+    if (HasFailure()) break;
+  }
+}
+
+}  // namespace
+}  // namespace vfio_dra::testing

@@ -1,0 +1,58 @@
+// vfio-dra-sim-daemon: the real vfio-dra-plugin command line, with the kernel replaced by the
+// SimulatedKernel over --sysfs-root/--dev-root. Used by tests that drive the daemon as a process
+// (through the kubelet simulator) and by the prepare benchmark. Test-only knobs, from the
+// environment:
+//   VFIO_DRA_SIM_CRASH_AT_STEP=N  SIGKILL itself just before the N-th prepare/unprepare step
+//   VFIO_DRA_SIM_STEP_LOG=FILE    append every step name to FILE
+//   VFIO_DRA_SIM_WRITE_LOG=FILE   append every sysfs write (JSON lines) to FILE
+//   VFIO_DRA_SIM_HANG_UNBIND=BDF  unbinds of that function block (until the process exits)
+#include <signal.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "plugin/cli.h"
+#include "simulated_kernel.h"
+
+namespace {
+
+std::string Env(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? "" : value;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using vfio_dra::plugin::ServeEnvironment;
+  using vfio_dra::plugin::ServeOptions;
+  ServeEnvironment environment;
+  environment.make_sysfs_writer = [](const ServeOptions& options) {
+    auto kernel =
+        std::make_unique<vfio_dra::testing::SimulatedKernel>(options.sysfs_root, options.dev_root);
+    if (const std::string log = Env("VFIO_DRA_SIM_WRITE_LOG"); !log.empty()) {
+      kernel->LogWritesTo(log);
+    }
+    if (const std::string hang = Env("VFIO_DRA_SIM_HANG_UNBIND"); !hang.empty()) {
+      kernel->HangUnbind(hang);
+    }
+    return std::unique_ptr<vfio_dra::vfio::SysfsWriter>(std::move(kernel));
+  };
+  const std::string crash_at = Env("VFIO_DRA_SIM_CRASH_AT_STEP");
+  const std::string step_log = Env("VFIO_DRA_SIM_STEP_LOG");
+  if (!crash_at.empty() || !step_log.empty()) {
+    const long target = crash_at.empty() ? 0 : std::stol(crash_at);
+    auto count = std::make_shared<std::atomic<long>>(0);
+    environment.before_prepare_step = [target, step_log, count](const std::string& step) {
+      const long n = ++*count;
+      if (!step_log.empty()) {
+        std::ofstream out(step_log, std::ios::app);
+        out << step << "\n";
+      }
+      if (n == target) ::raise(SIGKILL);
+    };
+  }
+  return vfio_dra::plugin::RunCli(argc, argv, environment);
+}

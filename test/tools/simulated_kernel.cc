@@ -1,0 +1,548 @@
+#include "simulated_kernel.h"
+
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+#include "discovery/sysfs_parse.h"
+#include "sysfs_fixture.h"
+
+namespace vfio_dra::testing {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kVfioGroupMajor = 241;
+constexpr int kVfioDevMajor = 511;
+
+std::string ReadText(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+void WriteText(const fs::path& path, const std::string& content) {
+  fs::create_directories(path.parent_path());
+  std::ofstream out(path, std::ios::trunc | std::ios::binary);
+  out << content;
+}
+
+std::string Trim(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
+std::vector<std::string> Split(const std::string& path) {
+  std::vector<std::string> parts;
+  std::stringstream in(path);
+  std::string part;
+  while (std::getline(in, part, '/')) {
+    if (!part.empty()) parts.push_back(part);
+  }
+  return parts;
+}
+
+int ParseInt(const std::string& text, int fallback) {
+  try {
+    return std::stoi(Trim(text));
+  } catch (const std::exception&) {
+    return fallback;
+  }
+}
+
+}  // namespace
+
+SimulatedKernel::SimulatedKernel(std::string sysfs_root, std::string dev_root)
+    : root_(fs::weakly_canonical(sysfs_root).string()),
+      dev_root_(std::move(dev_root)),
+      state_file_(root_ + ".sim.json") {
+  fs::create_directories(fs::path(dev_root_) / "vfio" / "devices");
+  if (!fs::exists(fs::path(dev_root_) / "vfio" / "vfio")) MakeNode("vfio/vfio", 10, 196);
+  AddBootTimeNodes();
+  if (fs::exists(state_file_)) {
+    LoadState();
+    return;
+  }
+  for (const auto& entry : fs::directory_iterator(Abs("bus/pci/devices"))) {
+    const std::string address = entry.path().filename().string();
+    const std::string driver = DriverOf(address);
+    if (!driver.empty() && driver != "vfio-pci") host_driver_[address] = driver;
+  }
+  if (fs::exists(Abs("class/mdev_bus"))) {
+    for (const auto& parent : fs::directory_iterator(Abs("class/mdev_bus"))) {
+      const std::string dir = fs::canonical(parent.path()).lexically_relative(root_).string();
+      for (const auto& type : fs::directory_iterator(Abs(dir + "/mdev_supported_types"))) {
+        int existing = 0;
+        for ([[maybe_unused]] const auto& d : fs::directory_iterator(type.path() / "devices")) {
+          ++existing;
+        }
+        mdev_max_[dir][type.path().filename().string()] =
+            ParseInt(ReadText(type.path() / "available_instances"), 0) + existing;
+      }
+    }
+  }
+  SaveState();
+}
+
+void SimulatedKernel::AddBootTimeNodes() {
+  // What the kernel shows for devices that were on VFIO drivers when the tree was built: group
+  // nodes of existing mdevs and of functions bound to vfio-pci.
+  if (fs::exists(Abs("bus/mdev/devices"))) {
+    for (const auto& entry : fs::directory_iterator(Abs("bus/mdev/devices"))) {
+      const int group = GroupOf("bus/mdev/devices/" + entry.path().filename().string());
+      const std::string name = std::to_string(group);
+      if (group >= 0 && !fs::exists(Abs("class/vfio/" + name + "/dev"))) {
+        WriteText(Abs("class/vfio/" + name + "/dev"),
+                  std::to_string(kVfioGroupMajor) + ":" + name + "\n");
+        MakeNode("vfio/" + name, kVfioGroupMajor, group);
+      }
+    }
+  }
+  for (const auto& entry : fs::directory_iterator(Abs("bus/pci/devices"))) {
+    const std::string address = entry.path().filename().string();
+    if (DriverOf(address) == "vfio-pci" && !fs::exists(Abs(DeviceDir(address) + "/vfio-dev"))) {
+      DoUnbind("vfio-pci", address);
+      DoBind("vfio-pci", address);
+    }
+  }
+}
+
+void SimulatedKernel::WaitIdle() const {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return in_flight_ == 0; });
+}
+
+SimulatedKernel::~SimulatedKernel() {
+  std::unique_lock<std::mutex> lock(mu_);
+  released_ = true;
+  cv_.notify_all();
+  cv_.wait(lock, [&] { return in_flight_ == 0; });
+}
+
+void SimulatedKernel::SaveState() const {
+  nlohmann::json state = {{"hostDrivers", host_driver_}, {"mdevMax", mdev_max_}};
+  WriteText(state_file_, state.dump(2));
+}
+
+void SimulatedKernel::LoadState() {
+  const auto state = nlohmann::json::parse(ReadText(state_file_));
+  host_driver_ = state.at("hostDrivers").get<std::map<std::string, std::string>>();
+  mdev_max_ = state.at("mdevMax").get<std::map<std::string, std::map<std::string, int>>>();
+}
+
+void SimulatedKernel::FailVfioBind(const std::string& address, int err) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fail_bind_[address] = err;
+}
+
+void SimulatedKernel::HangUnbind(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  hang_unbind_.insert(address);
+  released_ = false;
+}
+
+void SimulatedKernel::ReleaseHangs() {
+  std::lock_guard<std::mutex> lock(mu_);
+  released_ = true;
+  hang_unbind_.clear();
+  cv_.notify_all();
+}
+
+void SimulatedKernel::FailMdevCreate(int err) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fail_mdev_create_ = err;
+}
+
+int SimulatedKernel::Hanging() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return hanging_;
+}
+
+bool SimulatedKernel::WaitUntilHanging(int count, std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, timeout, [&] { return hanging_ >= count; });
+}
+
+std::vector<SimWrite> SimulatedKernel::Writes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return writes_;
+}
+
+void SimulatedKernel::RemoveDevice(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string dir = DeviceDir(address);
+  const std::string driver = DriverOf(address);
+  if (!driver.empty()) DoUnbind(driver, address);
+  const int group = GroupOf(dir);
+  if (group >= 0)
+    fs::remove(Abs("kernel/iommu_groups/" + std::to_string(group) + "/devices/" + address));
+  fs::remove(Abs("bus/pci/devices/" + address));
+  fs::remove_all(Abs(dir));
+}
+
+std::string SimulatedKernel::DeviceDir(const std::string& address) const {
+  const fs::path link = Abs("bus/pci/devices/" + address);
+  std::error_code ec;
+  const fs::path real = fs::canonical(link, ec);
+  if (ec) return "";
+  return real.lexically_relative(root_).string();
+}
+
+std::string SimulatedKernel::DriverOf(const std::string& address) const {
+  std::error_code ec;
+  const fs::path target = fs::read_symlink(Abs("bus/pci/devices/" + address + "/driver"), ec);
+  return ec ? "" : target.filename().string();
+}
+
+std::string SimulatedKernel::OverrideOf(const std::string& address) const {
+  return discovery::ParseDriverOverride(
+      ReadText(Abs("bus/pci/devices/" + address + "/driver_override")));
+}
+
+int SimulatedKernel::GroupOf(const std::string& rel_dir) const {
+  std::error_code ec;
+  const fs::path target = fs::read_symlink(Abs(rel_dir + "/iommu_group"), ec);
+  return ec ? -1 : ParseInt(target.filename().string(), -1);
+}
+
+int SimulatedKernel::NextGroup() const {
+  int next = 0;
+  for (const auto& entry : fs::directory_iterator(Abs("kernel/iommu_groups"))) {
+    next = std::max(next, ParseInt(entry.path().filename().string(), 0) + 1);
+  }
+  return next;
+}
+
+void SimulatedKernel::SetUeventDriver(const std::string& dir, const std::string& driver) {
+  std::stringstream in(ReadText(Abs(dir + "/uevent")));
+  std::string out = driver.empty() ? "" : "DRIVER=" + driver + "\n";
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("DRIVER=", 0) != 0) out += line + "\n";
+  }
+  WriteText(Abs(dir + "/uevent"), out);
+}
+
+void SimulatedKernel::MakeNode(const std::string& dev_relative, int major, int minor) const {
+  const fs::path path = fs::path(dev_root_) / dev_relative;
+  fs::create_directories(path.parent_path());
+  fs::remove(path);
+  if (::mknod(path.c_str(), S_IFCHR | 0600, makedev(major, minor)) != 0) {
+    throw std::runtime_error("simulated kernel: mknod " + path.string() +
+                             " failed: " + std::strerror(errno) + " (the tests need CAP_MKNOD)");
+  }
+}
+
+void SimulatedKernel::RemoveNode(const std::string& dev_relative) const {
+  std::error_code ec;
+  fs::remove(fs::path(dev_root_) / dev_relative, ec);
+}
+
+int SimulatedKernel::Write(const std::string& path, std::string_view value) {
+  std::unique_lock<std::mutex> lock(mu_);
+  ++in_flight_;
+  std::string rel = path;
+  int result = EACCES;
+  if (rel.rfind(root_ + "/", 0) == 0) {
+    rel = rel.substr(root_.size() + 1);
+    try {
+      result = Apply(rel, std::string(value), lock);
+    } catch (const std::exception& e) {
+      // A broken fixture must fail the test, not the daemon under test.
+      result = EIO;
+      writes_.push_back({rel + " (simulation error: " + e.what() + ")", std::string(value), EIO});
+    }
+  }
+  writes_.push_back({rel, std::string(value), result});
+  if (!log_file_.empty()) {
+    std::ofstream out(log_file_, std::ios::app);
+    out << nlohmann::json{{"path", rel}, {"value", std::string(value)}, {"result", result}}.dump()
+        << "\n";
+  }
+  --in_flight_;
+  cv_.notify_all();
+  return result;
+}
+
+int SimulatedKernel::Apply(const std::string& rel, const std::string& value,
+                           std::unique_lock<std::mutex>& lock) {
+  const std::vector<std::string> parts = Split(rel);
+  const std::string arg = Trim(value);
+  if (rel == "bus/pci/drivers_probe") return Probe(arg);
+  if (parts.size() == 5 && parts[0] == "bus" && parts[1] == "pci" && parts[2] == "drivers") {
+    if (!fs::exists(Abs(rel))) return ENOENT;
+    if (parts[4] == "bind") return Bind(parts[3], arg);
+    if (parts[4] == "unbind") return Unbind(parts[3], arg, lock);
+    return EACCES;
+  }
+  if (parts.size() >= 5 && parts[0] == "bus" && parts[1] == "pci" && parts[2] == "devices") {
+    const std::string& address = parts[3];
+    if (DeviceDir(address).empty()) return ENOENT;
+    if (parts.size() == 6 && parts[4] == "driver" && parts[5] == "unbind") {
+      const std::string driver = DriverOf(address);
+      if (driver.empty()) return ENOENT;
+      if (arg != address) return ENODEV;
+      return Unbind(driver, address, lock);
+    }
+    if (parts.size() == 5) return WriteDeviceAttribute(address, parts[4], value);
+    return EACCES;
+  }
+  if (parts.size() == 5 && parts[0] == "bus" && parts[1] == "mdev" && parts[2] == "devices" &&
+      parts[4] == "remove") {
+    if (!fs::exists(Abs(rel))) return ENOENT;
+    return arg == "1" ? RemoveMdev(parts[3]) : EINVAL;
+  }
+  const size_t types = rel.find("/mdev_supported_types/");
+  if (types != std::string::npos && parts.back() == "create" && parts.size() >= 3) {
+    if (!fs::exists(Abs(rel))) return ENOENT;
+    std::error_code ec;
+    const fs::path parent = fs::canonical(Abs(rel.substr(0, types)), ec);
+    if (ec) return ENOENT;
+    return CreateMdev(parent.lexically_relative(root_).string(), parts[parts.size() - 2], arg);
+  }
+  return EACCES;
+}
+
+int SimulatedKernel::WriteDeviceAttribute(const std::string& address, const std::string& attr,
+                                          const std::string& value) {
+  if (attr == "driver_override") {
+    const std::string name = Trim(value);
+    WriteText(Abs("bus/pci/devices/" + address + "/driver_override"),
+              (name.empty() ? std::string("(null)") : name) + "\n");
+    return 0;
+  }
+  if (attr == "sriov_numvfs") return SetNumVfs(address, Trim(value));
+  return EACCES;
+}
+
+int SimulatedKernel::Bind(const std::string& driver, const std::string& address) {
+  const std::string dir = DeviceDir(address);
+  if (dir.empty()) return ENODEV;
+  if (auto fault = fail_bind_.find(address); fault != fail_bind_.end() && driver == "vfio-pci") {
+    return fault->second;
+  }
+  if (!DriverOf(address).empty()) return EBUSY;
+  const std::string override = OverrideOf(address);
+  if (!override.empty() && override != driver) return ENODEV;
+  if (driver == "vfio-pci") {
+    // vfio-pci has no ID table: it matches only through driver_override.
+    if (override != "vfio-pci") return ENODEV;
+    if (ParseInt(ReadText(Abs(dir + "/sriov_numvfs")), 0) > 0) return EBUSY;
+    if (ReadText(Abs(dir + "/class")).rfind("0x06", 0) == 0) return EINVAL;
+  } else {
+    auto host = host_driver_.find(address);
+    if (host == host_driver_.end() || host->second != driver) return ENODEV;
+  }
+  DoBind(driver, address);
+  return 0;
+}
+
+int SimulatedKernel::Probe(const std::string& address) {
+  const std::string dir = DeviceDir(address);
+  if (dir.empty()) return ENODEV;
+  if (!DriverOf(address).empty()) return 0;
+  const std::string override = OverrideOf(address);
+  std::string candidate = override;
+  if (candidate.empty()) {
+    auto host = host_driver_.find(address);
+    if (host != host_driver_.end()) candidate = host->second;
+  }
+  if (candidate.empty() || !fs::exists(Abs("bus/pci/drivers/" + candidate))) return 0;
+  // A refused probe still reports success, as the kernel does.
+  Bind(candidate, address);
+  return 0;
+}
+
+int SimulatedKernel::Unbind(const std::string& driver, const std::string& address,
+                            std::unique_lock<std::mutex>& lock) {
+  if (DeviceDir(address).empty() || DriverOf(address) != driver) return ENODEV;
+  if (hang_unbind_.count(address) != 0 && !released_) {
+    ++hanging_;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return released_; });
+    --hanging_;
+    if (DeviceDir(address).empty() || DriverOf(address) != driver) return ENODEV;
+  }
+  DoUnbind(driver, address);
+  return 0;
+}
+
+void SimulatedKernel::DoBind(const std::string& driver, const std::string& address) {
+  const std::string dir = DeviceDir(address);
+  SysfsFixture links(root_);
+  links.Symlink(dir + "/driver", "bus/pci/drivers/" + driver);
+  links.Symlink("bus/pci/drivers/" + driver + "/" + address, dir);
+  SetUeventDriver(dir, driver);
+  if (driver != "vfio-pci") return;
+  int index = 0;
+  while (fs::exists(Abs("class/vfio-dev/vfio" + std::to_string(index)))) ++index;
+  const std::string cdev = "vfio" + std::to_string(index);
+  WriteText(Abs(dir + "/vfio-dev/" + cdev + "/dev"),
+            std::to_string(kVfioDevMajor) + ":" + std::to_string(index) + "\n");
+  links.Symlink("class/vfio-dev/" + cdev, dir + "/vfio-dev/" + cdev);
+  MakeNode("vfio/devices/" + cdev, kVfioDevMajor, index);
+  const int group = GroupOf(dir);
+  if (group < 0) return;
+  const std::string name = std::to_string(group);
+  if (!fs::exists(Abs("class/vfio/" + name + "/dev"))) {
+    WriteText(Abs("class/vfio/" + name + "/dev"),
+              std::to_string(kVfioGroupMajor) + ":" + name + "\n");
+    MakeNode("vfio/" + name, kVfioGroupMajor, group);
+  }
+}
+
+void SimulatedKernel::DoUnbind(const std::string& driver, const std::string& address) {
+  const std::string dir = DeviceDir(address);
+  fs::remove(Abs(dir + "/driver"));
+  fs::remove(Abs("bus/pci/drivers/" + driver + "/" + address));
+  SetUeventDriver(dir, "");
+  if (driver != "vfio-pci") return;
+  if (fs::exists(Abs(dir + "/vfio-dev"))) {
+    for (const auto& entry : fs::directory_iterator(Abs(dir + "/vfio-dev"))) {
+      const std::string cdev = entry.path().filename().string();
+      fs::remove(Abs("class/vfio-dev/" + cdev));
+      RemoveNode("vfio/devices/" + cdev);
+    }
+    fs::remove_all(Abs(dir + "/vfio-dev"));
+  }
+  const int group = GroupOf(dir);
+  if (group < 0) return;
+  const std::string name = std::to_string(group);
+  for (const auto& member :
+       fs::directory_iterator(Abs("kernel/iommu_groups/" + name + "/devices"))) {
+    if (DriverOf(member.path().filename().string()) == "vfio-pci") return;
+  }
+  fs::remove_all(Abs("class/vfio/" + name));
+  RemoveNode("vfio/" + name);
+}
+
+int SimulatedKernel::CreateMdev(const std::string& parent_dir, const std::string& type,
+                                const std::string& uuid) {
+  if (!discovery::IsMdevUuid(uuid)) return EINVAL;
+  if (fs::exists(Abs("bus/mdev/devices/" + uuid))) return EEXIST;
+  if (fail_mdev_create_ != 0) {
+    const int err = fail_mdev_create_;
+    fail_mdev_create_ = 0;
+    return err;
+  }
+  const std::string type_dir = parent_dir + "/mdev_supported_types/" + type;
+  const int available = ParseInt(ReadText(Abs(type_dir + "/available_instances")), 0);
+  if (available <= 0) return EUSERS;
+  SysfsFixture fx(root_);
+  const std::string dir = parent_dir + "/" + uuid;
+  fx.WriteFile(dir + "/remove", "");
+  fx.WriteFile(dir + "/uevent", "MDEV_TYPE=" + type + "\n");
+  fx.Symlink(dir + "/mdev_type", type_dir);
+  fx.Symlink(type_dir + "/devices/" + uuid, dir);
+  fx.Symlink("bus/mdev/devices/" + uuid, dir);
+  const int group = NextGroup();
+  const std::string name = std::to_string(group);
+  fx.WriteFile("kernel/iommu_groups/" + name + "/type", "DMA\n");
+  fx.Symlink("kernel/iommu_groups/" + name + "/devices/" + uuid, dir);
+  fx.Symlink(dir + "/iommu_group", "kernel/iommu_groups/" + name);
+  fx.WriteFile("class/vfio/" + name + "/dev", std::to_string(kVfioGroupMajor) + ":" + name + "\n");
+  MakeNode("vfio/" + name, kVfioGroupMajor, group);
+  // NVIDIA runs one type per physical GPU: once an instance exists, the other types have none.
+  std::error_code ec;
+  const bool nvidia = fs::read_symlink(Abs(parent_dir + "/driver"), ec).filename() == "nvidia";
+  for (const auto& [other, max] : mdev_max_[parent_dir]) {
+    const std::string file = parent_dir + "/mdev_supported_types/" + other + "/available_instances";
+    if (other == type) {
+      WriteText(Abs(file), std::to_string(available - 1) + "\n");
+    } else if (nvidia) {
+      WriteText(Abs(file), "0\n");
+    }
+  }
+  return 0;
+}
+
+int SimulatedKernel::RemoveMdev(const std::string& uuid) {
+  std::error_code ec;
+  const fs::path real = fs::canonical(Abs("bus/mdev/devices/" + uuid), ec);
+  if (ec) return ENODEV;
+  const std::string dir = real.lexically_relative(root_).string();
+  const std::string parent_dir = fs::path(dir).parent_path().string();
+  const std::string type = fs::read_symlink(Abs(dir + "/mdev_type")).filename().string();
+  const int group = GroupOf(dir);
+  fs::remove(Abs("bus/mdev/devices/" + uuid));
+  fs::remove(Abs(parent_dir + "/mdev_supported_types/" + type + "/devices/" + uuid));
+  if (group >= 0) {
+    const std::string name = std::to_string(group);
+    fs::remove_all(Abs("kernel/iommu_groups/" + name));
+    fs::remove_all(Abs("class/vfio/" + name));
+    RemoveNode("vfio/" + name);
+  }
+  fs::remove_all(Abs(dir));
+  bool any_left = false;
+  for (const auto& [t, max] : mdev_max_[parent_dir]) {
+    const fs::path devices = Abs(parent_dir + "/mdev_supported_types/" + t + "/devices");
+    if (fs::exists(devices) && !fs::is_empty(devices)) any_left = true;
+  }
+  for (const auto& [t, max] : mdev_max_[parent_dir]) {
+    const std::string file = parent_dir + "/mdev_supported_types/" + t + "/available_instances";
+    const int now = ParseInt(ReadText(Abs(file)), 0);
+    if (!any_left) {
+      WriteText(Abs(file), std::to_string(max) + "\n");
+    } else if (t == type) {
+      WriteText(Abs(file), std::to_string(std::min(max, now + 1)) + "\n");
+    }
+  }
+  return 0;
+}
+
+int SimulatedKernel::SetNumVfs(const std::string& address, const std::string& value) {
+  const std::string dir = DeviceDir(address);
+  if (!fs::exists(Abs(dir + "/sriov_totalvfs"))) return EACCES;
+  const int wanted = ParseInt(value, -1);
+  const int total = ParseInt(ReadText(Abs(dir + "/sriov_totalvfs")), 0);
+  const int current = ParseInt(ReadText(Abs(dir + "/sriov_numvfs")), 0);
+  if (wanted < 0) return EINVAL;
+  if (wanted > total) return ERANGE;
+  if (wanted == current) return 0;
+  if (current != 0 && wanted != 0) return EBUSY;  // the kernel wants a detour through 0
+  if (wanted == 0) {
+    for (int i = 0; i < current; ++i) {
+      const std::string link = dir + "/virtfn" + std::to_string(i);
+      std::error_code ec;
+      const fs::path vf_real = fs::canonical(Abs(link), ec);
+      if (!ec) {
+        const std::string vf = vf_real.filename().string();
+        const std::string vf_driver = DriverOf(vf);
+        if (!vf_driver.empty()) DoUnbind(vf_driver, vf);
+        const int group = GroupOf(vf_real.lexically_relative(root_).string());
+        if (group >= 0) fs::remove_all(Abs("kernel/iommu_groups/" + std::to_string(group)));
+        fs::remove(Abs("bus/pci/devices/" + vf));
+        fs::remove_all(vf_real);
+        host_driver_.erase(vf);
+      }
+      fs::remove(Abs(link));
+    }
+    WriteText(Abs(dir + "/sriov_numvfs"), "0\n");
+    SaveState();
+    return 0;
+  }
+  SysfsFixture fx(root_);
+  fx.Adopt(address, dir);
+  const auto hex = [&](const std::string& name) {
+    return static_cast<uint32_t>(std::stoul(Trim(ReadText(Abs(dir + "/" + name))), nullptr, 16));
+  };
+  const uint32_t vf_device = hex("sriov_vf_device");
+  std::vector<PciSpec> vfs;
+  int group = NextGroup();
+  for (int i = 0; i < wanted; ++i) {
+    vfs.push_back(MakePciSpec("", hex("vendor"), vf_device, hex("class"), "", group++));
+  }
+  fx.MakeSriovPf(address, total, vf_device, vfs, ParseInt(ReadText(Abs(dir + "/sriov_offset")), 16),
+                 ParseInt(ReadText(Abs(dir + "/sriov_stride")), 1));
+  return 0;
+}
+
+}  // namespace vfio_dra::testing

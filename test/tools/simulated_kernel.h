@@ -1,0 +1,104 @@
+// SimulatedKernel: the kernel side of sysfs for tests. It implements the daemon's SysfsWriter and
+// changes a fixture tree (test/fixtures) the way the kernel would for the writes vfio-dra makes:
+// driver_override, a driver's bind/unbind, drivers_probe, mdev create/remove and sriov_numvfs,
+// including the uevent DRIVER line, /sys/class/vfio, vfio-dev cdevs, the /dev/vfio nodes (real
+// character devices made with mknod, so the daemon's checks run as on a node) and mdev
+// available_instances (with NVIDIA's one-type-per-parent rule). It injects faults (a bind that
+// fails, an unbind that hangs, an mdev create without capacity, a device that vanishes) and logs
+// every write, so tests can check that nothing outside the managed devices' attributes was
+// written. What the tree cannot hold (which host driver matches a device) is kept next to it in
+// "<sysfs root>.sim.json", so a restarted daemon process sees the same kernel.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "vfio/sysfs_writer.h"
+
+namespace vfio_dra::testing {
+
+struct SimWrite {
+  std::string path;  // relative to the sysfs root
+  std::string value;
+  int result = 0;  // errno returned to the writer
+};
+
+class SimulatedKernel final : public vfio::SysfsWriter {
+ public:
+  // Creates <dev root>/vfio/vfio (10:196) and, on first use of a tree, records each function's
+  // bound driver as the host driver that matches it. Throws when nodes cannot be made (mknod
+  // needs CAP_MKNOD).
+  SimulatedKernel(std::string sysfs_root, std::string dev_root);
+  // Releases hanging writes and waits for them to return.
+  ~SimulatedKernel() override;
+  SimulatedKernel(const SimulatedKernel&) = delete;
+  SimulatedKernel& operator=(const SimulatedKernel&) = delete;
+
+  int Write(const std::string& path, std::string_view value) override;
+
+  // Faults.
+  void FailVfioBind(const std::string& address, int err);  // every bind to vfio-pci
+  void HangUnbind(const std::string& address);             // unbinds block until ReleaseHangs
+  void ReleaseHangs();
+  void FailMdevCreate(int err);                   // the next mdev create
+  void RemoveDevice(const std::string& address);  // hot-unplug: the function vanishes
+  // Writes currently blocked in a hang.
+  int Hanging() const;
+  bool WaitUntilHanging(int count, std::chrono::milliseconds timeout) const;
+  // Waits until no write is in progress (for example after ReleaseHangs).
+  void WaitIdle() const;
+
+  std::vector<SimWrite> Writes() const;
+  // Also append every write as a JSON line to `path` (for daemons in other processes).
+  void LogWritesTo(std::string path) { log_file_ = std::move(path); }
+
+ private:
+  int Apply(const std::string& rel, const std::string& value, std::unique_lock<std::mutex>& lock);
+  int WriteDeviceAttribute(const std::string& address, const std::string& attr,
+                           const std::string& value);
+  int Bind(const std::string& driver, const std::string& address);
+  int Unbind(const std::string& driver, const std::string& address,
+             std::unique_lock<std::mutex>& lock);
+  int Probe(const std::string& address);
+  int CreateMdev(const std::string& parent_dir, const std::string& type, const std::string& uuid);
+  int RemoveMdev(const std::string& uuid);
+  int SetNumVfs(const std::string& address, const std::string& value);
+
+  void AddBootTimeNodes();
+  void DoBind(const std::string& driver, const std::string& address);
+  void DoUnbind(const std::string& driver, const std::string& address);
+  std::string DeviceDir(const std::string& address) const;  // real dir, relative to the root
+  std::string DriverOf(const std::string& address) const;
+  std::string OverrideOf(const std::string& address) const;
+  int GroupOf(const std::string& rel_device_link) const;
+  int NextGroup() const;
+  void SetUeventDriver(const std::string& dir, const std::string& driver);
+  void MakeNode(const std::string& dev_relative, int major, int minor) const;
+  void RemoveNode(const std::string& dev_relative) const;
+  void SaveState() const;
+  void LoadState();
+  std::string Abs(const std::string& rel) const { return root_ + "/" + rel; }
+
+  std::string root_;
+  std::string dev_root_;
+  std::string state_file_;
+  std::string log_file_;
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  std::map<std::string, std::string> host_driver_;              // address -> matching host driver
+  std::map<std::string, std::map<std::string, int>> mdev_max_;  // parent dir -> type -> max
+  std::map<std::string, int> fail_bind_;
+  std::set<std::string> hang_unbind_;
+  bool released_ = false;
+  int hanging_ = 0;
+  int in_flight_ = 0;
+  int fail_mdev_create_ = 0;
+  std::vector<SimWrite> writes_;
+};
+
+}  // namespace vfio_dra::testing

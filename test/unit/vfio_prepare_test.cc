@@ -1,0 +1,574 @@
+// Device preparation end to end in one process: the real VfioDevicePreparer (binding, mdevs, CDI,
+// metadata, checkpoint) against fixture nodes and the SimulatedKernel.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "discovery/admin_policy.h"
+#include "discovery/node_scan.h"
+#include "plugin/vfio_device_preparer.h"
+#include "simulated_kernel.h"
+#include "slicepublisher/slice_builder.h"
+#include "unit/fixture_node.h"
+
+namespace vfio_dra::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using plugin::PreparedDevice;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr const char* kDriver = "vfio.dra.io";
+constexpr const char* kUid = "4f1c2a9e-0000-4000-8000-000000000001";
+
+std::string Slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+struct Alloc {
+  std::string request;
+  std::string device;
+};
+
+class PrepareTest : public ::testing::Test {
+ protected:
+  void Use(const std::string& fixture) {
+    node_ = std::make_unique<FixtureNode>(fixture);
+    sysfs_ = std::make_unique<discovery::SysfsReader>(node_->sysfs_root());
+    kernel_ = std::make_unique<SimulatedKernel>(node_->sysfs_root(), DevRoot());
+    WriteBootId("boot-1");
+    Publish();
+    Open();
+  }
+  std::string DevRoot() const { return node_->dir() + "/dev"; }
+  std::string CdiDir() const { return node_->dir() + "/cdi"; }
+  std::string DataDir() const { return node_->dir() + "/data"; }
+  void WriteBootId(const std::string& id) {
+    std::ofstream(node_->dir() + "/boot_id") << id << "\n";
+  }
+  void Publish() {
+    auto scan = discovery::ScanNode(*sysfs_, nullptr, discovery::AdminPolicy{});
+    capacity_.Observe(scan->inventory);
+    published_.Set(slicepublisher::BuildDesiredPool(
+        *scan, {"node1", slicepublisher::CounterLayout::kOwnSlice}, capacity_));
+  }
+  void Open() {
+    preparer_.reset();
+    plugin::PreparerOptions options;
+    options.driver_name = kDriver;
+    options.node_name = "node1";
+    options.plugin_data_dir = DataDir();
+    options.cdi_dir = CdiDir();
+    options.dev_root = DevRoot();
+    options.unbind_timeout = unbind_timeout_;
+    options.boot_id_file = node_->dir() + "/boot_id";
+    fs::create_directories(DataDir());
+    fs::create_directories(CdiDir());
+    auto opened =
+        plugin::VfioDevicePreparer::Open(options, *sysfs_, *kernel_, published_, Logger::Discard());
+    ASSERT_TRUE(opened.ok()) << opened.error().message;
+    preparer_ = std::move(*opened);
+  }
+  kube::ResourceClaim Claim(const std::vector<Alloc>& allocs, const std::string& uid = kUid,
+                            const std::string& name = "gpu-claim") {
+    kube::ResourceClaim claim;
+    claim.namespace_ = "vms";
+    claim.name = name;
+    claim.uid = uid;
+    claim.generation = 1;
+    claim.allocation.emplace();
+    for (const Alloc& a : allocs) {
+      kube::DeviceRequestAllocationResult r;
+      r.request = a.request;
+      r.driver = kDriver;
+      r.pool = "node1";
+      r.device = a.device;
+      claim.allocation->results.push_back(r);
+    }
+    return claim;
+  }
+  void AddConfig(kube::ResourceClaim& claim, const json& parameters,
+                 std::vector<std::string> requests = {}) {
+    kube::DeviceAllocationConfiguration config;
+    config.source = "FromClaim";
+    config.requests = std::move(requests);
+    config.opaque = kube::OpaqueDeviceConfiguration{kDriver, parameters};
+    claim.allocation->config.push_back(config);
+  }
+  Result<std::vector<PreparedDevice>> Prepare(const kube::ResourceClaim& claim) {
+    return preparer_->Prepare(claim, claim.allocation->results);
+  }
+  Status Unprepare(const std::string& uid = kUid, const std::string& name = "gpu-claim") {
+    return preparer_->Unprepare(plugin::ClaimRef{"vms", name, uid});
+  }
+  std::string Driver(const std::string& address) const {
+    auto link = sysfs_->LinkBaseName("bus/pci/devices/" + address + "/driver");
+    return link.ok() ? *link : "";
+  }
+  std::string Override(const std::string& address) const {
+    return Slurp(node_->sysfs_root() + "/bus/pci/devices/" + address + "/driver_override");
+  }
+  std::vector<std::string> CdiFiles() const {
+    std::vector<std::string> files;
+    for (const auto& entry : fs::directory_iterator(CdiDir())) {
+      files.push_back(entry.path().filename().string());
+    }
+    std::sort(files.begin(), files.end());
+    return files;
+  }
+  json CdiSpec(const std::string& file) const { return json::parse(Slurp(CdiDir() + "/" + file)); }
+  // Every write went to an attribute of `functions` or to bind/unbind of a driver, with the
+  // function's address as the value.
+  void ExpectWritesConfinedTo(const std::set<std::string>& functions) const {
+    for (const SimWrite& w : kernel_->Writes()) {
+      bool ok = false;
+      for (const std::string& f : functions) {
+        if (w.path == "bus/pci/devices/" + f + "/driver_override") ok = true;
+        if ((w.path.ends_with("/bind") || w.path.ends_with("/unbind")) &&
+            w.path.rfind("bus/pci/drivers/", 0) == 0 && w.value == f) {
+          ok = true;
+        }
+      }
+      EXPECT_TRUE(ok) << "write outside the managed devices: " << w.path << " <- " << w.value;
+    }
+  }
+  static std::string Uid(int n) {
+    char buffer[48];
+    std::snprintf(buffer, sizeof buffer, "4f1c2a9e-0000-4000-8000-%012d", n);
+    return buffer;
+  }
+
+  std::unique_ptr<FixtureNode> node_;
+  std::unique_ptr<discovery::SysfsReader> sysfs_;
+  std::unique_ptr<SimulatedKernel> kernel_;
+  slicepublisher::MdevCapacityMemory capacity_;
+  slicepublisher::PublishedDevices published_;
+  std::unique_ptr<plugin::VfioDevicePreparer> preparer_;
+  std::chrono::milliseconds unbind_timeout_{std::chrono::seconds(5)};
+};
+
+TEST_F(PrepareTest, GpuWithItsAudioFunctionIsBoundAsAGroupAndRestoredExactly) {
+  Use("workstation");
+  auto prepared = Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}));
+  ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+  EXPECT_EQ(Driver("0000:01:00.0"), "vfio-pci");
+  EXPECT_EQ(Driver("0000:01:00.1"), "vfio-pci");
+  EXPECT_EQ(Override("0000:01:00.0"), "vfio-pci\n");
+  EXPECT_EQ(Driver("0000:02:00.0"), "nouveau");  // the other GPU is untouched
+
+  ASSERT_EQ(prepared->size(), 1u);
+  const PreparedDevice& device = prepared->front();
+  EXPECT_EQ(device.device_name, "gpu-0000-01-00-0");
+  EXPECT_EQ(device.pool_name, "node1");
+  EXPECT_THAT(device.request_names, ElementsAre("gpu"));
+  EXPECT_THAT(device.cdi_device_ids,
+              ElementsAre(std::string("vfio.dra.io/vfio=") + kUid + "-gpu-0000-01-00-0",
+                          std::string("vfio.dra.io/metadata=") + kUid + "_gpu"));
+
+  const std::string spec_file = std::string("vfio.dra.io-vfio_") + kUid + ".json";
+  const std::string metadata_spec = std::string("vfio.dra.io_metadata_") + kUid + "_gpu.json";
+  EXPECT_THAT(CdiFiles(), ElementsAre(spec_file, metadata_spec));
+  EXPECT_EQ(CdiSpec(spec_file), json::parse(R"({"cdiVersion":"0.5.0","kind":"vfio.dra.io/vfio",
+              "containerEdits":{"deviceNodes":[
+                {"path":"/dev/vfio/vfio","type":"c","major":10,"minor":196}]},
+              "devices":[{"name":")" + std::string(kUid) +
+                                            R"(-gpu-0000-01-00-0",
+                "containerEdits":{"deviceNodes":[
+                  {"path":"/dev/vfio/10","type":"c","major":241,"minor":10}]}}]})"));
+  struct stat st {};
+  ASSERT_EQ(::stat((CdiDir() + "/" + spec_file).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+
+  const std::string host_metadata =
+      DataDir() + "/dra-device-metadata/vms_gpu-claim/gpu/metadata.json";
+  EXPECT_EQ(
+      CdiSpec(metadata_spec), json::parse(R"({"cdiVersion":"0.5.0","kind":"vfio.dra.io/metadata",
+              "devices":[{"name":")" + std::string(kUid) +
+                                          R"(_gpu","containerEdits":{"mounts":[
+                {"hostPath":")" + host_metadata +
+                                          R"(",
+                 "containerPath":"/var/run/kubernetes.io/dra-device-attributes/resourceclaims/gpu-claim/gpu/vfio.dra.io-metadata.json",
+                 "options":["ro","bind"]}]}}]})"));
+  const std::string stream = Slurp(host_metadata);
+  ASSERT_FALSE(stream.empty());
+  EXPECT_EQ(stream.back(), '\n');
+  const json metadata = json::parse(stream);
+  EXPECT_EQ(metadata["apiVersion"], "metadata.resource.k8s.io/v1alpha1");
+  EXPECT_EQ(metadata["kind"], "DeviceMetadata");
+  EXPECT_EQ(metadata["metadata"]["uid"], kUid);
+  EXPECT_EQ(metadata["metadata"]["namespace"], "vms");
+  EXPECT_EQ(metadata["metadata"]["name"], "gpu-claim");
+  EXPECT_FALSE(metadata.contains("podClaimName"));
+  const json& dev = metadata["requests"][0]["devices"][0];
+  EXPECT_EQ(metadata["requests"][0]["name"], "gpu");
+  EXPECT_EQ(dev["driver"], kDriver);
+  EXPECT_EQ(dev["pool"], "node1");
+  EXPECT_EQ(dev["name"], "gpu-0000-01-00-0");
+  EXPECT_EQ(dev["attributes"]["resource.kubernetes.io/pciBusID"],
+            json({{"string", "0000:01:00.0"}}));
+
+  const plugin::ClaimRecord* record = preparer_->checkpoint().Find(kUid);
+  ASSERT_NE(record, nullptr);
+  EXPECT_EQ(record->state, plugin::PrepareState::kPrepareCompleted);
+  EXPECT_THAT(record->functions,
+              ElementsAre(plugin::FunctionRecord{"0000:01:00.0", "nvidia", "", false},
+                          plugin::FunctionRecord{"0000:01:00.1", "snd_hda_intel", "", false}));
+
+  ASSERT_TRUE(Unprepare().ok());
+  EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
+  EXPECT_EQ(Driver("0000:01:00.1"), "snd_hda_intel");
+  EXPECT_EQ(Override("0000:01:00.0"), "(null)\n");
+  EXPECT_EQ(Override("0000:01:00.1"), "(null)\n");
+  EXPECT_TRUE(CdiFiles().empty());
+  EXPECT_FALSE(fs::exists(DataDir() + "/dra-device-metadata/vms_gpu-claim"));
+  EXPECT_EQ(preparer_->checkpoint().Find(kUid), nullptr);
+  EXPECT_FALSE(fs::exists(DevRoot() + "/vfio/10"));
+  ExpectWritesConfinedTo({"0000:01:00.0", "0000:01:00.1"});
+  ASSERT_TRUE(Unprepare().ok()) << "a second unprepare is a no-op";
+}
+
+TEST_F(PrepareTest, TuringGpuTakesAllFourFunctionsOfItsGroup) {
+  Use("workstation");
+  ASSERT_TRUE(Prepare(Claim({{"gpu", "gpu-0000-02-00-0"}})).ok());
+  for (const char* f : {"0000:02:00.0", "0000:02:00.1", "0000:02:00.2", "0000:02:00.3"}) {
+    EXPECT_EQ(Driver(f), "vfio-pci") << f;
+  }
+  ASSERT_TRUE(Unprepare().ok());
+  EXPECT_EQ(Driver("0000:02:00.0"), "nouveau");
+  EXPECT_EQ(Driver("0000:02:00.1"), "snd_hda_intel");
+  EXPECT_EQ(Driver("0000:02:00.2"), "xhci_hcd");
+  EXPECT_EQ(Driver("0000:02:00.3"), "nvidia-gpu");
+}
+
+TEST_F(PrepareTest, SriovVfIsBoundAndReturnedToItsVfDriver) {
+  Use("sriov");
+  auto prepared = Prepare(Claim({{"nic", "vf-0000-5e-02-3"}}));
+  ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+  EXPECT_EQ(Driver("0000:5e:02.3"), "vfio-pci");
+  EXPECT_EQ(Driver("0000:5e:02.2"), "iavf");
+  EXPECT_EQ(Driver("0000:5e:00.0"), "i40e");
+  ASSERT_TRUE(Unprepare().ok());
+  EXPECT_EQ(Driver("0000:5e:02.3"), "iavf");
+  ExpectWritesConfinedTo({"0000:5e:02.3"});
+}
+
+TEST_F(PrepareTest, MdevIsCreatedWithItsPublishedUuidAndRemovedAtUnprepare) {
+  Use("vgpu");
+  auto device = published_.Find("node1", "mdev-0000-3b-00-0-nvidia-223-0");
+  ASSERT_TRUE(device.has_value());
+  const std::string uuid = *slicepublisher::StringAttribute(*device, "mdevUUID");
+  const std::string available = node_->sysfs_root() +
+                                "/class/mdev_bus/0000:3b:00.0/mdev_supported_types/nvidia-223/"
+                                "available_instances";
+  EXPECT_EQ(Slurp(available), "7\n");
+
+  auto prepared = Prepare(Claim({{"vgpu", "mdev-0000-3b-00-0-nvidia-223-0"}}));
+  ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+  EXPECT_TRUE(fs::exists(node_->sysfs_root() + "/bus/mdev/devices/" + uuid));
+  EXPECT_EQ(Slurp(available), "6\n");
+  EXPECT_EQ(Driver("0000:3b:00.0"), "nvidia") << "an mdev parent stays on its host driver";
+  auto group = sysfs_->LinkBaseName("bus/mdev/devices/" + uuid + "/iommu_group");
+  ASSERT_TRUE(group.ok());
+  const json spec = CdiSpec(std::string("vfio.dra.io-vfio_") + kUid + ".json");
+  EXPECT_EQ(spec["devices"][0]["containerEdits"]["deviceNodes"][0]["path"], "/dev/vfio/" + *group);
+  const json metadata =
+      json::parse(Slurp(DataDir() + "/dra-device-metadata/vms_gpu-claim/vgpu/metadata.json"));
+  EXPECT_EQ(metadata["requests"][0]["devices"][0]["attributes"]["mdevUUID"],
+            json({{"string", uuid}}));
+
+  // The kubelet repeats prepare until it sees success: the same answer, nothing new created.
+  auto again = Prepare(Claim({{"vgpu", "mdev-0000-3b-00-0-nvidia-223-0"}}));
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_EQ(again->front().cdi_device_ids, prepared->front().cdi_device_ids);
+  EXPECT_EQ(Slurp(available), "6\n");
+
+  ASSERT_TRUE(Unprepare().ok());
+  EXPECT_FALSE(fs::exists(node_->sysfs_root() + "/bus/mdev/devices/" + uuid));
+  EXPECT_FALSE(fs::exists(DevRoot() + "/vfio/" + *group));
+  EXPECT_EQ(Slurp(available), "7\n");
+}
+
+TEST_F(PrepareTest, AnExistingMdevIsUsedAndLeftInPlace) {
+  Use("vgpu");
+  const std::string uuid = "4b20d080-1b54-4048-85b3-a6a62d165c01";
+  auto prepared = Prepare(Claim({{"vgpu", "mdev-" + uuid}}));
+  ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+  Status undone = Unprepare();
+  ASSERT_TRUE(undone.ok()) << undone.error().message;
+  EXPECT_TRUE(fs::exists(node_->sysfs_root() + "/bus/mdev/devices/" + uuid));
+  EXPECT_TRUE(kernel_->Writes().empty());
+}
+
+TEST_F(PrepareTest, AGpuWithMediatedDevicesIsNotHandedOutWhole) {
+  Use("vgpu");
+  auto prepared = Prepare(Claim({{"gpu", "gpu-0000-3b-00-0"}}));
+  ASSERT_FALSE(prepared.ok());
+  EXPECT_THAT(prepared.error().message, HasSubstr("has 1 mediated devices"));
+  EXPECT_TRUE(kernel_->Writes().empty());
+}
+
+TEST_F(PrepareTest, NoMdevCapacityIsAClearClaimErrorAndLeavesNothingBehind) {
+  Use("vgpu");
+  kernel_->FailMdevCreate(EUSERS);
+  auto prepared = Prepare(Claim({{"vgpu", "mdev-0000-3b-00-0-nvidia-223-1"}}));
+  ASSERT_FALSE(prepared.ok());
+  EXPECT_THAT(prepared.error().message, HasSubstr("vms/gpu-claim"));
+  EXPECT_THAT(prepared.error().message, HasSubstr("no capacity"));
+  EXPECT_THAT(prepared.error().message, HasSubstr("nvidia-223 on 0000:3b:00.0"));
+  EXPECT_TRUE(CdiFiles().empty());
+  EXPECT_EQ(preparer_->checkpoint().Find(kUid), nullptr);
+}
+
+TEST_F(PrepareTest, AFunctionAlreadyOnVfioPciIsUsedAsItIsAndStaysBound) {
+  Use("workstation");
+  for (const char* f : {"0000:01:00.0", "0000:01:00.1"}) {
+    ASSERT_EQ(kernel_->Write(node_->sysfs_root() + "/bus/pci/devices/" + f + "/driver_override",
+                             "vfio-pci"),
+              0);
+    ASSERT_EQ(
+        kernel_->Write(node_->sysfs_root() + "/bus/pci/drivers/" +
+                           (std::string(f).back() == '0' ? "nvidia" : "snd_hda_intel") + "/unbind",
+                       f),
+        0);
+    ASSERT_EQ(kernel_->Write(node_->sysfs_root() + "/bus/pci/drivers_probe", f), 0);
+  }
+  Publish();
+  const size_t writes_before = kernel_->Writes().size();
+  ASSERT_TRUE(Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}})).ok());
+  ASSERT_TRUE(Unprepare().ok());
+  EXPECT_EQ(kernel_->Writes().size(), writes_before) << "nothing to bind, nothing to restore";
+  EXPECT_EQ(Driver("0000:01:00.0"), "vfio-pci");
+  EXPECT_EQ(Driver("0000:01:00.1"), "vfio-pci");
+}
+
+TEST_F(PrepareTest, AnUnbindThatHangsFailsTheClaimAtTheDeadlineAndUnprepareFinishesLater) {
+  unbind_timeout_ = std::chrono::milliseconds(300);
+  Use("workstation");
+  kernel_->HangUnbind("0000:01:00.1");
+  auto prepared = Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}));
+  ASSERT_FALSE(prepared.ok());
+  EXPECT_THAT(prepared.error().message, HasSubstr("did not finish within 300 ms"));
+  EXPECT_THAT(prepared.error().message, HasSubstr("0000:01:00.1"));
+  EXPECT_EQ(kernel_->Hanging(), 1);
+  EXPECT_EQ(Driver("0000:01:00.0"), "nvidia") << "the GPU itself was rolled back";
+  // The blocked function keeps its record so that it can still be put back.
+  ASSERT_NE(preparer_->checkpoint().Find(kUid), nullptr);
+  EXPECT_TRUE(CdiFiles().empty());
+  Status blocked = Unprepare();
+  ASSERT_FALSE(blocked.ok());
+  EXPECT_THAT(blocked.error().message, HasSubstr("still blocked in the kernel"));
+  kernel_->ReleaseHangs();
+  kernel_->WaitIdle();
+  // The blocked unbind completes once released; unprepare then returns the function home. (The
+  // writer thread forgets the blocked write just after the kernel returns, hence the retries.)
+  Status undone = Unprepare();
+  for (int attempt = 0; !undone.ok() && attempt < 1000; ++attempt) {
+    std::this_thread::yield();
+    undone = Unprepare();
+  }
+  ASSERT_TRUE(undone.ok()) << undone.error().message;
+  EXPECT_EQ(Driver("0000:01:00.1"), "snd_hda_intel");
+  EXPECT_EQ(preparer_->checkpoint().Find(kUid), nullptr);
+}
+
+TEST_F(PrepareTest, ABindRefusedByTheKernelIsRolledBack) {
+  Use("workstation");
+  kernel_->FailVfioBind("0000:01:00.1", EBUSY);
+  auto prepared = Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}));
+  ASSERT_FALSE(prepared.ok());
+  EXPECT_THAT(prepared.error().message, HasSubstr("binding 0000:01:00.1 to vfio-pci failed"));
+  EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
+  EXPECT_EQ(Driver("0000:01:00.1"), "snd_hda_intel");
+  EXPECT_EQ(Override("0000:01:00.1"), "(null)\n");
+  EXPECT_EQ(preparer_->checkpoint().Find(kUid), nullptr);
+}
+
+TEST_F(PrepareTest, ADeviceThatVanishedAfterPublishingFailsWithoutTouchingAnything) {
+  Use("workstation");
+  kernel_->RemoveDevice("0000:01:00.0");
+  auto prepared = Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}));
+  ASSERT_FALSE(prepared.ok());
+  EXPECT_THAT(prepared.error().message, HasSubstr("has vanished from the node"));
+  EXPECT_TRUE(kernel_->Writes().empty());
+  EXPECT_EQ(preparer_->checkpoint().Find(kUid), nullptr);
+}
+
+TEST_F(PrepareTest, UnknownDeviceOrPoolIsRefused) {
+  Use("workstation");
+  auto unknown = Prepare(Claim({{"gpu", "gpu-0000-09-00-0"}}));
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_THAT(unknown.error().message, HasSubstr("not (or no longer) published"));
+  auto claim = Claim({{"gpu", "gpu-0000-01-00-0"}});
+  claim.allocation->results[0].pool = "node2";
+  auto other_pool = Prepare(claim);
+  ASSERT_FALSE(other_pool.ok());
+  EXPECT_THAT(other_pool.error().message, HasSubstr("pool node2"));
+}
+
+TEST_F(PrepareTest, AfterARebootPrepareRecreatesEverythingAndGivesTheSameAnswer) {
+  Use("workstation");
+  auto first = Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}));
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  // Reboot: sysfs comes back with the host drivers, /dev/vfio and /var/run/cdi are empty, and
+  // the boot ID changes; the plugin data dir (with the checkpoint) survives.
+  kernel_.reset();
+  fs::remove_all(node_->sysfs_root());
+  fs::remove(node_->sysfs_root() + ".sim.json");
+  fs::remove_all(DevRoot());
+  fs::remove_all(CdiDir());
+  BuildFixture("workstation", node_->sysfs_root());
+  kernel_ = std::make_unique<SimulatedKernel>(node_->sysfs_root(), DevRoot());
+  WriteBootId("boot-2");
+  Open();
+  ASSERT_TRUE(preparer_->checkpoint().WrittenBeforeReboot());
+  ASSERT_TRUE(preparer_->Recover().ok());
+  EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
+  auto again = Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}));
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_EQ(again->front().cdi_device_ids, first->front().cdi_device_ids);
+  EXPECT_EQ(Driver("0000:01:00.0"), "vfio-pci");
+  EXPECT_EQ(CdiFiles().size(), 2u);
+  ASSERT_TRUE(Unprepare().ok());
+  EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
+  EXPECT_EQ(Driver("0000:01:00.1"), "snd_hda_intel");
+}
+
+TEST_F(PrepareTest, UnprepareAfterARebootWithoutRepreparingRestoresNothingAndDropsTheClaim) {
+  Use("workstation");
+  ASSERT_TRUE(Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}})).ok());
+  kernel_.reset();
+  fs::remove_all(node_->sysfs_root());
+  fs::remove(node_->sysfs_root() + ".sim.json");
+  fs::remove_all(DevRoot());
+  fs::remove_all(CdiDir());
+  BuildFixture("workstation", node_->sysfs_root());
+  kernel_ = std::make_unique<SimulatedKernel>(node_->sysfs_root(), DevRoot());
+  WriteBootId("boot-2");
+  Open();
+  ASSERT_TRUE(Unprepare().ok());
+  EXPECT_TRUE(kernel_->Writes().empty());
+  EXPECT_EQ(preparer_->checkpoint().Find(kUid), nullptr);
+}
+
+TEST_F(PrepareTest, TemplateClaimsGetTheirMetadataUnderThePodClaimName) {
+  Use("sriov");
+  auto claim = Claim({{"nic", "vf-0000-5e-02-0"}, {"nic", "vf-0000-5e-02-1"}}, kUid,
+                     "virt-launcher-vm1-nic-x7k2p");
+  claim.annotations["resource.kubernetes.io/pod-claim-name"] = "nic";
+  auto prepared = Prepare(claim);
+  ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+  ASSERT_EQ(prepared->size(), 2u);
+  EXPECT_EQ((*prepared)[0].cdi_device_ids.size(), 2u) << "metadata ID on the first device";
+  EXPECT_EQ((*prepared)[1].cdi_device_ids.size(), 1u);
+  const json spec = CdiSpec(std::string("vfio.dra.io_metadata_") + kUid + "_nic.json");
+  EXPECT_EQ(spec["devices"][0]["containerEdits"]["mounts"][0]["containerPath"],
+            "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/nic/nic/"
+            "vfio.dra.io-metadata.json");
+  const json metadata = json::parse(
+      Slurp(DataDir() + "/dra-device-metadata/vms_virt-launcher-vm1-nic-x7k2p/nic/metadata.json"));
+  EXPECT_EQ(metadata["podClaimName"], "nic");
+  EXPECT_EQ(metadata["requests"][0]["devices"].size(), 2u);
+  ASSERT_TRUE(Unprepare(kUid, "virt-launcher-vm1-nic-x7k2p").ok());
+  EXPECT_TRUE(CdiFiles().empty());
+}
+
+TEST_F(PrepareTest, IommufdNodesAreAddedWhenAskedForAndPresent) {
+  Use("workstation");
+  auto legacy_only = Claim({{"gpu", "gpu-0000-01-00-0"}});
+  AddConfig(legacy_only, {{"apiVersion", "vfio.dra.io/v1alpha1"},
+                          {"kind", "VfioConfig"},
+                          {"iommuInterface", "iommufd"}});
+  auto refused = Prepare(legacy_only);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error().message, HasSubstr("iommufd is not available"));
+  EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
+
+  // The node gains iommufd (misc device, dynamic minor).
+  std::ofstream(node_->sysfs_root() + "/class/misc/iommu/dev", std::ios::trunc) << "10:123\n";
+  fs::create_directories(node_->sysfs_root() + "/class/misc/iommu");
+  std::ofstream(node_->sysfs_root() + "/class/misc/iommu/dev") << "10:123\n";
+  ASSERT_EQ(::mknod((DevRoot() + "/iommu").c_str(), S_IFCHR | 0600, makedev(10, 123)), 0);
+  auto both = Claim({{"gpu", "gpu-0000-01-00-0"}});
+  AddConfig(
+      both,
+      {{"apiVersion", "vfio.dra.io/v1alpha1"}, {"kind", "VfioConfig"}, {"iommuInterface", "both"}});
+  auto prepared = Prepare(both);
+  ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+  const json spec = CdiSpec(std::string("vfio.dra.io-vfio_") + kUid + ".json");
+  std::vector<std::string> paths;
+  for (const json& n : spec["devices"][0]["containerEdits"]["deviceNodes"]) {
+    paths.push_back(n["path"]);
+  }
+  EXPECT_THAT(paths, ElementsAre("/dev/vfio/10", "/dev/iommu", "/dev/vfio/devices/vfio0",
+                                 "/dev/vfio/devices/vfio1"));
+  ASSERT_TRUE(Unprepare().ok());
+}
+
+TEST_F(PrepareTest, BadOpaqueConfigIsAClaimErrorNamingTheField) {
+  Use("workstation");
+  auto claim = Claim({{"gpu", "gpu-0000-01-00-0"}});
+  AddConfig(claim, {{"apiVersion", "vfio.dra.io/v1alpha1"}, {"kind", "VfioConfig"}, {"romBar", 1}});
+  auto prepared = Prepare(claim);
+  ASSERT_FALSE(prepared.ok());
+  EXPECT_THAT(prepared.error().message, HasSubstr("unknown field \"romBar\""));
+  EXPECT_THAT(prepared.error().message, HasSubstr("config[0]"));
+  EXPECT_TRUE(kernel_->Writes().empty());
+
+  auto other_driver = Claim({{"gpu", "gpu-0000-01-00-0"}});
+  kube::DeviceAllocationConfiguration theirs;
+  theirs.source = "FromClass";
+  theirs.opaque = kube::OpaqueDeviceConfiguration{"gpu.other.io", {{"anything", true}}};
+  other_driver.allocation->config.push_back(theirs);
+  EXPECT_TRUE(Prepare(other_driver).ok()) << "other drivers' configs are not ours to read";
+  ASSERT_TRUE(Unprepare().ok());
+}
+
+TEST_F(PrepareTest, RecoverRollsBackAPrepareLeftStartedAndRemovesOrphanSpecs) {
+  Use("workstation");
+  // A claim recorded as started, with its first function already bound, as a crash leaves it.
+  plugin::ClaimRecord record;
+  record.uid = kUid;
+  record.namespace_ = "vms";
+  record.name = "gpu-claim";
+  record.functions = {{"0000:01:00.0", "nvidia", "", false},
+                      {"0000:01:00.1", "snd_hda_intel", "", false}};
+  record.cdi_files = {std::string("vfio.dra.io-vfio_") + kUid + ".json"};
+  {
+    auto boot = plugin::ReadBootId(node_->dir() + "/boot_id");
+    ASSERT_TRUE(boot.ok());
+    auto checkpoint =
+        plugin::PrepareCheckpoint::Load(DataDir() + "/checkpoint.json", *boot, nullptr);
+    ASSERT_TRUE(checkpoint.ok());
+    ASSERT_TRUE(checkpoint->Put(record).ok());
+  }
+  ASSERT_EQ(kernel_->Write(node_->sysfs_root() + "/bus/pci/devices/0000:01:00.0/driver_override",
+                           "vfio-pci"),
+            0);
+  ASSERT_EQ(kernel_->Write(node_->sysfs_root() + "/bus/pci/drivers/nvidia/unbind", "0000:01:00.0"),
+            0);
+  ASSERT_EQ(kernel_->Write(node_->sysfs_root() + "/bus/pci/drivers/vfio-pci/bind", "0000:01:00.0"),
+            0);
+  std::ofstream(CdiDir() + "/vfio.dra.io-vfio_" + Uid(7) + ".json") << "{}";
+  std::ofstream(CdiDir() + "/other.vendor-x_1.json") << "{}";
+  Open();
+  ASSERT_TRUE(preparer_->Recover().ok());
+  EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
+  EXPECT_EQ(Override("0000:01:00.0"), "(null)\n");
+  EXPECT_EQ(preparer_->checkpoint().Find(kUid), nullptr);
+  EXPECT_THAT(CdiFiles(), ElementsAre("other.vendor-x_1.json"));
+}
+
+}  // namespace
+}  // namespace vfio_dra::testing
