@@ -12,6 +12,8 @@ trap 'rm -rf "$OUT"' EXIT
   --benchmark_out="$OUT/discovery.json" --benchmark_out_format=json >/dev/null
 "$BUILD_DIR/bench/slices_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
   --benchmark_out="$OUT/slices.json" --benchmark_out_format=json >/dev/null
+# The node's files live where the plugin data dir would (an ext4 disk here), not on tmpfs.
+"$BUILD_DIR/bench/prepare_bench" --rounds 20 --dir "${PREPARE_BENCH_DIR:-/tmp}" >"$OUT/prepare.json"
 python3 - "$OUT" <<'PY' | tee docs/benchmarks.md
 import json, os, platform, subprocess, sys
 out = sys.argv[1]
@@ -36,6 +38,20 @@ for n in (100, 1000, 5000):
     row(f"Publish from nothing to the fake API server, {n} devices",
         s[f"BM_PublishFromNothing/{n}/iterations:5"], 300 if n == 1000 else None,
         "client rate limit off")
+p = json.load(open(os.path.join(out, "prepare.json")))
+def prow(what, key, target_ms=None, note=""):
+    b = p[key]
+    verdict = "" if target_ms is None else ("met" if b["p99_ms"] <= target_ms else "MISSED")
+    target = "" if target_ms is None else f"p99 <= {target_ms} ms"
+    rows.append(f"| {what} | p50 {b['p50_ms']:.2f} ms, p99 {b['p99_ms']:.2f} ms "
+                f"({b['samples']} calls) | {target} | {verdict} | {note} |")
+prow("NodePrepareResources, one-device claim, 1 pod at a time", "prepare_1_pod", None,
+     "gRPC socket, fake API server, simulated kernel")
+prow("NodePrepareResources, one-device claims, 32 pods at once", "prepare_32_pods", 5,
+     "device work is serialized per node")
+prow("Floor: one claim GET + 5 atomic fsynced writes, 1 at a time", "floor_1_pod", None,
+     "done directly by the benchmark")
+prow("Floor: the same, 32 at once", "floor_32_pods", None, "done directly by the benchmark")
 cpu = "unknown"
 try:
     for line in open("/proc/cpuinfo"):

@@ -1,5 +1,6 @@
 #include "plugin/node_service.h"
 
+#include <chrono>
 #include <set>
 
 namespace vfio_dra::plugin {
@@ -43,14 +44,21 @@ Result<std::map<std::string, ClaimPrepareResult>> DraNodeService::Prepare(
   if (Status s = ValidateRequest(claims, "NodePrepareResources"); !s.ok()) return s.error();
   std::map<std::string, ClaimPrepareResult> out;
   for (const ClaimRef& ref : claims) {
+    const auto start = std::chrono::steady_clock::now();
     ClaimPrepareResult result = PrepareOne(ref);
+    const std::string took = std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(
+                                                std::chrono::steady_clock::now() - start)
+                                                .count() /
+                                            1000.0);
     if (!result.error.empty()) {
-      log_.Error("prepare failed",
-                 {{"claim", ref.Display()}, {"uid", ref.uid}, {"error", result.error}});
+      log_.Error(
+          "prepare failed",
+          {{"claim", ref.Display()}, {"uid", ref.uid}, {"error", result.error}, {"ms", took}});
     } else {
       log_.Info("prepared claim", {{"claim", ref.Display()},
                                    {"uid", ref.uid},
-                                   {"devices", std::to_string(result.devices.size())}});
+                                   {"devices", std::to_string(result.devices.size())},
+                                   {"ms", took}});
     }
     out[ref.uid] = std::move(result);
   }

@@ -1,6 +1,7 @@
 #include "fake_apiserver.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <fstream>
@@ -293,6 +294,14 @@ bool FakeApiServer::Start(int port) {
     server_ = std::make_unique<httplib::Server>();
   }
   server_->new_task_queue = [] { return new httplib::ThreadPool(64); };
+  // A real API server answers without Nagle delays; without this, small responses wait for the
+  // client's delayed ACK (about 40 ms) and every measured call would include it.
+  server_->set_tcp_nodelay(true);
+  listen_fd_ = -1;
+  server_->set_socket_options([this](socket_t sock) {
+    httplib::default_socket_options(sock);
+    if (listen_fd_ < 0) listen_fd_ = sock;
+  });
   InstallRoutes();
   if (port == 0) {
     port_ = server_->bind_to_any_port("127.0.0.1");
@@ -301,6 +310,10 @@ bool FakeApiServer::Start(int port) {
     if (!server_->bind_to_port("127.0.0.1", port)) return false;
     port_ = port;
   }
+  // The packaged cpp-httplib listens with a backlog of 5, so a burst of new connections (32
+  // pods' claim reads) loses SYNs and waits a second for the retransmit; no API server does
+  // that. Listening again on the bound socket raises the backlog.
+  if (listen_fd_ >= 0) ::listen(listen_fd_, 512);
   thread_ = std::thread([this] { server_->listen_after_bind(); });
   // The socket already listens (connections queue in its backlog); wait only until the accept
   // loop runs, so that Stop() cannot race with its start.

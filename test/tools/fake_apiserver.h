@@ -115,6 +115,7 @@ class FakeApiServer {
 
   FakeApiServerOptions options_;
   std::unique_ptr<httplib::Server> server_;
+  int listen_fd_ = -1;  // the server's listening socket, captured to raise its backlog
   std::thread thread_;
   int port_ = 0;
 

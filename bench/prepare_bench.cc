@@ -1,0 +1,204 @@
+// prepare_bench: NodePrepareResources latency of one-device claims through the daemon's gRPC
+// socket (vfio-dra-sim-daemon: the real daemon with the simulated kernel), the fake API server on
+// loopback, with 1 pod at a time and with 32 pods at once; and, in the same run, the floor: the
+// same atomic file writes with fsync plus one claim GET, done directly. Prints JSON.
+//   prepare_bench [--rounds N] [--dir DIR]   (DIR: where the node's files live; default /tmp)
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <latch>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "base/clock.h"
+#include "base/file_io.h"
+#include "discovery/inventory.h"
+#include "fake_apiserver.h"
+#include "integration/daemon_process.h"
+#include "kube/api_client.h"
+#include "kube/client_config.h"
+#include "kube/curl_transport.h"
+#include "kube/token_source.h"
+#include "kubelet_simulator.h"
+#include "slicepublisher/device_names.h"
+#include "sysfs_fixture.h"
+
+namespace {
+
+using namespace vfio_dra;  // NOLINT(google-build-using-namespace): a benchmark's main
+using Clock = std::chrono::steady_clock;
+constexpr int kPods = 32;
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+nlohmann::json Summary(std::vector<double> samples) {
+  std::sort(samples.begin(), samples.end());
+  auto at = [&](double q) {
+    const size_t i = std::min(samples.size() - 1, static_cast<size_t>(q * samples.size()));
+    return samples[i];
+  };
+  return {{"samples", samples.size()},
+          {"p50_ms", at(0.50)},
+          {"p99_ms", at(0.99)},
+          {"max_ms", samples.back()}};
+}
+
+std::string Uid(int i) {
+  char buffer[40];
+  std::snprintf(buffer, sizeof buffer, "b0000000-0000-4000-8000-%012d", i);
+  return buffer;
+}
+
+// Runs `one(i)` for i in [0, pods) at once, `rounds` times; `between` runs untimed after each
+// round. Returns every call's latency.
+template <typename One, typename Between>
+std::vector<double> Measure(int pods, int rounds, One one, Between between) {
+  std::vector<double> samples;
+  for (int r = 0; r < rounds; ++r) {
+    std::vector<double> round(static_cast<size_t>(pods));
+    std::latch start(pods);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < pods; ++i) {
+      threads.emplace_back([&, i] {
+        start.arrive_and_wait();
+        const auto t0 = Clock::now();
+        one(i);
+        round[static_cast<size_t>(i)] = Ms(Clock::now() - t0);
+      });
+    }
+    for (auto& t : threads) t.join();
+    samples.insert(samples.end(), round.begin(), round.end());
+    between();
+  }
+  return samples;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rounds = 20;
+  std::string base = "/tmp";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--dir") == 0) base = argv[i + 1];
+  }
+  const std::string tmpl_text = base + "/vfio-dra-prepare-bench-XXXXXX";
+  std::vector<char> tmpl(tmpl_text.begin(), tmpl_text.end());
+  tmpl.push_back('\0');
+  const std::string dir = mkdtemp(tmpl.data());
+
+  // A node with one PF and 64 VFs, each VF in its own group: one-device claims bind one function.
+  testing::SysfsFixture fx(dir + "/sys");
+  fx.AddPci(testing::MakePciSpec("0000:5d:00.0", 0x8086, 0x2030, 0x060400, "pcieport", 49));
+  testing::PciSpec pf = testing::MakePciSpec("0000:5e:00.0", 0x8086, 0x1572, 0x020000, "i40e", 50);
+  pf.parent = "0000:5d:00.0";
+  fx.AddPci(pf);
+  std::vector<testing::PciSpec> vfs;
+  for (int i = 0; i < 2 * kPods; ++i) {
+    vfs.push_back(testing::MakePciSpec("", 0x8086, 0x154c, 0x020000, "iavf", 100 + i));
+  }
+  fx.MakeSriovPf("0000:5e:00.0", 64, 0x154c, vfs);
+
+  testing::FakeApiServer server;
+  server.Start();
+  server.PutNode("node1", "6a0a1d47-0000-4000-8000-0000000000aa");
+  for (int i = 0; i < kPods; ++i) {
+    const int devfn = 16 + i;
+    char address[16];
+    std::snprintf(address, sizeof address, "0000:5e:%02x.%x", devfn >> 3, devfn & 7);
+    server.PutClaim(
+        {{"metadata", {{"namespace", "bench"}, {"name", "c" + std::to_string(i)}, {"uid", Uid(i)}}},
+         {"spec", nlohmann::json::object()},
+         {"status",
+          {{"allocation",
+            {{"devices",
+              {{"results",
+                {{{"request", "nic"},
+                  {"driver", "vfio.dra.io"},
+                  {"pool", "node1"},
+                  {"device",
+                   slicepublisher::PciDeviceName(discovery::DeviceKind::kVf, address)}}}}}}}}}}});
+  }
+  const std::string kubeconfig = server.WriteKubeconfig(dir);
+  std::filesystem::create_directories(dir + "/registry");
+  testing::DaemonProcess daemon(
+      {VFIO_DRA_SIM_DAEMON_BINARY, "serve", "--node-name", "node1", "--kubeconfig", kubeconfig,
+       "--registrar-dir", dir + "/registry", "--plugin-data-dir", dir + "/data", "--cdi-dir",
+       dir + "/cdi", "--sysfs-root", dir + "/sys", "--dev-root", dir + "/dev"},
+      dir + "/daemon.log");
+  testing::KubeletSimulator sim;
+  auto socket = sim.WaitForRegistrationSocket(dir + "/registry", std::chrono::seconds(20));
+  if (!socket.ok()) {
+    std::cerr << "prepare_bench: " << socket.error().message << "\n" << daemon.Log();
+    return 1;
+  }
+  auto plugin = sim.Register(*socket);
+  if (!plugin.ok()) {
+    std::cerr << "prepare_bench: " << plugin.error().message << "\n";
+    return 1;
+  }
+  server.WaitForSlices([](const auto& slices) { return !slices.empty(); },
+                       std::chrono::seconds(20));
+  std::vector<testing::SimClaim> all;
+  for (int i = 0; i < kPods; ++i) all.push_back({"bench", "c" + std::to_string(i), Uid(i)});
+  std::atomic<int> failures{0};
+  auto prepare = [&](int i) {
+    auto r = sim.Prepare(*plugin, {all[static_cast<size_t>(i)]});
+    if (!r.ok() || !r->claims().at(Uid(i)).error().empty()) {
+      if (failures++ == 0) {
+        std::cerr << "prepare failed: "
+                  << (r.ok() ? r->claims().at(Uid(i)).error() : r.error().message) << "\n";
+      }
+    }
+  };
+  auto unprepare_all = [&] {
+    auto r = sim.Unprepare(*plugin, all);
+    if (!r.ok()) ++failures;
+  };
+  // Warm up (first connections, first publish).
+  prepare(0);
+  unprepare_all();
+  auto one_pod = Measure(
+      1, rounds * 4, [&](int) { prepare(0); }, unprepare_all);
+  auto many_pods = Measure(kPods, rounds, prepare, unprepare_all);
+
+  // The floor: what one prepare cannot avoid: the claim GET and five atomic, fsynced files
+  // (checkpoint twice, the CDI spec, the metadata file and its CDI spec).
+  auto config = kube::LoadKubeconfigFile(kubeconfig);
+  auto transport = kube::CurlTransport::Create(*config, "bench");
+  kube::TokenSource tokens("", "", RealClock());
+  kube::ApiClientOptions api_options;
+  api_options.qps = 0;
+  kube::ApiClient api(**transport, tokens, RealClock(), Logger::Discard(), api_options);
+  std::filesystem::create_directories(dir + "/floor");
+  const std::string spec(600, 'x');
+  auto floor_one = [&](int i) {
+    auto claim =
+        api.Get("/apis/resource.k8s.io/v1/namespaces/bench/resourceclaims/c" + std::to_string(i));
+    if (!claim.ok()) ++failures;
+    for (int f = 0; f < 5; ++f) {
+      const std::string path =
+          dir + "/floor/" + std::to_string(i) + "-" + std::to_string(f) + ".json";
+      if (!WriteFileAtomically(path, spec, 0644).ok()) ++failures;
+    }
+  };
+  auto floor_single = Measure(
+      1, rounds * 4, [&](int) { floor_one(0); }, [] {});
+  auto floor_many = Measure(kPods, rounds, floor_one, [] {});
+
+  nlohmann::json out = {{"prepare_1_pod", Summary(one_pod)},
+                        {"prepare_32_pods", Summary(many_pods)},
+                        {"floor_1_pod", Summary(floor_single)},
+                        {"floor_32_pods", Summary(floor_many)},
+                        {"failures", failures.load()}};
+  std::cout << out.dump(2) << std::endl;
+  daemon.Signal(SIGTERM);
+  daemon.WaitForExit(std::chrono::seconds(10));
+  server.Stop();
+  if (std::getenv("PREPARE_BENCH_KEEP") == nullptr) std::filesystem::remove_all(dir);
+  return failures == 0 ? 0 : 1;
+}
