@@ -58,10 +58,12 @@ Status DecodeVfioConfig(const nlohmann::json& parameters, const std::string& dri
   }
   auto kind = parameters.find("kind");
   if (kind == parameters.end() || !kind->is_string() || *kind != kVfioConfigKind) {
-    return Bad("kind " +
-               (kind == parameters.end() ? std::string("is missing")
-                                         : "\"" + EscapeForDisplay(kind->dump(), 80) + "\"") +
-               " is not supported (expected \"" + kVfioConfigKind + "\")");
+    if (kind == parameters.end()) {
+      return Bad(std::string("kind is missing (expected \"") + kVfioConfigKind + "\")");
+    }
+    const std::string shown = kind->is_string() ? kind->get<std::string>() : kind->dump();
+    return Bad("kind \"" + EscapeForDisplay(shown, 80) + "\" is not supported (expected \"" +
+               kVfioConfigKind + "\")");
   }
   for (const auto& [key, value] : parameters.items()) {
     if (key == "apiVersion" || key == "kind") continue;

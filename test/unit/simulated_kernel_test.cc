@@ -1,0 +1,115 @@
+// The simulated kernel itself: tests elsewhere trust it to behave like sysfs, so its rules are
+// pinned here (vfio-pci only through driver_override, drivers_probe reporting success, group
+// nodes appearing and disappearing, SR-IOV enable/disable, refusals).
+#include "simulated_kernel.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+
+#include "unit/fixture_node.h"
+
+namespace vfio_dra::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+class SimulatedKernelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    node_ = std::make_unique<FixtureNode>("vm-host");
+    kernel_ = std::make_unique<SimulatedKernel>(node_->sysfs_root(), node_->dir() + "/dev");
+  }
+  int Write(const std::string& rel, const std::string& value) {
+    return kernel_->Write(node_->sysfs_root() + "/" + rel, value);
+  }
+  std::string Driver(const std::string& address) const {
+    std::error_code ec;
+    auto target =
+        fs::read_symlink(node_->sysfs_root() + "/bus/pci/devices/" + address + "/driver", ec);
+    return ec ? "" : target.filename().string();
+  }
+  bool IsCharDevice(const std::string& dev_relative) const {
+    struct stat st {};
+    return ::stat((node_->dir() + "/dev/" + dev_relative).c_str(), &st) == 0 && S_ISCHR(st.st_mode);
+  }
+  std::unique_ptr<FixtureNode> node_;
+  std::unique_ptr<SimulatedKernel> kernel_;
+};
+
+TEST_F(SimulatedKernelTest, VfioPciBindsOnlyThroughDriverOverride) {
+  EXPECT_EQ(Write("bus/pci/drivers/nvme/unbind", "0000:06:00.0"), 0);
+  EXPECT_EQ(Driver("0000:06:00.0"), "");
+  EXPECT_EQ(Write("bus/pci/drivers/vfio-pci/bind", "0000:06:00.0"), ENODEV);
+  EXPECT_EQ(Write("bus/pci/devices/0000:06:00.0/driver_override", "vfio-pci"), 0);
+  EXPECT_EQ(Write("bus/pci/drivers/vfio-pci/bind", "0000:06:00.0"), 0);
+  EXPECT_EQ(Driver("0000:06:00.0"), "vfio-pci");
+  EXPECT_TRUE(IsCharDevice("vfio/60"));
+  EXPECT_TRUE(IsCharDevice("vfio/devices/vfio0"));
+  EXPECT_TRUE(IsCharDevice("vfio/vfio"));
+  EXPECT_EQ(Write("bus/pci/drivers/vfio-pci/bind", "0000:06:00.0"), EBUSY);
+  // Back: clear the override, unbind, probe: the host driver takes it again.
+  EXPECT_EQ(Write("bus/pci/devices/0000:06:00.0/driver_override", "\n"), 0);
+  EXPECT_EQ(Write("bus/pci/drivers/vfio-pci/unbind", "0000:06:00.0"), 0);
+  EXPECT_FALSE(fs::exists(node_->dir() + "/dev/vfio/60"));
+  EXPECT_EQ(Write("bus/pci/drivers_probe", "0000:06:00.0"), 0);
+  EXPECT_EQ(Driver("0000:06:00.0"), "nvme");
+}
+
+TEST_F(SimulatedKernelTest, GroupNodeStaysWhileAnyMemberIsOnVfio) {
+  for (const char* f : {"0000:01:00.0", "0000:01:00.1"}) {
+    ASSERT_EQ(Write(std::string("bus/pci/devices/") + f + "/driver_override", "vfio-pci"), 0);
+    ASSERT_EQ(Write(std::string("bus/pci/devices/") + f + "/driver/unbind", f), 0);
+    ASSERT_EQ(Write("bus/pci/drivers_probe", f), 0);
+    EXPECT_EQ(Driver(f), "vfio-pci");
+  }
+  ASSERT_EQ(Write("bus/pci/drivers/vfio-pci/unbind", "0000:01:00.1"), 0);
+  EXPECT_TRUE(IsCharDevice("vfio/10"));
+  ASSERT_EQ(Write("bus/pci/drivers/vfio-pci/unbind", "0000:01:00.0"), 0);
+  EXPECT_FALSE(fs::exists(node_->dir() + "/dev/vfio/10"));
+}
+
+TEST_F(SimulatedKernelTest, RefusesWhatTheKernelRefuses) {
+  ASSERT_EQ(Write("bus/pci/devices/0000:5e:00.0/driver_override", "vfio-pci"), 0);
+  ASSERT_EQ(Write("bus/pci/drivers/i40e/unbind", "0000:5e:00.0"), 0);
+  EXPECT_EQ(Write("bus/pci/drivers/vfio-pci/bind", "0000:5e:00.0"), EBUSY) << "PF with VFs";
+  EXPECT_EQ(Write("bus/pci/drivers/nvidia/bind", "0000:06:00.0"), EBUSY) << "already bound";
+  EXPECT_EQ(Write("bus/pci/devices/0000:06:00.0/remove", "1"), EACCES) << "not simulated";
+  EXPECT_EQ(Write("kernel/iommu_groups/10/type", "identity"), EACCES);
+  EXPECT_EQ(Write("bus/pci/drivers/nvme/unbind", "0000:01:00.0"), ENODEV) << "not its driver";
+  const auto writes = kernel_->Writes();
+  ASSERT_EQ(writes.size(), 7u);
+  EXPECT_EQ(writes.back().path, "bus/pci/drivers/nvme/unbind");
+  EXPECT_EQ(writes.back().result, ENODEV);
+}
+
+TEST_F(SimulatedKernelTest, SriovVfsAreCreatedAndRemovedThroughSriovNumvfs) {
+  EXPECT_EQ(Write("bus/pci/devices/0000:5e:00.0/sriov_numvfs", "2"), EBUSY) << "4 -> 2 needs 0";
+  EXPECT_EQ(Write("bus/pci/devices/0000:5e:00.0/sriov_numvfs", "0"), 0);
+  EXPECT_FALSE(fs::exists(node_->sysfs_root() + "/bus/pci/devices/0000:5e:02.0"));
+  EXPECT_EQ(Write("bus/pci/devices/0000:5e:00.0/sriov_numvfs", "100"), ERANGE);
+  EXPECT_EQ(Write("bus/pci/devices/0000:5e:00.0/sriov_numvfs", "6"), 0);
+  EXPECT_TRUE(fs::exists(node_->sysfs_root() + "/bus/pci/devices/0000:5e:02.5/physfn"));
+  EXPECT_TRUE(fs::exists(node_->sysfs_root() + "/bus/pci/devices/0000:5e:00.0/virtfn5"));
+}
+
+TEST_F(SimulatedKernelTest, MdevCreateCountsInstancesAndAppliesNvidiasOneTypeRule) {
+  const std::string types = "class/mdev_bus/0000:3b:00.0/mdev_supported_types/";
+  const std::string uuid = "7a1c2f0e-5b7d-4c1e-9a11-000000000001";
+  EXPECT_EQ(Write(types + "nvidia-223/create", uuid), 0);
+  EXPECT_EQ(Write(types + "nvidia-223/create", uuid), EEXIST);
+  EXPECT_EQ(Write(types + "nvidia-222/create", "7a1c2f0e-5b7d-4c1e-9a11-000000000002"), EUSERS);
+  std::ifstream available(node_->sysfs_root() + "/" + types + "nvidia-223/available_instances");
+  int left = 0;
+  available >> left;
+  EXPECT_EQ(left, 7);
+  EXPECT_EQ(Write("bus/mdev/devices/" + uuid + "/remove", "1"), 0);
+  EXPECT_FALSE(fs::exists(node_->sysfs_root() + "/bus/mdev/devices/" + uuid));
+  EXPECT_EQ(Write(types + "nvidia-222/create", "7a1c2f0e-5b7d-4c1e-9a11-000000000002"), 0);
+}
+
+}  // namespace
+}  // namespace vfio_dra::testing
