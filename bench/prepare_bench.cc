@@ -2,7 +2,9 @@
 // socket (vfio-dra-sim-daemon: the real daemon with the simulated kernel), the fake API server on
 // loopback, with 1 pod at a time and with 32 pods at once; and, in the same run, the floor: the
 // same atomic file writes with fsync plus one claim GET, done directly. Prints JSON.
-//   prepare_bench [--rounds N] [--dir DIR]   (DIR: where the node's files live; default /tmp)
+//   prepare_bench [--rounds N] [--dir DIR] [--cdi-base DIR]
+// DIR holds the plugin data dir (checkpoint, metadata files) and the fake sysfs (default /tmp);
+// the CDI specs go under --cdi-base, by default /dev/shm: /var/run/cdi is a tmpfs on nodes.
 #include <signal.h>
 
 #include <algorithm>
@@ -82,14 +84,20 @@ std::vector<double> Measure(int pods, int rounds, One one, Between between) {
 int main(int argc, char** argv) {
   int rounds = 20;
   std::string base = "/tmp";
+  std::string cdi_base = std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "/tmp";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--dir") == 0) base = argv[i + 1];
+    if (std::strcmp(argv[i], "--cdi-base") == 0) cdi_base = argv[i + 1];
   }
   const std::string tmpl_text = base + "/vfio-dra-prepare-bench-XXXXXX";
   std::vector<char> tmpl(tmpl_text.begin(), tmpl_text.end());
   tmpl.push_back('\0');
   const std::string dir = mkdtemp(tmpl.data());
+  const std::string cdi_tmpl_text = cdi_base + "/vfio-dra-prepare-bench-cdi-XXXXXX";
+  std::vector<char> cdi_tmpl(cdi_tmpl_text.begin(), cdi_tmpl_text.end());
+  cdi_tmpl.push_back('\0');
+  const std::string cdi_dir = mkdtemp(cdi_tmpl.data());
 
   // A node with one PF and 64 VFs, each VF in its own group: one-device claims bind one function.
   testing::SysfsFixture fx(dir + "/sys");
@@ -128,7 +136,7 @@ int main(int argc, char** argv) {
   testing::DaemonProcess daemon(
       {VFIO_DRA_SIM_DAEMON_BINARY, "serve", "--node-name", "node1", "--kubeconfig", kubeconfig,
        "--registrar-dir", dir + "/registry", "--plugin-data-dir", dir + "/data", "--cdi-dir",
-       dir + "/cdi", "--sysfs-root", dir + "/sys", "--dev-root", dir + "/dev"},
+       cdi_dir, "--sysfs-root", dir + "/sys", "--dev-root", dir + "/dev"},
       dir + "/daemon.log");
   testing::KubeletSimulator sim;
   auto socket = sim.WaitForRegistrationSocket(dir + "/registry", std::chrono::seconds(20));
@@ -166,8 +174,9 @@ int main(int argc, char** argv) {
       1, rounds * 4, [&](int) { prepare(0); }, unprepare_all);
   auto many_pods = Measure(kPods, rounds, prepare, unprepare_all);
 
-  // The floor: what one prepare cannot avoid: the claim GET and five atomic, fsynced files
-  // (checkpoint twice, the CDI spec, the metadata file and its CDI spec).
+  // The floor: what one prepare cannot avoid: the claim GET and five atomic, fsynced files,
+  // each in the directory where the daemon writes it (checkpoint twice and the metadata file in
+  // the data dir; the CDI spec and the metadata's CDI spec in the CDI dir).
   auto config = kube::LoadKubeconfigFile(kubeconfig);
   auto transport = kube::CurlTransport::Create(*config, "bench");
   kube::TokenSource tokens("", "", RealClock());
@@ -181,8 +190,8 @@ int main(int argc, char** argv) {
         api.Get("/apis/resource.k8s.io/v1/namespaces/bench/resourceclaims/c" + std::to_string(i));
     if (!claim.ok()) ++failures;
     for (int f = 0; f < 5; ++f) {
-      const std::string path =
-          dir + "/floor/" + std::to_string(i) + "-" + std::to_string(f) + ".json";
+      const std::string path = (f < 3 ? dir + "/floor/" : cdi_dir + "/floor-") + std::to_string(i) +
+                               "-" + std::to_string(f) + ".json";
       if (!WriteFileAtomically(path, spec, 0644).ok()) ++failures;
     }
   };
@@ -190,7 +199,9 @@ int main(int argc, char** argv) {
       1, rounds * 4, [&](int) { floor_one(0); }, [] {});
   auto floor_many = Measure(kPods, rounds, floor_one, [] {});
 
-  nlohmann::json out = {{"prepare_1_pod", Summary(one_pod)},
+  nlohmann::json out = {{"data_dir", dir},
+                        {"cdi_dir", cdi_dir},
+                        {"prepare_1_pod", Summary(one_pod)},
                         {"prepare_32_pods", Summary(many_pods)},
                         {"floor_1_pod", Summary(floor_single)},
                         {"floor_32_pods", Summary(floor_many)},
@@ -199,6 +210,7 @@ int main(int argc, char** argv) {
   daemon.Signal(SIGTERM);
   daemon.WaitForExit(std::chrono::seconds(10));
   server.Stop();
+  std::filesystem::remove_all(cdi_dir);
   if (std::getenv("PREPARE_BENCH_KEEP") == nullptr) std::filesystem::remove_all(dir);
   return failures == 0 ? 0 : 1;
 }

@@ -46,10 +46,9 @@ Result<std::map<std::string, ClaimPrepareResult>> DraNodeService::Prepare(
   for (const ClaimRef& ref : claims) {
     const auto start = std::chrono::steady_clock::now();
     ClaimPrepareResult result = PrepareOne(ref);
-    const std::string took = std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(
-                                                std::chrono::steady_clock::now() - start)
-                                                .count() /
-                                            1000.0);
+    const std::chrono::duration<double, std::milli> elapsed =
+        std::chrono::steady_clock::now() - start;
+    const std::string took = std::to_string(elapsed.count());
     if (!result.error.empty()) {
       log_.Error(
           "prepare failed",

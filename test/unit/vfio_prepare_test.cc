@@ -81,6 +81,19 @@ class PrepareTest : public ::testing::Test {
     ASSERT_TRUE(opened.ok()) << opened.error().message;
     preparer_ = std::move(*opened);
   }
+  // A reboot: sysfs comes back with the host drivers, /dev/vfio and /var/run/cdi are empty, and
+  // the boot ID changes; the plugin data dir (with the checkpoint) survives.
+  void Reboot(const std::string& fixture) {
+    kernel_.reset();
+    fs::remove_all(node_->sysfs_root());
+    fs::remove(node_->sysfs_root() + ".sim.json");
+    fs::remove_all(DevRoot());
+    fs::remove_all(CdiDir());
+    BuildFixture(fixture, node_->sysfs_root());
+    kernel_ = std::make_unique<SimulatedKernel>(node_->sysfs_root(), DevRoot());
+    WriteBootId("boot-2");
+    Open();
+  }
   kube::ResourceClaim Claim(const std::vector<Alloc>& allocs, const std::string& uid = kUid,
                             const std::string& name = "gpu-claim") {
     kube::ResourceClaim claim;
@@ -421,17 +434,7 @@ TEST_F(PrepareTest, AfterARebootPrepareRecreatesEverythingAndGivesTheSameAnswer)
   Use("workstation");
   auto first = Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}));
   ASSERT_TRUE(first.ok()) << first.error().message;
-  // Reboot: sysfs comes back with the host drivers, /dev/vfio and /var/run/cdi are empty, and
-  // the boot ID changes; the plugin data dir (with the checkpoint) survives.
-  kernel_.reset();
-  fs::remove_all(node_->sysfs_root());
-  fs::remove(node_->sysfs_root() + ".sim.json");
-  fs::remove_all(DevRoot());
-  fs::remove_all(CdiDir());
-  BuildFixture("workstation", node_->sysfs_root());
-  kernel_ = std::make_unique<SimulatedKernel>(node_->sysfs_root(), DevRoot());
-  WriteBootId("boot-2");
-  Open();
+  Reboot("workstation");
   ASSERT_TRUE(preparer_->checkpoint().WrittenBeforeReboot());
   ASSERT_TRUE(preparer_->Recover().ok());
   EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
@@ -448,15 +451,7 @@ TEST_F(PrepareTest, AfterARebootPrepareRecreatesEverythingAndGivesTheSameAnswer)
 TEST_F(PrepareTest, UnprepareAfterARebootWithoutRepreparingRestoresNothingAndDropsTheClaim) {
   Use("workstation");
   ASSERT_TRUE(Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}})).ok());
-  kernel_.reset();
-  fs::remove_all(node_->sysfs_root());
-  fs::remove(node_->sysfs_root() + ".sim.json");
-  fs::remove_all(DevRoot());
-  fs::remove_all(CdiDir());
-  BuildFixture("workstation", node_->sysfs_root());
-  kernel_ = std::make_unique<SimulatedKernel>(node_->sysfs_root(), DevRoot());
-  WriteBootId("boot-2");
-  Open();
+  Reboot("workstation");
   ASSERT_TRUE(Unprepare().ok());
   EXPECT_TRUE(kernel_->Writes().empty());
   EXPECT_EQ(preparer_->checkpoint().Find(kUid), nullptr);
