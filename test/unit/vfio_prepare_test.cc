@@ -408,6 +408,18 @@ TEST_F(PrepareTest, ABindRefusedByTheKernelIsRolledBack) {
   EXPECT_EQ(preparer_->checkpoint().Find(kUid), nullptr);
 }
 
+TEST_F(PrepareTest, AnOriginalDriverThatIsGoneLeavesTheFunctionUnboundAndUnprepareSucceeds) {
+  Use("sriov");
+  ASSERT_TRUE(Prepare(Claim({{"nic", "vf-0000-5e-02-3"}})).ok());
+  // The admin unloaded iavf while the VM ran.
+  fs::remove_all(node_->sysfs_root() + "/bus/pci/drivers/iavf");
+  Status undone = Unprepare();
+  ASSERT_TRUE(undone.ok()) << undone.error().message;
+  EXPECT_EQ(Driver("0000:5e:02.3"), "");
+  EXPECT_EQ(Override("0000:5e:02.3"), "(null)\n");
+  EXPECT_EQ(preparer_->checkpoint().Find(kUid), nullptr);
+}
+
 TEST_F(PrepareTest, ADeviceThatVanishedAfterPublishingFailsWithoutTouchingAnything) {
   Use("workstation");
   kernel_->RemoveDevice("0000:01:00.0");
