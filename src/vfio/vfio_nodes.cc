@@ -75,10 +75,12 @@ Result<CharDeviceNode> VfioNodes::Container() const {
 
 Result<CharDeviceNode> VfioNodes::Group(int group) const {
   const std::string number = std::to_string(group);
-  // A no-IOMMU group (vfio.enable_unsafe_noiommu_mode) has its own node name.
+  // A no-IOMMU group (vfio.enable_unsafe_noiommu_mode) has its own node name. The group's
+  // `name` does not tell: mdevs' emulated-IOMMU groups are named vfio-noiommu too, yet their
+  // node is /dev/vfio/<group>. The vfio class device is what the kernel actually created.
   std::string name = number;
-  if (auto group_name = sysfs_.Read("kernel/iommu_groups/" + number + "/name"); group_name.ok()) {
-    if (group_name->rfind("vfio-noiommu", 0) == 0) name = "noiommu-" + number;
+  if (!sysfs_.Exists("class/vfio/" + number) && sysfs_.Exists("class/vfio/noiommu-" + number)) {
+    name = "noiommu-" + number;
   }
   return Verified("class/vfio/" + name + "/dev", "/dev/vfio/" + name);
 }

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Prepares everything the real-kernel VM node needs, from Debian packages, into a cache that
+# later runs reuse: QEMU and busybox (apt), Debian 12's kernel image (extracted, not installed),
+# the kernel headers (to build the mtty sample mdev driver out of tree, from linux-source-6.1),
+# and an initramfs with the few modules the guest needs to mount the host's file system (9p).
+# Prints the cache directory.
+set -euo pipefail
+CACHE=${VFIO_DRA_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vfio-dra/e2e-vm}
+HERE=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$CACHE"
+cd "$CACHE"
+log() { echo "prepare-vm: $*" >&2; }
+
+need=()
+for pkg in qemu-system-x86 busybox-static kmod cpio xz-utils make gcc; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
+done
+if ((${#need[@]})); then
+  log "installing ${need[*]}"
+  apt-get install -y -q "${need[@]}" >&2
+fi
+
+# The kernel flavour Debian 12 ships now (linux-image-amd64 depends on it).
+if [[ ! -s kernel-version ]]; then
+  apt-cache depends linux-image-amd64 | sed -n 's/.*Depends: linux-image-\(.*\)$/\1/p' | head -1 \
+    >kernel-version
+fi
+KVER=$(cat kernel-version)
+[[ -n "$KVER" ]] || { log "cannot tell the Debian kernel version"; exit 1; }
+
+if [[ ! -f "kernel/boot/vmlinuz-$KVER" ]]; then
+  log "fetching linux-image-$KVER"
+  apt-get download -q "linux-image-$KVER" >&2
+  rm -rf kernel && mkdir kernel
+  dpkg-deb -x linux-image-"$KVER"_*.deb kernel
+  depmod -b kernel "$KVER"
+fi
+
+if ! dpkg-query -W -f='${Status}' "linux-headers-$KVER" 2>/dev/null | grep -q 'install ok installed'; then
+  log "installing linux-headers-$KVER (headers only; the host kernel is not touched)"
+  apt-get install -y -q "linux-headers-$KVER" >&2
+fi
+
+if [[ ! -f mtty/mtty.ko ]]; then
+  if [[ ! -f mtty/mtty.c ]]; then
+    log "fetching linux-source-6.1 for samples/vfio-mdev/mtty.c"
+    apt-get download -q linux-source-6.1 >&2
+    mkdir -p mtty
+    dpkg-deb --fsys-tarfile linux-source-6.1_*.deb | tar -xO ./usr/src/linux-source-6.1.tar.xz |
+      xz -dc | tar -xO linux-source-6.1/samples/vfio-mdev/mtty.c >mtty/mtty.c
+    rm -f linux-source-6.1_*.deb
+  fi
+  echo 'obj-m := mtty.o' >mtty/Makefile
+  make -s -C "/usr/src/linux-headers-$KVER" M="$CACHE/mtty" modules >&2
+fi
+
+# The initramfs: busybox, the 9p modules (and what they need), and our init.
+if [[ ! -f initramfs.cpio.gz || "$HERE/guest-init.sh" -nt initramfs.cpio.gz ]]; then
+  log "building the initramfs"
+  rm -rf initramfs && mkdir -p initramfs/{bin,dev,proc,sys,host,out,modules}
+  cp /bin/busybox initramfs/bin/busybox
+  for module in virtio_pci 9pnet_virtio 9p; do
+    modprobe -d kernel -S "$KVER" --show-depends "$module" | awk '$1 == "insmod" {print $2}'
+  done | awk '!seen[$0]++' >initramfs/modules/order
+  while read -r ko; do
+    cp "$ko" initramfs/modules/
+  done <initramfs/modules/order
+  sed -i 's|.*/||' initramfs/modules/order
+  cp "$HERE/guest-init.sh" initramfs/init
+  chmod +x initramfs/init
+  (cd initramfs && find . | cpio -o -H newc --quiet | gzip -1) >initramfs.cpio.gz
+fi
+echo "$CACHE"

@@ -1,0 +1,418 @@
+#!/usr/bin/env python3
+"""Real-kernel scenarios, run inside the VM node (see run-vm.sh) as root against the guest's real
+sysfs and /dev: the real vfio-dra-plugin binary with the fake API server and the kubelet
+simulator (both from the build). The scenario name and the build directory come from the results
+directory /run/out (written by run-vm.sh). Every check that fails is printed and makes the exit
+code non-zero; the output ends up in <OUT>/guest.log."""
+import ctypes
+import json
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import time
+import urllib.request
+
+OUT = "/run/out"
+WORK = "/run/e2e"
+SYS = "/sys/bus/pci/devices"
+DRIVER = "vfio.dra.io"
+NODE = "vm-node"
+POLICY = """version: v1
+select:
+  - kind: hostdev
+    address: ["0000:02:00.0", "0000:04:00.0"]
+  - kind: vf
+    pf: "0000:05:00.0"
+"""
+
+
+def read(path):
+    with open(path) as f:
+        return f.read().strip()
+
+
+def write_sysfs(path, value):
+    with open(path, "w") as f:
+        f.write(value)
+
+
+BUILD = read(OUT + "/build-dir")
+SCENARIO = read(OUT + "/scenario")
+CACHE = read(OUT + "/cache-dir")
+KVER = read(OUT + "/kernel-version")
+PLUGIN = BUILD + "/src/vfio-dra-plugin"
+failures = []
+
+
+def check(condition, what):
+    print(("ok   " if condition else "FAIL ") + what, flush=True)
+    if not condition:
+        failures.append(what)
+    return condition
+
+
+def driver(address):
+    link = f"{SYS}/{address}/driver"
+    return os.path.basename(os.readlink(link)) if os.path.islink(link) else ""
+
+
+def group(address):
+    return int(os.path.basename(os.readlink(f"{SYS}/{address}/iommu_group")))
+
+
+def char_device_matches(path, sysfs_dev):
+    """The node exists, is a character device, and has the number sysfs gives."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    major, minor = (int(x) for x in read(sysfs_dev).split(":"))
+    return stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == major and os.minor(
+        st.st_rdev) == minor
+
+
+def wait_for(condition, what, timeout=20.0):
+    """Polls an observable condition with a deadline (the daemon acts in the background)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    check(False, f"{what} within {timeout:.0f} s")
+    return None
+
+
+def load_modules():
+    subprocess.run(["modprobe", "-d", CACHE + "/kernel", "-S", KVER, "-a", "e1000e", "nvme",
+                    "vfio-pci", "mdev", "snd-hda-intel"], check=True)
+    subprocess.run(["insmod", CACHE + "/mtty/mtty.ko"], check=True)
+
+
+def enable_vfs(count=2):
+    pf = f"{SYS}/0000:05:00.0"
+    write_sysfs(pf + "/sriov_drivers_autoprobe", "0")
+    write_sysfs(pf + "/sriov_numvfs", str(count))
+    return [os.path.basename(os.readlink(f"{pf}/virtfn{i}")) for i in range(count)]
+
+
+def claim(name, uid, results, annotations=None):
+    metadata = {"namespace": "vms", "name": name, "uid": uid, "generation": 1}
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"metadata": metadata, "spec": {},
+            "status": {"allocation": {"devices": {"results": [
+                {"request": request, "driver": DRIVER, "pool": NODE, "device": device}
+                for request, device in results]}}}}
+
+
+class Node:
+    """The plugin daemon with the API server and kubelet stand-ins, in WORK."""
+
+    def __init__(self, claims):
+        os.makedirs(WORK + "/registry", exist_ok=True)
+        with open(WORK + "/policy.yaml", "w") as f:
+            f.write(POLICY)
+        with open(WORK + "/claims.json", "w") as f:
+            json.dump(claims, f)
+        self.api = subprocess.Popen(
+            [BUILD + "/test/fake-apiserver", "--kubeconfig-dir", WORK, "--claims",
+             WORK + "/claims.json", "--node", NODE + ":6f1f0d7e-0000-4000-8000-00000000e2e0"],
+            stdout=subprocess.PIPE, text=True)
+        self.kubeconfig = self.api.stdout.readline().strip()
+        self.server = re.search(r"server: (\S+)", read(self.kubeconfig)).group(1)
+        self.daemon = None
+        self.starts = 0
+
+    def start(self):
+        self.starts += 1
+        for entry in os.listdir(WORK + "/registry"):
+            os.unlink(os.path.join(WORK + "/registry", entry))
+        log = open(f"{WORK}/daemon-{self.starts}.log", "w")
+        self.daemon = subprocess.Popen(
+            [PLUGIN, "serve", "--node-name", NODE, "--kubeconfig", self.kubeconfig,
+             "--registrar-dir", WORK + "/registry", "--plugin-data-dir", WORK + "/data",
+             "--cdi-dir", WORK + "/cdi", "--config", WORK + "/policy.yaml", "-v", "2"],
+            stdout=log, stderr=subprocess.STDOUT)
+        self.kubelet("register")
+
+    def kill(self):
+        self.daemon.send_signal(signal.SIGKILL)
+        self.daemon.wait()
+
+    def stop(self):
+        if self.daemon and self.daemon.poll() is None:
+            self.daemon.send_signal(signal.SIGTERM)
+            self.daemon.wait(timeout=20)
+        self.api.send_signal(signal.SIGTERM)
+        self.api.wait(timeout=20)
+
+    def kubelet(self, verb, *claims):
+        args = [BUILD + "/test/kubelet-sim", verb, "--registrar-dir", WORK + "/registry",
+                "--wait", "30"]
+        for c in claims:
+            args += ["--claim", c]
+        result = subprocess.run(args, capture_output=True, text=True)
+        if verb == "register":
+            return {} if result.returncode == 0 else {"rpc_error": result.stderr.strip()}
+        try:  # exit code 1 with an answer: some claim failed, the answer says which
+            return json.loads(result.stdout)
+        except json.JSONDecodeError:
+            return {"rpc_error": result.stderr.strip() or f"exit code {result.returncode}"}
+
+    def prepare(self, *claims):
+        return self.kubelet("prepare", *claims)
+
+    def unprepare(self, *claims):
+        return self.kubelet("unprepare", *claims)
+
+    def slices(self):
+        with urllib.request.urlopen(self.server + "/apis/resource.k8s.io/v1/resourceslices") as r:
+            return [s for s in json.load(r)["items"] if s["spec"]["pool"]["name"] == NODE]
+
+    def counter(self, counter_set):
+        for s in self.slices():
+            for c in s["spec"].get("sharedCounters", []):
+                if c["name"] == counter_set:
+                    return int(c["counters"]["capacity"]["value"])
+        return None
+
+    def log(self):
+        return "".join(read(f"{WORK}/daemon-{i}.log") + "\n" for i in range(1, self.starts + 1))
+
+
+def claim_error(response, uid):
+    if "rpc_error" in response:
+        return "RPC failed: " + response["rpc_error"]
+    return response["claims"].get(uid, {}).get("error", "")
+
+
+def device_of(response, uid):
+    return response["claims"][uid]["devices"][0]
+
+
+# --- Scenarios ------------------------------------------------------------------------------
+
+def scenario_discovery():
+    vfs = enable_vfs()
+    report = json.loads(subprocess.run([PLUGIN, "discover", "-o", "json", "--config",
+                                        WORK + "/policy.yaml"], check=True,
+                                       capture_output=True, text=True).stdout)
+    decisions = {f["address"]: f for f in report["functions"]}
+    def published_as(address):
+        f = decisions[address]
+        return f.get("kind") if f.get("published") else None
+    check(published_as("0000:01:00.0") == "gpu", "the VGA function is a gpu")
+    check(decisions["0000:01:00.0"].get("companions") == ["0000:01:00.1"],
+          "the HDA function is the GPU's companion")
+    check(published_as("0000:02:00.0") == "hostdev", "the selected e1000e is a hostdev")
+    check(published_as("0000:03:00.0") is None, "the node's own NIC is not published")
+    check(published_as("0000:04:00.0") is None,
+          "an e1000e sharing its group with a host-driven function is refused: " +
+          decisions["0000:04:00.0"].get("reason", ""))
+    check(published_as("0000:05:00.0") is None, "the PF with VFs is not published")
+    for vf in vfs:
+        check(published_as(vf) == "vf", f"VF {vf} is published")
+    slices = json.loads(subprocess.run(
+        [PLUGIN, "slices", "-o", "json", "--node-name", NODE, "--config", WORK + "/policy.yaml"],
+        check=True, capture_output=True, text=True).stdout)
+    counters = [c for s in slices["items"] for c in s["spec"].get("sharedCounters", [])]
+    devices = [d for s in slices["items"] for d in s["spec"].get("devices", [])]
+    mtty = [c for c in counters if c["name"] == "mdev-parent-mtty"]
+    check(len(mtty) == 1 and mtty[0]["counters"]["capacity"]["value"] == "24",
+          "mtty has one counter set with capacity 24 (lcm of 24 and 12)")
+    names = {d["name"] for d in devices}
+    check({"gpu-0000-01-00-0", "hostdev-0000-02-00-0"} <= names, "slices list the GPU and hostdev")
+    check(sum(1 for n in names if n.startswith("mdev-mtty-mtty-1-")) == 24, "24 mtty-1 devices")
+    check(sum(1 for n in names if n.startswith("mdev-mtty-mtty-2-")) == 12, "12 mtty-2 devices")
+
+
+def scenario_gpu():
+    uid = "e2e00000-0000-4000-8000-000000000001"
+    node = Node([claim("vm1-gpu-x7k2p", uid, [("gpu", "gpu-0000-01-00-0")],
+                       {"resource.kubernetes.io/pod-claim-name": "gpu"})])
+    before = {a: driver(a) for a in ("0000:01:00.0", "0000:01:00.1")}
+    check(before == {"0000:01:00.0": "", "0000:01:00.1": "snd_hda_intel"},
+          f"drivers before prepare: {before}")
+    node.start()
+    wait_for(lambda: node.slices(), "slices published")
+    started = time.monotonic()
+    response = node.prepare(f"vms/vm1-gpu-x7k2p/{uid}")
+    print(f"prepare took {time.monotonic() - started:.2f} s")
+    if check(claim_error(response, uid) == "", f"prepare: {claim_error(response, uid)}"):
+        g = group("0000:01:00.0")
+        check(driver("0000:01:00.0") == "vfio-pci", "the VGA function is on vfio-pci")
+        check(driver("0000:01:00.1") == "vfio-pci", "its HDA function is on vfio-pci")
+        check(char_device_matches(f"/dev/vfio/{g}", f"/sys/class/vfio/{g}/dev"),
+              f"/dev/vfio/{g} matches /sys/class/vfio/{g}/dev")
+        spec = json.load(open(f"{WORK}/cdi/{DRIVER}-vfio_{uid}.json"))
+        print(json.dumps(spec))
+        nodes = spec["containerEdits"]["deviceNodes"] + [
+            n for d in spec["devices"] for n in d["containerEdits"]["deviceNodes"]]
+        for n in nodes:
+            st = os.stat(n["path"])
+            check(stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == n["major"] and
+                  os.minor(st.st_rdev) == n["minor"],
+                  f"CDI node {n['path']} {n['major']}:{n['minor']} exists with that number")
+        metadata = json.load(open(f"{WORK}/data/dra-device-metadata/vms_vm1-gpu-x7k2p/gpu/metadata.json"))
+        bus_id = metadata["requests"][0]["devices"][0]["attributes"]["resource.kubernetes.io/pciBusID"]
+        check(bus_id == {"string": "0000:01:00.0"}, f"metadata pciBusID {bus_id}")
+        check(device_of(response, uid)["cdi_device_ids"][1] == f"{DRIVER}/metadata={uid}_gpu",
+              "the metadata CDI ID is on the device")
+    response = node.unprepare(f"vms/vm1-gpu-x7k2p/{uid}")
+    check(claim_error(response, uid) == "", f"unprepare: {claim_error(response, uid)}")
+    after = {a: driver(a) for a in ("0000:01:00.0", "0000:01:00.1")}
+    check(after == before, f"drivers after unprepare: {after}")
+    check(not os.listdir(WORK + "/cdi"), "no CDI spec left")
+    node.stop()
+
+
+def scenario_vf():
+    vfs = enable_vfs()
+    uid = "e2e00000-0000-4000-8000-000000000002"
+    name = "vf-" + vfs[1].replace(":", "-").replace(".", "-")
+    node = Node([claim("nic", uid, [("nic", name)])])
+    check(driver(vfs[1]) == "", "the VF starts without a driver (autoprobe off)")
+    node.start()
+    wait_for(lambda: node.slices(), "slices published")
+    response = node.prepare(f"vms/nic/{uid}")
+    check(claim_error(response, uid) == "", f"prepare: {claim_error(response, uid)}")
+    check(driver(vfs[1]) == "vfio-pci", f"VF {vfs[1]} is on vfio-pci")
+    check(driver(vfs[0]) == "", "the other VF is untouched")
+    response = node.unprepare(f"vms/nic/{uid}")
+    check(claim_error(response, uid) == "", f"unprepare: {claim_error(response, uid)}")
+    check(driver(vfs[1]) == "", "the VF is back without a driver (nvme did not grab it)")
+    check(driver("0000:05:00.0") == "nvme", "the PF stays on nvme")
+    node.stop()
+
+
+def scenario_mdev():
+    uid = "e2e00000-0000-4000-8000-000000000003"
+    node = Node([claim("vgpu", uid, [("vgpu", "mdev-mtty-mtty-2-0")])])
+    types = "/sys/class/mdev_bus/mtty/mdev_supported_types"
+    available = lambda: (int(read(f"{types}/mtty-1/available_instances")),
+                         int(read(f"{types}/mtty-2/available_instances")))
+    check(available() == (24, 12), f"available before: {available()}")
+    node.start()
+    check(wait_for(lambda: node.counter("mdev-parent-mtty") == 24, "counter capacity 24") is not None,
+          "published capacity 24 agrees with 24 mtty-1 / 12 mtty-2")
+    response = node.prepare(f"vms/vgpu/{uid}")
+    if check(claim_error(response, uid) == "", f"prepare: {claim_error(response, uid)}"):
+        published = [d for s in node.slices() for d in s["spec"].get("devices", [])
+                     if d["name"] == "mdev-mtty-mtty-2-0"][0]
+        mdev_uuid = published["attributes"]["mdevUUID"]["string"]
+        check(os.path.isdir(f"/sys/bus/mdev/devices/{mdev_uuid}"),
+              f"mdev {mdev_uuid} (the published UUID) exists")
+        g = int(os.path.basename(os.readlink(f"/sys/bus/mdev/devices/{mdev_uuid}/iommu_group")))
+        check(char_device_matches(f"/dev/vfio/{g}", f"/sys/class/vfio/{g}/dev"),
+              f"its /dev/vfio/{g} exists")
+        check(available() == (22, 11), f"available after create: {available()}")
+        check(wait_for(lambda: node.counter("mdev-parent-mtty") == 22, "counter capacity 22")
+              is not None, "published capacity follows: 22")
+    response = node.unprepare(f"vms/vgpu/{uid}")
+    check(claim_error(response, uid) == "", f"unprepare: {claim_error(response, uid)}")
+    check(not os.listdir("/sys/bus/mdev/devices"), "the mdev is removed")
+    check(available() == (24, 12), f"available after remove: {available()}")
+    check(wait_for(lambda: node.counter("mdev-parent-mtty") == 24, "counter capacity 24 again")
+          is not None, "published capacity back to 24")
+    node.stop()
+
+
+def scenario_refused():
+    uid = "e2e00000-0000-4000-8000-000000000004"
+    node = Node([claim("nic", uid, [("nic", "hostdev-0000-04-00-0")])])
+    node.start()
+    wait_for(lambda: node.slices(), "slices published")
+    response = node.prepare(f"vms/nic/{uid}")
+    error = claim_error(response, uid)
+    check("not (or no longer) published" in error, f"refused with a clear error: {error}")
+    check(driver("0000:04:00.0") == "e1000e" and driver("0000:04:00.1") == "e1000e",
+          "both functions of the group stay on e1000e")
+    check(read(f"{SYS}/0000:04:00.0/driver_override") == "(null)", "driver_override untouched")
+    node.stop()
+
+
+class Inotify:
+    """Just enough inotify to see the checkpoint being replaced."""
+    IN_MOVED_TO = 0x80
+
+    def __init__(self, directory):
+        self.libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        self.fd = self.libc.inotify_init()
+        self.libc.inotify_add_watch(self.fd, directory.encode(), self.IN_MOVED_TO)
+
+    def wait(self, name):
+        while True:
+            data = os.read(self.fd, 4096)
+            offset = 0
+            while offset < len(data):
+                _, _, _, length = ctypes.c_int.from_buffer_copy(data, offset), 0, 0, \
+                    int.from_bytes(data[offset + 12:offset + 16], "little")
+                event_name = data[offset + 16:offset + 16 + length].rstrip(b"\0").decode()
+                if event_name == name:
+                    return
+                offset += 16 + length
+
+
+def scenario_crash():
+    uid = "e2e00000-0000-4000-8000-000000000005"
+    node = Node([claim("vm", uid, [("gpu", "gpu-0000-01-00-0"), ("nic", "hostdev-0000-02-00-0")])])
+    originals = {a: driver(a) for a in ("0000:01:00.0", "0000:01:00.1", "0000:02:00.0")}
+    node.start()
+    wait_for(lambda: node.slices(), "slices published")
+    os.makedirs(WORK + "/data", exist_ok=True)
+    watch = Inotify(WORK + "/data")
+    prepare = subprocess.Popen([BUILD + "/test/kubelet-sim", "prepare", "--registrar-dir",
+                                WORK + "/registry", "--claim", f"vms/vm/{uid}"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    watch.wait("checkpoint.json")  # PrepareStarted is on disk: the daemon is now binding
+    node.kill()
+    prepare.wait()
+    midway = {a: driver(a) for a in originals}
+    print(f"killed mid-prepare; drivers then: {midway}")
+    node.start()
+    checkpoint = json.load(open(WORK + "/data/checkpoint.json"))
+    entry = checkpoint["claims"].get(uid)
+    now = {a: driver(a) for a in originals}
+    if entry is None:
+        check(now == originals, f"rolled back at restart: {now}")
+        check(not os.listdir(WORK + "/cdi"), "no CDI spec left")
+    else:
+        check(entry["state"] == "PrepareCompleted", f"left as {entry['state']}")
+    response = node.prepare(f"vms/vm/{uid}")
+    check(claim_error(response, uid) == "", f"the kubelet's retry prepares: {claim_error(response, uid)}")
+    check(all(driver(a) == "vfio-pci" for a in originals), "all three functions on vfio-pci")
+    response = node.unprepare(f"vms/vm/{uid}")
+    check(claim_error(response, uid) == "", f"unprepare: {claim_error(response, uid)}")
+    final = {a: driver(a) for a in originals}
+    check(final == originals, f"drivers restored: {final}")
+    node.stop()
+
+
+SCENARIOS = {
+    "discovery": scenario_discovery,
+    "gpu": scenario_gpu,
+    "vf": scenario_vf,
+    "mdev": scenario_mdev,
+    "refused": scenario_refused,
+    "crash": scenario_crash,
+}
+
+if __name__ == "__main__":
+    os.makedirs(WORK, exist_ok=True)
+    with open(WORK + "/policy.yaml", "w") as f:
+        f.write(POLICY)
+    load_modules()
+    print(f"scenario {SCENARIO} on kernel {os.uname().release}", flush=True)
+    node_log = ""
+    try:
+        SCENARIOS[SCENARIO]()
+    except Exception as e:  # a crash of the scenario is a failure, reported with its cause
+        check(False, f"scenario raised {type(e).__name__}: {e}")
+    for log in sorted(f for f in os.listdir(WORK) if f.startswith("daemon-")):
+        print(f"--- {log}\n" + read(os.path.join(WORK, log)))
+    print(f"{len(failures)} failed check(s)" if failures else "all checks passed", flush=True)
+    sys.exit(1 if failures else 0)
