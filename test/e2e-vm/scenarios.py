@@ -389,10 +389,74 @@ def scenario_crash():
     check(claim_error(response, uid) == "", f"unprepare: {claim_error(response, uid)}")
     final = {a: driver(a) for a in originals}
     check(final == originals, f"drivers restored: {final}")
+    check(driver("0000:03:00.0") == "e1000e" and
+          read(f"{SYS}/0000:03:00.0/driver_override") == "(null)",
+          "the node's own NIC was never touched")
+    node.stop()
+
+
+def step(title):
+    print(f"\n\033[1m== {title}\033[0m", flush=True)
+
+
+def show(path, indent="  "):
+    with open(path) as f:
+        text = json.dumps(json.load(f), indent=2) if path.endswith(".json") else f.read()
+    print("\n".join(indent + line for line in text.splitlines()))
+
+
+def scenario_demo():
+    """What ./hack/demo.sh shows: the same steps as the gpu and mdev scenarios, narrated."""
+    source = read(OUT + "/source-dir")
+    gpu_uid = "5d7e1c0a-0000-4000-8000-000000000001"
+    vgpu_uid = "5d7e1c0a-0000-4000-8000-000000000003"
+    step(f"A VM node on a real kernel ({os.uname().release}, QEMU with an emulated Intel IOMMU)")
+    print("vfio-dra-plugin discover (the node's real sysfs, with a policy that selects a NIC):")
+    subprocess.run([PLUGIN, "discover", "--config", WORK + "/policy.yaml"], check=True)
+    node = Node([
+        claim("vm1-gpu-x7k2p", gpu_uid, [("gpu", "gpu-0000-01-00-0")],
+              {"resource.kubernetes.io/pod-claim-name": "gpu"}),
+        claim("vm1-vgpu", vgpu_uid, [("vgpu", "mdev-mtty-mtty-2-0")])])
+    step("vfio-dra-plugin serve, with a loopback API server and a kubelet stand-in")
+    started = time.monotonic()
+    node.start()
+    wait_for(lambda: node.slices(), "slices published")
+    print(f"registered with the kubelet and published in {time.monotonic() - started:.2f} s")
+    subprocess.run([sys.executable, source + "/hack/demo/show_slices.py", node.server, NODE],
+                   check=True)
+    functions = ("0000:01:00.0", "0000:01:00.1")
+    step("NodePrepareResources: a KubeVirt-style passthrough GPU (template claim) and a vGPU")
+    for f in functions:
+        print(f"  {f} driver before: {driver(f) or '(none)'}")
+    started = time.monotonic()
+    response = node.prepare(f"vms/vm1-gpu-x7k2p/{gpu_uid}", f"vms/vm1-vgpu/{vgpu_uid}")
+    print(f"prepared in {time.monotonic() - started:.2f} s:")
+    print("\n".join("  " + line for line in json.dumps(response, indent=2).splitlines()))
+    check(claim_error(response, gpu_uid) == "" and claim_error(response, vgpu_uid) == "",
+          "both claims prepared")
+    for f in functions:
+        print(f"  {f} driver after: {driver(f) or '(none)'}")
+    print("  /dev/vfio: " + " ".join(sorted(os.listdir("/dev/vfio"))))
+    print("  mdevs: " + " ".join(os.listdir("/sys/bus/mdev/devices")))
+    print(f"The CDI spec the container runtime reads ({WORK}/cdi):")
+    show(f"{WORK}/cdi/{DRIVER}-vfio_{gpu_uid}.json")
+    print("The KubeVirt (KEP-5304) metadata file virt-launcher reads for the GPU request:")
+    show(f"{WORK}/data/dra-device-metadata/vms_vm1-gpu-x7k2p/gpu/metadata.json")
+    step("NodeUnprepareResources")
+    started = time.monotonic()
+    response = node.unprepare(f"vms/vm1-gpu-x7k2p/{gpu_uid}", f"vms/vm1-vgpu/{vgpu_uid}")
+    print(f"unprepared in {time.monotonic() - started:.2f} s")
+    check(claim_error(response, gpu_uid) == "" and claim_error(response, vgpu_uid) == "",
+          "both claims unprepared")
+    for f in functions:
+        print(f"  {f} driver after: {driver(f) or '(none)'}")
+    print(f"  mdevs left: {len(os.listdir('/sys/bus/mdev/devices'))}; "
+          f"CDI specs left: {len(os.listdir(WORK + '/cdi'))}")
     node.stop()
 
 
 SCENARIOS = {
+    "demo": scenario_demo,
     "discovery": scenario_discovery,
     "gpu": scenario_gpu,
     "vf": scenario_vf,
@@ -406,13 +470,15 @@ if __name__ == "__main__":
     with open(WORK + "/policy.yaml", "w") as f:
         f.write(POLICY)
     load_modules()
-    print(f"scenario {SCENARIO} on kernel {os.uname().release}", flush=True)
+    if SCENARIO != "demo":
+        print(f"scenario {SCENARIO} on kernel {os.uname().release}", flush=True)
     node_log = ""
     try:
         SCENARIOS[SCENARIO]()
     except Exception as e:  # a crash of the scenario is a failure, reported with its cause
         check(False, f"scenario raised {type(e).__name__}: {e}")
-    for log in sorted(f for f in os.listdir(WORK) if f.startswith("daemon-")):
-        print(f"--- {log}\n" + read(os.path.join(WORK, log)))
+    if SCENARIO != "demo" or failures:
+        for log in sorted(f for f in os.listdir(WORK) if f.startswith("daemon-")):
+            print(f"--- {log}\n" + read(os.path.join(WORK, log)))
     print(f"{len(failures)} failed check(s)" if failures else "all checks passed", flush=True)
     sys.exit(1 if failures else 0)
