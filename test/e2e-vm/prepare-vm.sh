@@ -34,6 +34,7 @@ if [[ ! -f "kernel/boot/vmlinuz-$KVER" ]]; then
   rm -rf kernel && mkdir kernel
   dpkg-deb -x linux-image-"$KVER"_*.deb kernel
   depmod -b kernel "$KVER"
+  rm -f linux-image-"$KVER"_*.deb
 fi
 
 if ! dpkg-query -W -f='${Status}' "linux-headers-$KVER" 2>/dev/null | grep -q 'install ok installed'; then
