@@ -136,7 +136,8 @@ int main(int argc, char** argv) {
   testing::DaemonProcess daemon(
       {VFIO_DRA_SIM_DAEMON_BINARY, "serve", "--node-name", "node1", "--kubeconfig", kubeconfig,
        "--registrar-dir", dir + "/registry", "--plugin-data-dir", dir + "/data", "--cdi-dir",
-       cdi_dir, "--sysfs-root", dir + "/sys", "--dev-root", dir + "/dev"},
+       cdi_dir, "--sysfs-root", dir + "/sys", "--dev-root", dir + "/dev", "--metrics-address",
+       "127.0.0.1:0"},
       dir + "/daemon.log");
   testing::KubeletSimulator sim;
   auto socket = sim.WaitForRegistrationSocket(dir + "/registry", std::chrono::seconds(20));

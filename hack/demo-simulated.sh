@@ -37,7 +37,7 @@ mkdir -p "$WORK/dev"
 "$BIN/test/vfio-dra-sim-daemon" serve --node-name demo-node --kubeconfig "$KUBECONFIG_PATH" \
   --registrar-dir "$WORK/plugins_registry" --plugin-data-dir "$WORK/plugins/vfio.dra.io" \
   --cdi-dir "$WORK/cdi" --sysfs-root "$WORK/node/sys" --pci-ids "$WORK/node/pci.ids" \
-  --dev-root "$WORK/dev" 2>"$WORK/plugin.log" &
+  --dev-root "$WORK/dev" --metrics-address 127.0.0.1:0 2>"$WORK/plugin.log" &
 PLUGIN=$!
 PIDS+=($PLUGIN)
 

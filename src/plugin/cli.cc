@@ -53,6 +53,10 @@ void AddServeFlags(CLI::App& serve, ServeOptions& o) {
   serve.add_option("--claim-api-burst", o.claim_api_burst, "burst for ResourceClaim reads")
       ->capture_default_str();
   serve
+      .add_option("--metrics-address", o.metrics_address,
+                  "host:port (or :port) for /metrics, /healthz and /livez; empty: none")
+      ->capture_default_str();
+  serve
       .add_option("--unbind-timeout", o.unbind_timeout_seconds,
                   "seconds an unbind from a driver may block before the claim fails (the device "
                   "is probably still in use)")

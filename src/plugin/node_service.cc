@@ -6,12 +6,34 @@
 namespace vfio_dra::plugin {
 
 DraNodeService::DraNodeService(std::string driver_name, ClaimSource& claims,
-                               DevicePreparer& preparer, CallSerializer& serializer, Logger log)
+                               DevicePreparer& preparer, CallSerializer& serializer, Logger log,
+                               MetricsRegistry* metrics)
     : driver_name_(std::move(driver_name)),
       claims_(claims),
       preparer_(preparer),
       serializer_(serializer),
-      log_(std::move(log)) {}
+      log_(std::move(log)),
+      metrics_(metrics) {
+  if (metrics_ == nullptr) return;
+  metrics_->DeclareCounter(
+      "vfio_dra_requests_total",
+      "kubelet calls by method (NodePrepareResources, NodeUnprepareResources)");
+  metrics_->DeclareCounter(
+      "vfio_dra_claims_total",
+      "claims handled, by operation (prepare, unprepare) and result (ok, error)");
+  metrics_->DeclareHistogram("vfio_dra_claim_duration_seconds",
+                             "time to prepare or unprepare one claim, including the wait for the "
+                             "node's device lock");
+}
+
+void DraNodeService::Record(const char* operation, const std::string& error,
+                            std::chrono::steady_clock::duration took) {
+  if (metrics_ == nullptr) return;
+  metrics_->Increment("vfio_dra_claims_total",
+                      {{"operation", operation}, {"result", error.empty() ? "ok" : "error"}});
+  metrics_->Observe("vfio_dra_claim_duration_seconds", {{"operation", operation}},
+                    std::chrono::duration<double>(took).count());
+}
 
 Status DraNodeService::ValidateRequest(const std::vector<ClaimRef>& claims,
                                        const char* call) const {
@@ -41,6 +63,9 @@ Status DraNodeService::ValidateRequest(const std::vector<ClaimRef>& claims,
 
 Result<std::map<std::string, ClaimPrepareResult>> DraNodeService::Prepare(
     const std::vector<ClaimRef>& claims) {
+  if (metrics_ != nullptr) {
+    metrics_->Increment("vfio_dra_requests_total", {{"method", "NodePrepareResources"}});
+  }
   if (Status s = ValidateRequest(claims, "NodePrepareResources"); !s.ok()) return s.error();
   std::map<std::string, ClaimPrepareResult> out;
   for (const ClaimRef& ref : claims) {
@@ -49,6 +74,7 @@ Result<std::map<std::string, ClaimPrepareResult>> DraNodeService::Prepare(
     const std::chrono::duration<double, std::milli> elapsed =
         std::chrono::steady_clock::now() - start;
     const std::string took = std::to_string(elapsed.count());
+    Record("prepare", result.error, std::chrono::steady_clock::now() - start);
     if (!result.error.empty()) {
       log_.Error(
           "prepare failed",
@@ -111,9 +137,13 @@ ClaimPrepareResult DraNodeService::PrepareOne(const ClaimRef& ref) {
 
 Result<std::map<std::string, ClaimUnprepareResult>> DraNodeService::Unprepare(
     const std::vector<ClaimRef>& claims) {
+  if (metrics_ != nullptr) {
+    metrics_->Increment("vfio_dra_requests_total", {{"method", "NodeUnprepareResources"}});
+  }
   if (Status s = ValidateRequest(claims, "NodeUnprepareResources"); !s.ok()) return s.error();
   std::map<std::string, ClaimUnprepareResult> out;
   for (const ClaimRef& ref : claims) {
+    const auto start = std::chrono::steady_clock::now();
     ClaimUnprepareResult result;
     if (Status s = ValidateClaimRef(ref); !s.ok()) {
       result.error = s.error().message;
@@ -121,6 +151,7 @@ Result<std::map<std::string, ClaimUnprepareResult>> DraNodeService::Unprepare(
       CallSerializer::Guard guard(serializer_);
       if (Status u = preparer_.Unprepare(ref); !u.ok()) result.error = u.error().message;
     }
+    Record("unprepare", result.error, std::chrono::steady_clock::now() - start);
     if (result.error.empty()) {
       log_.Info("unprepared claim", {{"claim", ref.Display()}, {"uid", ref.uid}});
     } else {

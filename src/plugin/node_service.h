@@ -5,11 +5,13 @@
 // driver's results handed on, base request names, and device work serialized.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "base/log.h"
+#include "base/metrics.h"
 #include "base/result.h"
 #include "kube/claim_reader.h"
 #include "plugin/call_serializer.h"
@@ -51,8 +53,9 @@ class ApiClaimSource final : public ClaimSource {
 
 class DraNodeService {
  public:
+  // `metrics` may be null.
   DraNodeService(std::string driver_name, ClaimSource& claims, DevicePreparer& preparer,
-                 CallSerializer& serializer, Logger log);
+                 CallSerializer& serializer, Logger log, MetricsRegistry* metrics = nullptr);
 
   // Whole-call errors (kInvalidArgument) for a malformed request; otherwise one entry per UID.
   Result<std::map<std::string, ClaimPrepareResult>> Prepare(const std::vector<ClaimRef>& claims);
@@ -62,12 +65,15 @@ class DraNodeService {
  private:
   Status ValidateRequest(const std::vector<ClaimRef>& claims, const char* call) const;
   ClaimPrepareResult PrepareOne(const ClaimRef& ref);
+  void Record(const char* operation, const std::string& error,
+              std::chrono::steady_clock::duration took);
 
   const std::string driver_name_;
   ClaimSource& claims_;
   DevicePreparer& preparer_;
   CallSerializer& serializer_;
   Logger log_;
+  MetricsRegistry* metrics_;
 };
 
 }  // namespace vfio_dra::plugin

@@ -8,6 +8,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/metrics.h"
 #include "discovery/admin_policy.h"
 #include "discovery/device_watcher.h"
 #include "discovery/node_scan.h"
@@ -20,6 +21,7 @@
 #include "kube/token_source.h"
 #include "plugin/call_serializer.h"
 #include "plugin/dra_grpc_service.h"
+#include "plugin/metrics_server.h"
 #include "plugin/node_service.h"
 #include "plugin/plugin_server.h"
 #include "plugin/registration_service.h"
@@ -119,7 +121,9 @@ int RunServe(const ServeOptions& options, const ServeEnvironment& environment) {
       environment.make_sysfs_writer ? environment.make_sysfs_writer(options)
                                     : std::make_unique<vfio::KernelSysfsWriter>();
   slicepublisher::PublishedDevices published;
+  MetricsRegistry metrics;
   PreparerOptions preparer_options;
+  preparer_options.metrics = &metrics;
   preparer_options.driver_name = options.driver_name;
   preparer_options.node_name = options.node_name;
   preparer_options.plugin_data_dir = options.plugin_data_dir;
@@ -165,11 +169,71 @@ int RunServe(const ServeOptions& options, const ServeEnvironment& environment) {
   reconciler.Start();
 
   DraNodeService node(options.driver_name, claims, **preparer, **serializer,
-                      root.WithComponent("node"));
+                      root.WithComponent("node"), &metrics);
   DraGrpcService<DraV1Api> v1(node, root.WithComponent("grpc"));
   DraGrpcService<DraV1beta1Api> v1beta1(node, root.WithComponent("grpc"));
   RegistrationService registration(options.driver_name, layout.dra_socket, SupportedDraServices(),
                                    root.WithComponent("registration"));
+  metrics.DeclareGauge("vfio_dra_published_devices",
+                       "devices in this node's ResourceSlices, by kind");
+  metrics.DeclareCounter("vfio_dra_slice_writes_total",
+                         "ResourceSlice writes, by operation (create, update, delete)");
+  metrics.DeclareCounter("vfio_dra_slice_syncs_total",
+                         "ResourceSlice syncs, by result (ok, error)");
+  metrics.DeclareGauge("vfio_dra_checkpoint_claims", "claims in the prepare checkpoint, by state");
+  metrics.AddCollector([&](MetricsRegistry& m) {
+    for (const auto& [kind, count] : published.CountByType()) {
+      m.Set("vfio_dra_published_devices", {{"kind", kind}}, count);
+    }
+    const slicepublisher::ReconcilerStats stats = reconciler.Stats();
+    m.Set("vfio_dra_slice_writes_total", {{"operation", "create"}},
+          static_cast<double>(stats.creates));
+    m.Set("vfio_dra_slice_writes_total", {{"operation", "update"}},
+          static_cast<double>(stats.updates));
+    m.Set("vfio_dra_slice_writes_total", {{"operation", "delete"}},
+          static_cast<double>(stats.deletes));
+    m.Set("vfio_dra_slice_syncs_total", {{"result", "ok"}},
+          static_cast<double>(stats.syncs - stats.failed_syncs));
+    m.Set("vfio_dra_slice_syncs_total", {{"result", "error"}},
+          static_cast<double>(stats.failed_syncs));
+    const CheckpointCounts counts = (*preparer)->Counts();
+    m.Set("vfio_dra_checkpoint_claims", {{"state", "PrepareStarted"}}, counts.started);
+    m.Set("vfio_dra_checkpoint_claims", {{"state", "PrepareCompleted"}}, counts.completed);
+  });
+  std::unique_ptr<MetricsServer> metrics_server;
+  if (!options.metrics_address.empty()) {
+    auto started = MetricsServer::Start(
+        options.metrics_address, metrics,
+        [&] {
+          HealthReport report;
+          switch (registration.state()) {
+            case RegistrationState::kPending:
+              report.registration = "pending (the kubelet has not called yet)";
+              break;
+            case RegistrationState::kRegistered:
+              report.registered = true;
+              report.registration = "registered";
+              break;
+            case RegistrationState::kRejected:
+              report.registration = "rejected: " + registration.last_error();
+              break;
+          }
+          const slicepublisher::ReconcilerStats stats = reconciler.Stats();
+          report.api_reachable = stats.last_error.empty() && stats.syncs > 0;
+          report.api = report.api_reachable       ? "ok"
+                       : stats.last_error.empty() ? "no successful ResourceSlice sync yet"
+                                                  : stats.last_error;
+          return report;
+        },
+        root.WithComponent("metrics"));
+    if (!started.ok()) {
+      log.Error("cannot start", {{"error", started.error().message}});
+      watcher.Stop();
+      reconciler.Stop();
+      return 1;
+    }
+    metrics_server = std::move(*started);
+  }
   auto server =
       PluginServer::Start(layout, {&v1, &v1beta1}, &registration, root.WithComponent("server"));
   if (!server.ok()) {
@@ -189,6 +253,7 @@ int RunServe(const ServeOptions& options, const ServeEnvironment& environment) {
   log.Info("shutting down; ResourceSlices stay in place",
            {{"signal", signal_number == SIGTERM ? "SIGTERM" : "SIGINT"}});
   (*server)->Stop();
+  metrics_server.reset();
   watcher.Stop();
   reconciler.Stop();
   log.Info("stopped");

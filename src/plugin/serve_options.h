@@ -31,6 +31,7 @@ struct ServeOptions {
   double claim_api_qps = 50.0;
   int claim_api_burst = 100;
   int unbind_timeout_seconds = 20;
+  std::string metrics_address = ":8080";  // empty: no metrics and health endpoint
 };
 
 // Fills defaults that depend on other options (plugin data dir) and validates every value.

@@ -63,7 +63,47 @@ VfioDevicePreparer::VfioDevicePreparer(PreparerOptions options, const discovery:
       metadata_(options_.plugin_data_dir, cdi::SpecDirectory(options_.cdi_dir),
                 options_.driver_name),
       kind_(options_.driver_name + "/vfio"),
-      log_(std::move(log)) {}
+      log_(std::move(log)) {
+  NoteCheckpoint();
+  if (options_.metrics != nullptr) {
+    options_.metrics->DeclareHistogram(
+        "vfio_dra_device_operation_duration_seconds",
+        "time of one device operation: bind (to vfio-pci), restore (to the original driver), "
+        "mdev_create, mdev_remove");
+    options_.metrics->DeclareCounter("vfio_dra_device_operation_errors_total",
+                                     "device operations that failed, by operation");
+  }
+}
+
+template <typename Op>
+auto VfioDevicePreparer::Timed(const char* operation, Op op) -> decltype(op()) {
+  const auto start = std::chrono::steady_clock::now();
+  auto result = op();
+  if (options_.metrics != nullptr) {
+    options_.metrics->Observe(
+        "vfio_dra_device_operation_duration_seconds", {{"operation", operation}},
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (!result.ok()) {
+      options_.metrics->Increment("vfio_dra_device_operation_errors_total",
+                                  {{"operation", operation}});
+    }
+  }
+  return result;
+}
+
+void VfioDevicePreparer::NoteCheckpoint() {
+  CheckpointCounts counts;
+  for (const auto& [uid, record] : checkpoint_.claims()) {
+    (record.state == PrepareState::kPrepareCompleted ? counts.completed : counts.started) += 1;
+  }
+  std::lock_guard<std::mutex> lock(counts_mu_);
+  counts_ = counts;
+}
+
+CheckpointCounts VfioDevicePreparer::Counts() const {
+  std::lock_guard<std::mutex> lock(counts_mu_);
+  return counts_;
+}
 
 void VfioDevicePreparer::Step(const std::string& name) const {
   if (options_.before_step) options_.before_step(name);
@@ -106,7 +146,9 @@ Status VfioDevicePreparer::RecordStart(const kube::ResourceClaim& claim,
     if (!Contains(record.cdi_files, file)) record.cdi_files.push_back(file);
   }
   Step("checkpoint:started");
-  return checkpoint_.Put(record);
+  Status put = checkpoint_.Put(record);
+  NoteCheckpoint();
+  return put;
 }
 
 Result<cdi::Device> VfioDevicePreparer::CdiDevice(const std::string& claim_uid,
@@ -211,13 +253,13 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Apply(const kube::Resour
     if (device.kind == PlannedKind::kPci) {
       for (const std::string& address : device.functions) {
         Step("bind:" + address);
-        if (Status s = binder_.BindToVfio(address); !s.ok()) {
+        if (Status s = Timed("bind", [&] { return binder_.BindToVfio(address); }); !s.ok()) {
           return s.error().Wrap("device " + device.result.device);
         }
       }
     } else if (device.mdev_created_by_driver) {
       Step("mdev-create:" + device.mdev.uuid);
-      auto created = mdevs_.Create(device.mdev);
+      auto created = Timed("mdev_create", [&] { return mdevs_.Create(device.mdev); });
       if (!created.ok()) return created.error().Wrap("device " + device.result.device);
     }
   }
@@ -284,8 +326,10 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Prepare(
   record.state = PrepareState::kPrepareCompleted;
   record.response = AnswerJson(*answer);
   Step("checkpoint:completed");
-  if (Status s = checkpoint_.Put(record); !s.ok()) {
-    return s.error().Wrap(who + ": cannot record the completed prepare");
+  Status completed = checkpoint_.Put(record);
+  NoteCheckpoint();
+  if (!completed.ok()) {
+    return completed.error().Wrap(who + ": cannot record the completed prepare");
   }
   Step("prepare:done");
   return std::move(*answer);
@@ -310,11 +354,13 @@ Status VfioDevicePreparer::Undo(const ClaimRecord& record) {
   for (auto it = record.mdevs.rbegin(); it != record.mdevs.rend(); ++it) {
     if (!it->created_by_us) continue;
     Step("mdev-remove:" + it->uuid);
-    if (Status s = mdevs_.Remove(it->uuid); !s.ok()) note(s.error());
+    if (Status s = Timed("mdev_remove", [&] { return mdevs_.Remove(it->uuid); }); !s.ok()) {
+      note(s.error());
+    }
   }
   for (auto it = record.functions.rbegin(); it != record.functions.rend(); ++it) {
     Step("restore:" + it->address);
-    auto warning = binder_.Restore(*it);
+    auto warning = Timed("restore", [&] { return binder_.Restore(*it); });
     if (!warning.ok()) {
       note(warning.error());
     } else if (!warning->empty()) {
@@ -323,7 +369,9 @@ Status VfioDevicePreparer::Undo(const ClaimRecord& record) {
   }
   if (first) return first->Wrap(who + ": unprepare is incomplete");
   Step("checkpoint:remove");
-  if (Status s = checkpoint_.Remove(record.uid); !s.ok()) return s.error().Wrap(who);
+  Status removed = checkpoint_.Remove(record.uid);
+  NoteCheckpoint();
+  if (!removed.ok()) return removed.error().Wrap(who);
   Step("unprepare:done");
   return Status::Ok();
 }

@@ -20,10 +20,12 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "base/log.h"
+#include "base/metrics.h"
 #include "cdi/cdi_spec.h"
 #include "cdi/device_metadata.h"
 #include "discovery/sysfs_reader.h"
@@ -51,6 +53,13 @@ struct PreparerOptions {
   // Called with a step name before every change to the node or the disk (tests use it to kill
   // the daemon at each step); may be empty.
   std::function<void(const std::string&)> before_step;
+  // Device operation durations and failures go here; may be null.
+  MetricsRegistry* metrics = nullptr;
+};
+
+struct CheckpointCounts {
+  int started = 0;
+  int completed = 0;
 };
 
 class VfioDevicePreparer final : public DevicePreparer {
@@ -70,6 +79,8 @@ class VfioDevicePreparer final : public DevicePreparer {
   Status Recover();
 
   const PrepareCheckpoint& checkpoint() const { return checkpoint_; }
+  // Entries by state; safe to call from any thread (metrics).
+  CheckpointCounts Counts() const;
 
  private:
   VfioDevicePreparer(PreparerOptions options, const discovery::SysfsReader& sysfs,
@@ -88,6 +99,10 @@ class VfioDevicePreparer final : public DevicePreparer {
   // Undoes a record; keeps going past failures and returns the first, after logging warnings.
   Status Undo(const ClaimRecord& record);
   std::string SpecFileName(const std::string& claim_uid) const;
+  // Times one device operation (bind, restore, mdev_create, mdev_remove) for the metrics.
+  template <typename Op>
+  auto Timed(const char* operation, Op op) -> decltype(op());
+  void NoteCheckpoint();
 
   PreparerOptions options_;
   const discovery::SysfsReader& sysfs_;
@@ -100,6 +115,8 @@ class VfioDevicePreparer final : public DevicePreparer {
   cdi::MetadataStore metadata_;
   std::string kind_;  // "<driver>/vfio"
   Logger log_;
+  mutable std::mutex counts_mu_;
+  CheckpointCounts counts_;
 };
 
 }  // namespace vfio_dra::plugin

@@ -34,6 +34,20 @@ std::optional<SliceDevice> PublishedDevices::Find(const std::string& pool,
   return it->second;
 }
 
+std::map<std::string, int> PublishedDevices::CountByType() const {
+  std::shared_ptr<const std::map<std::string, SliceDevice>> devices;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    devices = devices_;
+  }
+  std::map<std::string, int> counts;
+  if (devices == nullptr) return counts;
+  for (const auto& [name, device] : *devices) {
+    counts[StringAttribute(device, "type").value_or("unknown")] += 1;
+  }
+  return counts;
+}
+
 std::optional<std::string> StringAttribute(const SliceDevice& device, const std::string& name) {
   auto it = device.attributes.find(name);
   if (it == device.attributes.end()) return std::nullopt;

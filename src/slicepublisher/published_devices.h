@@ -25,6 +25,8 @@ class PublishedDevices {
   // waiting in turn.
   bool WaitForFirstPublish(std::chrono::milliseconds grace) const;
   std::optional<SliceDevice> Find(const std::string& pool, const std::string& device) const;
+  // Published devices by their `type` attribute (gpu, mdev, vf, hostdev).
+  std::map<std::string, int> CountByType() const;
 
  private:
   mutable std::mutex mu_;

@@ -135,7 +135,8 @@ class Node:
         self.daemon = subprocess.Popen(
             [PLUGIN, "serve", "--node-name", NODE, "--kubeconfig", self.kubeconfig,
              "--registrar-dir", WORK + "/registry", "--plugin-data-dir", WORK + "/data",
-             "--cdi-dir", WORK + "/cdi", "--config", WORK + "/policy.yaml", "-v", "2"],
+             "--cdi-dir", WORK + "/cdi", "--config", WORK + "/policy.yaml", "-v", "2",
+             "--metrics-address", "127.0.0.1:0"],
             stdout=log, stderr=subprocess.STDOUT)
         self.kubelet("register")
 

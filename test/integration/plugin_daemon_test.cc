@@ -93,6 +93,8 @@ class PluginDaemonTest : public ::testing::Test {
                                      dir_ + "/sys",
                                      "--dev-root",
                                      dir_ + "/dev",
+                                     "--metrics-address",
+                                     "127.0.0.1:0",
                                      "-v",
                                      "4"};
     args.insert(args.end(), extra.begin(), extra.end());

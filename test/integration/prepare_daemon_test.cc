@@ -6,9 +6,11 @@
 // node that the checkpoint does not account for.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -109,7 +111,9 @@ class PrepareDaemonTest : public ::testing::Test {
                                                                        "--config",
                                                                        dir_ + "/policy.yaml",
                                                                        "--unbind-timeout",
-                                                                       "2"},
+                                                                       "2",
+                                                                       "--metrics-address",
+                                                                       "127.0.0.1:0"},
                                               log, env);
     auto socket = sim_.WaitForRegistrationSocket(dir_ + "/registry", std::chrono::seconds(20));
     ASSERT_TRUE(socket.ok()) << socket.error().message << daemon_->Log();
@@ -231,6 +235,75 @@ TEST_F(PrepareDaemonTest, AnUnbindThatHangsFailsOnlyThatClaimWithinTheDeadline) 
               HasSubstr("did not finish within 2000 ms"));
   EXPECT_EQ(prepared->claims().at("11111111-0000-4000-8000-000000000002").error(), "");
   EXPECT_EQ(Driver("0000:5e:02.1"), "vfio-pci");
+}
+
+// The value of one sample line of the Prometheus page ("name{labels} value"); -1 when absent.
+double Sample(const std::string& page, const std::string& series) {
+  std::istringstream in(page);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  return -1;
+}
+
+TEST_F(PrepareDaemonTest, MetricsAndHealthFollowAPrepare) {
+  const std::string uid = "11111111-0000-4000-8000-000000000001";
+  server_->PutClaim(Claim("gpu", uid, {{"gpu", "gpu-0000-01-00-0"}}));
+  StartDaemon();
+  std::smatch match;
+  const std::string log = daemon_->Log();
+  ASSERT_TRUE(
+      std::regex_search(log, match, std::regex("endpoint listening\" address=127.0.0.1:(\\d+)")))
+      << log;
+  httplib::Client http("127.0.0.1", std::stoi(match[1]));
+  ASSERT_TRUE(server_->WaitForSlices([](const auto& s) { return s.size() >= 2; },
+                                     std::chrono::seconds(20)));
+  auto health = http.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200) << health->body;
+  EXPECT_THAT(health->body, HasSubstr("kubelet registration: registered"));
+  auto live = http.Get("/livez");
+  ASSERT_TRUE(live);
+  EXPECT_EQ(live->status, 200);
+
+  auto before = http.Get("/metrics");
+  ASSERT_TRUE(before);
+  EXPECT_THAT(before->get_header_value("Content-Type"), HasSubstr("version=0.0.4"));
+  EXPECT_EQ(Sample(before->body, R"(vfio_dra_published_devices{kind="gpu"})"), 2);
+  EXPECT_EQ(Sample(before->body, R"(vfio_dra_published_devices{kind="vf"})"), 4);
+  EXPECT_GE(Sample(before->body, R"(vfio_dra_slice_writes_total{operation="create"})"), 1);
+  EXPECT_EQ(Sample(before->body, R"(vfio_dra_claims_total{operation="prepare",result="ok"})"), -1);
+
+  auto prepared = sim_.Prepare(plugin_, {{"vms", "gpu", uid}});
+  ASSERT_TRUE(prepared.ok());
+  ASSERT_EQ(prepared->claims().at(uid).error(), "");
+  auto after = http.Get("/metrics");
+  ASSERT_TRUE(after);
+  const std::string& page = after->body;
+  EXPECT_EQ(Sample(page, R"(vfio_dra_requests_total{method="NodePrepareResources"})"), 1);
+  EXPECT_EQ(Sample(page, R"(vfio_dra_claims_total{operation="prepare",result="ok"})"), 1);
+  EXPECT_EQ(Sample(page, R"(vfio_dra_claim_duration_seconds_count{operation="prepare"})"), 1);
+  EXPECT_EQ(Sample(page, R"(vfio_dra_device_operation_duration_seconds_count{operation="bind"})"),
+            2);
+  EXPECT_EQ(Sample(page, R"(vfio_dra_checkpoint_claims{state="PrepareCompleted"})"), 1);
+
+  ASSERT_TRUE(sim_.Unprepare(plugin_, {{"vms", "gpu", uid}}).ok());
+  auto done = http.Get("/metrics");
+  ASSERT_TRUE(done);
+  EXPECT_EQ(Sample(done->body, R"(vfio_dra_claims_total{operation="unprepare",result="ok"})"), 1);
+  EXPECT_EQ(Sample(done->body,
+                   R"(vfio_dra_device_operation_duration_seconds_count{operation="restore"})"),
+            2);
+  EXPECT_EQ(Sample(done->body, R"(vfio_dra_checkpoint_claims{state="PrepareCompleted"})"), 0);
+
+  // A failing claim counts as an error.
+  server_->PutClaim(
+      Claim("bad", "11111111-0000-4000-8000-00000000000b", {{"gpu", "gpu-0000-09-00-0"}}));
+  ASSERT_TRUE(sim_.Prepare(plugin_, {{"vms", "bad", "11111111-0000-4000-8000-00000000000b"}}).ok());
+  auto failed = http.Get("/metrics");
+  ASSERT_TRUE(failed);
+  EXPECT_EQ(Sample(failed->body, R"(vfio_dra_claims_total{operation="prepare",result="error"})"),
+            1);
 }
 
 // Kills the daemon before each step (1-based) of preparing and then unpreparing a claim with a
