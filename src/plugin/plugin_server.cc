@@ -21,20 +21,29 @@ Result<std::unique_ptr<grpc::Server>> StartUnixServer(const std::string& path,
     return s.error();
   }
   if (Status s = RemoveStaleSocket(path); !s.ok()) return s.error();
+  // The socket is made under a hidden name (the kubelet's plugin watcher skips dot files) and
+  // renamed into place once it listens with its final mode, so whoever sees the name can connect
+  // at once: a connect between gRPC's bind and listen would be refused.
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const std::string temp = dir + "/.vfio-dra-" + std::to_string(::getpid()) + ".sock";
+  ::unlink(temp.c_str());
   grpc::ServerBuilder builder;
   int bound = 0;
-  builder.AddListeningPort("unix:" + path, grpc::InsecureServerCredentials(), &bound);
+  builder.AddListeningPort("unix:" + temp, grpc::InsecureServerCredentials(), &bound);
   for (grpc::Service* service : services) builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound == 0) {
+    ::unlink(temp.c_str());
     return MakeError(ErrorKind::kUnavailable,
                      "cannot listen on unix socket " + path +
                          " (is the directory writable, and the path shorter than 108 bytes?)");
   }
-  if (::chmod(path.c_str(), kSocketMode) != 0) {
+  if (::chmod(temp.c_str(), kSocketMode) != 0 || ::rename(temp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
     server->Shutdown();
+    ::unlink(temp.c_str());
     return MakeError(ErrorKind::kUnavailable,
-                     "cannot set the mode of socket " + path + ": " + ErrnoText(errno));
+                     "cannot put socket " + path + " in place: " + ErrnoText(err));
   }
   return server;
 }

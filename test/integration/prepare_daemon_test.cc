@@ -13,6 +13,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "fake_apiserver.h"
 #include "integration/daemon_process.h"
@@ -258,7 +259,13 @@ TEST_F(PrepareDaemonTest, MetricsAndHealthFollowAPrepare) {
   httplib::Client http("127.0.0.1", std::stoi(match[1]));
   ASSERT_TRUE(server_->WaitForSlices([](const auto& s) { return s.size() >= 2; },
                                      std::chrono::seconds(20)));
+  // Ready once the first slice sync has been recorded; poll the endpoint as a probe would.
   auto health = http.Get("/healthz");
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+       health && health->status != 200 && std::chrono::steady_clock::now() < deadline;
+       health = http.Get("/healthz")) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200) << health->body;
   EXPECT_THAT(health->body, HasSubstr("kubelet registration: registered"));

@@ -1,9 +1,9 @@
 // The Prometheus text format as scrapers parse it: HELP/TYPE lines, sorted label sets, escaped
 // label values, cumulative histogram buckets with +Inf, _sum and _count, and collectors run at
 // scrape time.
-#include <gtest/gtest.h>
-
 #include "base/metrics.h"
+
+#include <gtest/gtest.h>
 
 namespace vfio_dra {
 namespace {
