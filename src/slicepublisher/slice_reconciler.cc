@@ -93,9 +93,9 @@ ReconcilerStats SliceReconciler::Stats() const {
 
 bool SliceReconciler::WaitInSync(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  const uint64_t start = sync_epoch_;
-  return synced_.wait_for(lock, timeout,
-                          [&] { return sync_epoch_ > start && stats_.in_sync && !dirty_; });
+  // SetScan, Resync and watch events clear in_sync when they mark the state dirty; only a
+  // successful sync with nothing new pending sets it again.
+  return synced_.wait_for(lock, timeout, [&] { return stats_.in_sync && !dirty_; });
 }
 
 void SliceReconciler::Remember(const json& object) {
@@ -284,7 +284,6 @@ void SliceReconciler::SyncLoop() {
     lock.unlock();
     Status status = Sync();
     lock.lock();
-    ++sync_epoch_;
     ++stats_.syncs;
     if (!status.ok()) {
       ++stats_.failed_syncs;

@@ -66,7 +66,9 @@ class SliceReconciler {
   void Resync();
 
   ReconcilerStats Stats() const;
-  // Waits until a sync has completed after this call began and the reconciler is in sync.
+  // Waits until everything the reconciler has been told so far (scans, resyncs, watch events)
+  // has been synced successfully; true at once when nothing is pending. (Waiting for a sync that
+  // starts after the call would miss one that finished just before it.)
   bool WaitInSync(std::chrono::milliseconds timeout);
 
  private:
@@ -95,7 +97,6 @@ class SliceReconciler {
   std::condition_variable wake_;
   std::condition_variable synced_;
   bool dirty_ = true;
-  uint64_t sync_epoch_ = 0;  // completed syncs
   std::shared_ptr<const discovery::NodeScan> scan_;
   std::map<std::string, CachedSlice> cache_;  // by slice name
   bool cache_ready_ = false;
