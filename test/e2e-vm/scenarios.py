@@ -15,6 +15,13 @@ import sys
 import time
 import urllib.request
 
+# These scenarios write to /sys (bind, unbind, sriov_numvfs, mdev create): they must only ever
+# run inside the VM node, whose kernel command line carries vfio_dra.run (see guest-init.sh).
+with open("/proc/cmdline") as _cmdline:
+    if "vfio_dra.run=" not in _cmdline.read():
+        sys.exit("scenarios.py runs only inside the VM node (test/e2e-vm/run-vm.sh); refusing to "
+                 "touch this machine's /sys")
+
 OUT = "/run/out"
 WORK = "/run/e2e"
 SYS = "/sys/bus/pci/devices"
