@@ -61,6 +61,10 @@ void AddServeFlags(CLI::App& serve, ServeOptions& o) {
                   "seconds an unbind from a driver may block before the claim fails (the device "
                   "is probably still in use)")
       ->capture_default_str();
+  serve
+      .add_option("--health-interval", o.health_interval_seconds,
+                  "seconds between full device lists on the kubelet's health stream")
+      ->capture_default_str();
   serve.add_option("-v,--v", o.verbosity, "log verbosity (0: info; 2: API retries; 4: gRPC calls)")
       ->capture_default_str();
 }

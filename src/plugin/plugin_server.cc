@@ -27,6 +27,9 @@ Result<std::unique_ptr<grpc::Server>> StartUnixServer(const std::string& path,
   const std::string dir = std::filesystem::path(path).parent_path().string();
   const std::string temp = dir + "/.vfio-dra-" + std::to_string(::getpid()) + ".sock";
   ::unlink(temp.c_str());
+  // The standard grpc.health.v1 service on both sockets: probes and tools that speak it see the
+  // plugin SERVING while it listens and NOT_SERVING while it stops.
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int bound = 0;
   builder.AddListeningPort("unix:" + temp, grpc::InsecureServerCredentials(), &bound);
@@ -51,6 +54,7 @@ Result<std::unique_ptr<grpc::Server>> StartUnixServer(const std::string& path,
 void ShutdownAndUnlink(std::unique_ptr<grpc::Server>& server, const std::string& path,
                        const Logger& log) {
   if (server == nullptr) return;
+  if (auto* health = server->GetHealthCheckService(); health != nullptr) health->Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server->Wait();
   server.reset();

@@ -61,7 +61,37 @@ ClaimRecord FromJson(const std::string& uid, const json& j) {
   return r;
 }
 
+// The answer is informational, so a field of the wrong type reads as absent instead of throwing.
+std::string StringField(const json& object, const char* key) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 }  // namespace
+
+std::vector<PreparedTarget> PreparedTargets(const PrepareCheckpoint& checkpoint) {
+  std::vector<PreparedTarget> out;
+  for (const auto& [uid, record] : checkpoint.claims()) {
+    if (record.state != PrepareState::kPrepareCompleted || !record.response.is_array()) continue;
+    for (const json& entry : record.response) {
+      if (!entry.is_object()) continue;
+      PreparedTarget target;
+      target.claim = record.namespace_ + "/" + record.name;
+      target.pool = StringField(entry, "pool");
+      target.device = StringField(entry, "device");
+      target.mdev_uuid = StringField(entry, "mdevUUID");
+      if (auto it = entry.find("functions"); it != entry.end() && it->is_array()) {
+        for (const json& f : *it) {
+          if (f.is_string()) target.functions.push_back(f.get<std::string>());
+        }
+      } else if (target.mdev_uuid.empty()) {
+        for (const FunctionRecord& f : record.functions) target.functions.push_back(f.address);
+      }
+      out.push_back(std::move(target));
+    }
+  }
+  return out;
+}
 
 Result<std::string> ReadBootId(const std::string& path) {
   auto text = ReadFileToString(path, 4096);

@@ -77,6 +77,18 @@ class PrepareCheckpoint {
   std::map<std::string, ClaimRecord> claims_;
 };
 
+// A device of a completed prepare and what it occupies on the node. Read from the answer recorded
+// with the claim; checkpoints written before "functions" and "mdevUUID" were recorded give the
+// claim's functions for each PCI device.
+struct PreparedTarget {
+  std::string claim;  // "<namespace>/<name>"
+  std::string pool;
+  std::string device;
+  std::vector<std::string> functions;  // PCI: every function bound to vfio-pci for it
+  std::string mdev_uuid;               // mdev
+};
+std::vector<PreparedTarget> PreparedTargets(const PrepareCheckpoint& checkpoint);
+
 // The kernel's boot ID (from /proc/sys/kernel/random/boot_id, or `path` for tests).
 Result<std::string> ReadBootId(const std::string& path = "/proc/sys/kernel/random/boot_id");
 

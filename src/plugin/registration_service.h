@@ -15,10 +15,12 @@
 
 namespace vfio_dra::plugin {
 
-// Identifiers of the DRA gRPC services this plugin serves, in the order a 1.34+ kubelet picks
-// from (first supported wins): v1 first, then v1beta1 for 1.32/1.33 kubelets.
+// Identifiers of the gRPC services this plugin serves, in the order a 1.34+ kubelet picks the
+// DRA API from (first supported wins): v1 first, then v1beta1 for 1.32/1.33 kubelets; then the
+// device health stream, which kubelets that do not know it ignore.
 inline const std::vector<std::string>& SupportedDraServices() {
-  static const std::vector<std::string> kServices = {"v1.DRAPlugin", "v1beta1.DRAPlugin"};
+  static const std::vector<std::string> kServices = {"v1.DRAPlugin", "v1beta1.DRAPlugin",
+                                                     "v1alpha1.DRAResourceHealth"};
   return kServices;
 }
 

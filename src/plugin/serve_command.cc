@@ -20,7 +20,9 @@
 #include "kube/curl_transport.h"
 #include "kube/token_source.h"
 #include "plugin/call_serializer.h"
+#include "plugin/device_health.h"
 #include "plugin/dra_grpc_service.h"
+#include "plugin/health_grpc_service.h"
 #include "plugin/metrics_server.h"
 #include "plugin/node_service.h"
 #include "plugin/plugin_server.h"
@@ -172,6 +174,9 @@ int RunServe(const ServeOptions& options, const ServeEnvironment& environment) {
                       root.WithComponent("node"), &metrics);
   DraGrpcService<DraV1Api> v1(node, root.WithComponent("grpc"));
   DraGrpcService<DraV1beta1Api> v1beta1(node, root.WithComponent("grpc"));
+  DeviceHealthService health(
+      [&] { return CheckDeviceHealth(sysfs, published.Current(), *(*preparer)->Prepared()); },
+      std::chrono::seconds(options.health_interval_seconds), root.WithComponent("health"));
   RegistrationService registration(options.driver_name, layout.dra_socket, SupportedDraServices(),
                                    root.WithComponent("registration"));
   metrics.DeclareGauge("vfio_dra_published_devices",
@@ -234,8 +239,8 @@ int RunServe(const ServeOptions& options, const ServeEnvironment& environment) {
     }
     metrics_server = std::move(*started);
   }
-  auto server =
-      PluginServer::Start(layout, {&v1, &v1beta1}, &registration, root.WithComponent("server"));
+  auto server = PluginServer::Start(layout, {&v1, &v1beta1, &health}, &registration,
+                                    root.WithComponent("server"));
   if (!server.ok()) {
     log.Error("cannot start", {{"error", server.error().message}});
     watcher.Stop();
@@ -252,6 +257,7 @@ int RunServe(const ServeOptions& options, const ServeEnvironment& environment) {
   }
   log.Info("shutting down; ResourceSlices stay in place",
            {{"signal", signal_number == SIGTERM ? "SIGTERM" : "SIGINT"}});
+  health.Shutdown();
   (*server)->Stop();
   metrics_server.reset();
   watcher.Stop();

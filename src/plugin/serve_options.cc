@@ -68,6 +68,11 @@ Status FinalizeServeOptions(ServeOptions& options) {
   if (options.unbind_timeout_seconds < 1 || options.unbind_timeout_seconds > 600) {
     return FlagError("--unbind-timeout", "must be between 1 and 600 seconds");
   }
+  if (options.health_interval_seconds < 1 || options.health_interval_seconds > 10) {
+    return FlagError("--health-interval",
+                     "must be between 1 and 10 seconds (the kubelet forgets a device's health "
+                     "after 30 s without news)");
+  }
   if (options.rescan_interval_seconds < 1 || options.rescan_interval_seconds > 3600) {
     return FlagError("--rescan-interval", "must be between 1 and 3600 seconds");
   }

@@ -31,6 +31,8 @@ struct ServeOptions {
   double claim_api_qps = 50.0;
   int claim_api_burst = 100;
   int unbind_timeout_seconds = 20;
+  // How often the device health stream re-sends the full list (the kubelet's timeout is 30 s).
+  int health_interval_seconds = 5;
   std::string metrics_address = ":8080";  // empty: no metrics and health endpoint
 };
 

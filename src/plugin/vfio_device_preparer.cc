@@ -11,14 +11,25 @@ namespace {
 
 constexpr const char* kPodClaimNameAnnotation = "resource.kubernetes.io/pod-claim-name";
 
-nlohmann::json AnswerJson(const std::vector<PreparedDevice>& devices) {
+// The answer given to the kubelet, plus what each device occupies on the node (its functions or
+// its mdev), which the health stream checks.
+nlohmann::json AnswerJson(const std::vector<PreparedDevice>& devices,
+                          const std::vector<PlannedDevice>& plan) {
   nlohmann::json out = nlohmann::json::array();
-  for (const PreparedDevice& d : devices) {
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const PreparedDevice& d = devices[i];
     nlohmann::json entry = {{"requests", d.request_names},
                             {"pool", d.pool_name},
                             {"device", d.device_name},
                             {"cdiDeviceIDs", d.cdi_device_ids}};
     if (d.share_id) entry["shareID"] = *d.share_id;
+    if (i < plan.size()) {
+      if (plan[i].kind == PlannedKind::kPci) {
+        entry["functions"] = plan[i].functions;
+      } else {
+        entry["mdevUUID"] = plan[i].mdev.uuid;
+      }
+    }
     out.push_back(entry);
   }
   return out;
@@ -96,13 +107,20 @@ void VfioDevicePreparer::NoteCheckpoint() {
   for (const auto& [uid, record] : checkpoint_.claims()) {
     (record.state == PrepareState::kPrepareCompleted ? counts.completed : counts.started) += 1;
   }
+  auto prepared = std::make_shared<const std::vector<PreparedTarget>>(PreparedTargets(checkpoint_));
   std::lock_guard<std::mutex> lock(counts_mu_);
   counts_ = counts;
+  prepared_ = std::move(prepared);
 }
 
 CheckpointCounts VfioDevicePreparer::Counts() const {
   std::lock_guard<std::mutex> lock(counts_mu_);
   return counts_;
+}
+
+std::shared_ptr<const std::vector<PreparedTarget>> VfioDevicePreparer::Prepared() const {
+  std::lock_guard<std::mutex> lock(counts_mu_);
+  return prepared_;
 }
 
 void VfioDevicePreparer::Step(const std::string& name) const {
@@ -324,7 +342,7 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Prepare(
     return error;
   }
   record.state = PrepareState::kPrepareCompleted;
-  record.response = AnswerJson(*answer);
+  record.response = AnswerJson(*answer, *plan);
   Step("checkpoint:completed");
   Status completed = checkpoint_.Put(record);
   NoteCheckpoint();

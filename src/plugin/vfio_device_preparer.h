@@ -81,6 +81,8 @@ class VfioDevicePreparer final : public DevicePreparer {
   const PrepareCheckpoint& checkpoint() const { return checkpoint_; }
   // Entries by state; safe to call from any thread (metrics).
   CheckpointCounts Counts() const;
+  // The devices of completed prepares; safe to call from any thread (the health stream).
+  std::shared_ptr<const std::vector<PreparedTarget>> Prepared() const;
 
  private:
   VfioDevicePreparer(PreparerOptions options, const discovery::SysfsReader& sysfs,
@@ -117,6 +119,8 @@ class VfioDevicePreparer final : public DevicePreparer {
   Logger log_;
   mutable std::mutex counts_mu_;
   CheckpointCounts counts_;
+  std::shared_ptr<const std::vector<PreparedTarget>> prepared_ =
+      std::make_shared<const std::vector<PreparedTarget>>();
 };
 
 }  // namespace vfio_dra::plugin

@@ -48,6 +48,14 @@ std::map<std::string, int> PublishedDevices::CountByType() const {
   return counts;
 }
 
+PublishedDevices::Snapshot PublishedDevices::Current() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (devices_ == nullptr) {
+    return Snapshot{"", std::make_shared<const std::map<std::string, SliceDevice>>()};
+  }
+  return Snapshot{pool_, devices_};
+}
+
 std::optional<std::string> StringAttribute(const SliceDevice& device, const std::string& name) {
   auto it = device.attributes.find(name);
   if (it == device.attributes.end()) return std::nullopt;

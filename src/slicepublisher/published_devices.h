@@ -28,6 +28,12 @@ class PublishedDevices {
   // Published devices by their `type` attribute (gpu, mdev, vf, hostdev).
   std::map<std::string, int> CountByType() const;
 
+  struct Snapshot {
+    std::string pool;  // empty before the first publish
+    std::shared_ptr<const std::map<std::string, SliceDevice>> devices;  // never null
+  };
+  Snapshot Current() const;
+
  private:
   mutable std::mutex mu_;
   mutable std::condition_variable known_;

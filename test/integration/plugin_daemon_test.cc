@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "fake_apiserver.h"
@@ -136,7 +137,8 @@ TEST_F(PluginDaemonTest, GetInfoAnswersAsTheKubeletExpects) {
   EXPECT_EQ(info.type(), "DRAPlugin");
   EXPECT_EQ(info.name(), kDriver);
   EXPECT_EQ(info.endpoint(), data_dir_ + "/dra.sock");
-  EXPECT_THAT(info.supported_versions(), ElementsAre("v1.DRAPlugin", "v1beta1.DRAPlugin"));
+  EXPECT_THAT(info.supported_versions(),
+              ElementsAre("v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth"));
   auto plugin = sim.Register(*socket);
   ASSERT_TRUE(plugin.ok());
   EXPECT_EQ(plugin->chosen_service, "v1.DRAPlugin");
@@ -191,13 +193,40 @@ TEST_F(PluginDaemonTest, OneImplementationAnswersBothVersionsClaimByClaim) {
   }
 }
 
-TEST_F(PluginDaemonTest, TheHealthServiceIsNotAdvertisedAndAnswersUnimplemented) {
+TEST_F(PluginDaemonTest, TheHealthStreamListsEveryPublishedDeviceAndGrpcHealthSaysServing) {
+  BuildVgpuNode(dir_ + "/sys");
+  server_->PutNode("node1", "node1-uid");
   KubeletSimulator sim;
   RegisteredPlugin plugin = StartAndRegister(sim);
-  grpc::Status status =
-      sim.CallRaw(plugin.endpoint, "/v1alpha1.DRAResourceHealth/NodeWatchResources", "", nullptr,
-                  std::chrono::seconds(2));
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  ASSERT_TRUE(
+      server_->WaitForSlices([](const auto& s) { return s.size() == 3; }, std::chrono::seconds(20)))
+      << daemons_[0]->Log();
+  auto messages = sim.WatchHealth(
+      plugin, [](const auto& m) { return m.devices_size() > 0; }, std::chrono::seconds(20));
+  ASSERT_TRUE(messages.ok()) << messages.error().message << daemons_[0]->Log();
+  const auto& last = messages->back();
+  std::set<std::string> names;
+  for (const auto& device : last.devices()) {
+    EXPECT_EQ(device.device().pool_name(), "node1");
+    EXPECT_EQ(device.health(), v1alpha1::HEALTHY) << device.device().device_name();
+    EXPECT_GT(device.last_updated_time(), 1700000000);
+    EXPECT_GE(device.health_check_timeout_seconds(), 15);
+    names.insert(device.device().device_name());
+  }
+  std::set<std::string> published;
+  for (const json& slice : server_->Slices()) {
+    for (const json& device : slice["spec"].value("devices", json::array())) {
+      published.insert(device["name"].get<std::string>());
+    }
+  }
+  EXPECT_EQ(names, published);
+
+  // grpc.health.v1.Health/Check for the server as a whole ("" service): SERVING is field 1 = 1.
+  std::string response;
+  grpc::Status status = sim.CallRaw(plugin.endpoint, "/grpc.health.v1.Health/Check", "", &response,
+                                    std::chrono::seconds(2));
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response, std::string("\x08\x01", 2));
 }
 
 TEST_F(PluginDaemonTest, ApiServerDownThenUp) {

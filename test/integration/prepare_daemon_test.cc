@@ -18,6 +18,7 @@
 #include "fake_apiserver.h"
 #include "integration/daemon_process.h"
 #include "kubelet_simulator.h"
+#include "simulated_kernel.h"
 #include "sysfs_fixture.h"
 
 namespace vfio_dra::testing {
@@ -114,7 +115,9 @@ class PrepareDaemonTest : public ::testing::Test {
                                                                        "--unbind-timeout",
                                                                        "2",
                                                                        "--metrics-address",
-                                                                       "127.0.0.1:0"},
+                                                                       "127.0.0.1:0",
+                                                                       "--health-interval",
+                                                                       "1"},
                                               log, env);
     auto socket = sim_.WaitForRegistrationSocket(dir_ + "/registry", std::chrono::seconds(20));
     ASSERT_TRUE(socket.ok()) << socket.error().message << daemon_->Log();
@@ -311,6 +314,68 @@ TEST_F(PrepareDaemonTest, MetricsAndHealthFollowAPrepare) {
   ASSERT_TRUE(failed);
   EXPECT_EQ(Sample(failed->body, R"(vfio_dra_claims_total{operation="prepare",result="error"})"),
             1);
+}
+
+// The kubelet's health stream over a prepare: every device healthy, then a prepared GPU function
+// that left vfio-pci and a prepared VF that was hot-unplugged turn their devices UNHEALTHY with
+// the reason, while the others stay HEALTHY.
+TEST_F(PrepareDaemonTest, TheHealthStreamReportsPreparedDevicesThatBreak) {
+  const std::string gpu_uid = "33333333-0000-4000-8000-000000000001";
+  const std::string vf_uid = "33333333-0000-4000-8000-000000000002";
+  server_->PutClaim(Claim("gpu", gpu_uid, {{"gpu", "gpu-0000-01-00-0"}}));
+  server_->PutClaim(Claim("nic", vf_uid, {{"nic", "vf-0000-5e-02-1"}}));
+  StartDaemon();
+  ASSERT_EQ(sim_.Prepare(plugin_, {{"vms", "gpu", gpu_uid}})->claims().at(gpu_uid).error(), "");
+  ASSERT_EQ(sim_.Prepare(plugin_, {{"vms", "nic", vf_uid}})->claims().at(vf_uid).error(), "");
+
+  using Message = KubeletSimulator::HealthMessage;
+  auto health_of = [](const Message& m,
+                      const std::string& device) -> const v1alpha1::DeviceHealth* {
+    for (const auto& d : m.devices()) {
+      if (d.device().device_name() == device) return &d;
+    }
+    return nullptr;
+  };
+  // The full list comes at once and again every --health-interval (1 s here), changed or not.
+  auto first = sim_.WatchHealth(
+      plugin_, [&](const Message& m) { return health_of(m, "gpu-0000-01-00-0") != nullptr; },
+      std::chrono::seconds(20));
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  int seen = 0;
+  auto repeated = sim_.WatchHealth(
+      plugin_, [&](const Message& m) { return m.devices_size() > 0 && ++seen == 2; },
+      std::chrono::seconds(20));
+  ASSERT_TRUE(repeated.ok()) << repeated.error().message;
+  EXPECT_EQ(repeated->front().devices_size(), repeated->back().devices_size());
+  for (const auto& d : first->back().devices()) {
+    EXPECT_EQ(d.health(), v1alpha1::HEALTHY) << d.device().device_name() << ": " << d.message();
+  }
+
+  {
+    // Another actor on the node: a function of the GPU is unbound, the VF is unplugged.
+    SimulatedKernel kernel(dir_ + "/sys", dir_ + "/dev");
+    ASSERT_EQ(kernel.Write(dir_ + "/sys/bus/pci/drivers/vfio-pci/unbind", "0000:01:00.1"), 0);
+    kernel.RemoveDevice("0000:5e:02.1");
+  }
+  auto broken = sim_.WatchHealth(
+      plugin_,
+      [&](const Message& m) {
+        const auto* gpu = health_of(m, "gpu-0000-01-00-0");
+        const auto* vf = health_of(m, "vf-0000-5e-02-1");
+        return gpu != nullptr && vf != nullptr && gpu->health() == v1alpha1::UNHEALTHY &&
+               vf->health() == v1alpha1::UNHEALTHY;
+      },
+      std::chrono::seconds(20));
+  ASSERT_TRUE(broken.ok()) << broken.error().message << daemon_->Log();
+  const Message& last = broken->back();
+  EXPECT_THAT(health_of(last, "gpu-0000-01-00-0")->message(),
+              HasSubstr("0000:01:00.1 prepared for claim vms/gpu has no driver"));
+  EXPECT_THAT(health_of(last, "vf-0000-5e-02-1")->message(),
+              HasSubstr("PCI function 0000:5e:02.1 is gone"));
+  const auto* other_vf = health_of(last, "vf-0000-5e-02-0");
+  ASSERT_NE(other_vf, nullptr);
+  EXPECT_EQ(other_vf->health(), v1alpha1::HEALTHY);
+  EXPECT_THAT(daemon_->Log(), HasSubstr("device unhealthy"));
 }
 
 // Kills the daemon before each step (1-based) of preparing and then unpreparing a claim with a

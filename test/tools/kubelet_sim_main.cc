@@ -2,6 +2,7 @@
 //   kubelet-sim register  --registrar-dir D
 //   kubelet-sim prepare   --registrar-dir D --claim ns/name/uid [--claim ...]
 //   kubelet-sim unprepare --registrar-dir D --claim ns/name/uid [--claim ...]
+//   kubelet-sim watch-health --registrar-dir D [--messages N] [--timeout S]
 // Prints the plugin's answer as JSON on stdout; exits 1 when the call or registration fails.
 #include <google/protobuf/util/json_util.h>
 
@@ -48,7 +49,13 @@ int main(int argc, char** argv) {
   auto* reg = app.add_subcommand("register", "find and register the plugin");
   auto* prep = app.add_subcommand("prepare", "call NodePrepareResources");
   auto* unprep = app.add_subcommand("unprepare", "call NodeUnprepareResources");
-  for (auto* cmd : {reg, prep, unprep}) {
+  auto* watch = app.add_subcommand("watch-health", "read the device health stream");
+  int messages = 1;
+  int timeout_seconds = 30;
+  watch->add_option("--messages", messages, "messages to read before exiting")
+      ->check(CLI::Range(1, 1000));
+  watch->add_option("--timeout", timeout_seconds, "seconds to wait for them");
+  for (auto* cmd : {reg, prep, unprep, watch}) {
     cmd->add_option("--registrar-dir", registrar_dir, "kubelet plugin registration directory")
         ->required();
     cmd->add_option("--wait", wait_seconds, "seconds to wait for the plugin to appear");
@@ -76,6 +83,18 @@ int main(int argc, char** argv) {
   if (reg->parsed()) {
     std::cout << "{\"name\": \"" << plugin->name << "\", \"endpoint\": \"" << plugin->endpoint
               << "\", \"service\": \"" << plugin->chosen_service << "\"}" << std::endl;
+    return 0;
+  }
+  if (watch->parsed()) {
+    int seen = 0;
+    auto read = sim.WatchHealth(
+        *plugin, [&](const auto& /*message*/) { return ++seen >= messages; },
+        std::chrono::seconds(timeout_seconds));
+    if (!read.ok()) {
+      std::cerr << "kubelet-sim: " << read.error().message << "\n";
+      return 1;
+    }
+    for (const auto& message : *read) std::cout << ToJson(message) << std::endl;
     return 0;
   }
   std::vector<vfio_dra::testing::SimClaim> claims;

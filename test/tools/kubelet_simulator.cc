@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "dra_health_v1alpha1.grpc.pb.h"
 #include "pluginregistration.pb.h"
 
 namespace vfio_dra::testing {
@@ -222,6 +223,40 @@ KubeletSimulator::Unprepare(const RegisteredPlugin& plugin, const std::vector<Si
   return CallDra<k8s::io::kubelet::pkg::apis::dra::v1::NodeUnprepareResourcesRequest,
                  k8s::io::kubelet::pkg::apis::dra::v1::NodeUnprepareResourcesResponse>(
       *this, plugin, claims, service, "NodeUnprepareResources");
+}
+
+Result<std::vector<KubeletSimulator::HealthMessage>> KubeletSimulator::WatchHealth(
+    const RegisteredPlugin& plugin, const std::function<bool(const HealthMessage&)>& done,
+    std::chrono::milliseconds timeout) {
+  const auto& versions = plugin.supported_versions;
+  if (std::find(versions.begin(), versions.end(), "v1alpha1.DRAResourceHealth") == versions.end()) {
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     "plugin " + plugin.name + " does not advertise v1alpha1.DRAResourceHealth");
+  }
+  auto stub = v1alpha1::DRAResourceHealth::NewStub(UnixChannel(plugin.endpoint));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + timeout);
+  auto reader = stub->NodeWatchResources(&context, v1alpha1::NodeWatchResourcesRequest());
+  std::vector<HealthMessage> messages;
+  bool accepted = false;
+  for (HealthMessage message; reader->Read(&message);) {
+    messages.push_back(message);
+    if (done(message)) {
+      accepted = true;
+      context.TryCancel();
+      break;
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  if (accepted) return messages;
+  if (!status.ok() && status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return MakeError(ErrorKind::kUnavailable, "NodeWatchResources failed after " +
+                                                  std::to_string(messages.size()) +
+                                                  " messages: " + status.error_message());
+  }
+  return MakeError(ErrorKind::kDeadlineExceeded,
+                   "no awaited health message within " + std::to_string(timeout.count()) + " ms (" +
+                       std::to_string(messages.size()) + " messages read)");
 }
 
 }  // namespace vfio_dra::testing

@@ -9,6 +9,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -56,6 +57,15 @@ class KubeletSimulator {
   Result<k8s::io::kubelet::pkg::apis::dra::v1::NodeUnprepareResourcesResponse> Unprepare(
       const RegisteredPlugin& plugin, const std::vector<SimClaim>& claims,
       const std::string& service = "");
+
+  // Opens the device health stream (v1alpha1 NodeWatchResources) as a kubelet with the
+  // ResourceHealthStatus gate does when the plugin advertises it, and reads messages until `done`
+  // accepts one or `timeout` passes; returns every message read. An error when the plugin does not
+  // advertise the service, the stream fails, or `done` never accepted a message.
+  using HealthMessage = v1alpha1::NodeWatchResourcesResponse;
+  Result<std::vector<HealthMessage>> WatchHealth(
+      const RegisteredPlugin& plugin, const std::function<bool(const HealthMessage&)>& done,
+      std::chrono::milliseconds timeout);
 
   // Calls any unary method by its full path with raw request bytes; returns the gRPC status.
   // With `wait_for_ready`, the call waits for the socket to accept connections until the

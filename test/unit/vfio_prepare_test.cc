@@ -8,11 +8,13 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
 #include "discovery/admin_policy.h"
 #include "discovery/node_scan.h"
+#include "plugin/device_health.h"
 #include "plugin/vfio_device_preparer.h"
 #include "simulated_kernel.h"
 #include "slicepublisher/slice_builder.h"
@@ -311,6 +313,88 @@ TEST_F(PrepareTest, MdevIsCreatedWithItsPublishedUuidAndRemovedAtUnprepare) {
   EXPECT_FALSE(fs::exists(node_->sysfs_root() + "/bus/mdev/devices/" + uuid));
   EXPECT_FALSE(fs::exists(DevRoot() + "/vfio/" + *group));
   EXPECT_EQ(Slurp(available), "7\n");
+}
+
+// The health verdicts the kubelet's stream carries, over a prepare and changes behind our back.
+TEST_F(PrepareTest, HealthFollowsWhatIsPreparedAndWhatTheKernelChanges) {
+  Use("vm-host");
+  auto health = [&] {
+    std::map<std::string, plugin::DeviceHealthStatus> out;
+    for (auto& s : plugin::CheckDeviceHealth(*sysfs_, published_.Current(), *preparer_->Prepared()))
+      out[s.device] = s;
+    return out;
+  };
+  auto before = health();
+  ASSERT_EQ(before.size(), published_.Current().devices->size());
+  for (const auto& [name, status] : before) EXPECT_TRUE(status.healthy) << name << status.message;
+
+  auto vgpu = published_.Find("node1", "mdev-0000-3b-00-0-nvidia-222-0");
+  ASSERT_TRUE(vgpu.has_value());
+  const std::string uuid = *slicepublisher::StringAttribute(*vgpu, "mdevUUID");
+  ASSERT_TRUE(
+      Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}, {"vgpu", "mdev-0000-3b-00-0-nvidia-222-0"}}))
+          .ok());
+  const auto prepared = preparer_->Prepared();
+  ASSERT_EQ(prepared->size(), 2u);
+  EXPECT_EQ((*prepared)[0].device, "gpu-0000-01-00-0");
+  EXPECT_THAT((*prepared)[0].functions, ElementsAre("0000:01:00.0", "0000:01:00.1"));
+  EXPECT_EQ((*prepared)[1].mdev_uuid, uuid);
+  for (const auto& [name, status] : health()) EXPECT_TRUE(status.healthy) << name << status.message;
+
+  // Someone unbinds the GPU's audio function, removes the vGPU, regroups a VF and unplugs another.
+  ASSERT_EQ(
+      kernel_->Write(node_->sysfs_root() + "/bus/pci/drivers/vfio-pci/unbind", "0000:01:00.1"), 0);
+  ASSERT_EQ(kernel_->Write(node_->sysfs_root() + "/bus/mdev/devices/" + uuid + "/remove", "1"), 0);
+  const fs::path group_link = node_->sysfs_root() + "/bus/pci/devices/0000:5e:02.2/iommu_group";
+  const fs::path target = fs::read_symlink(group_link);
+  fs::remove(group_link);
+  fs::create_symlink(target.parent_path() / "999", group_link);
+  kernel_->RemoveDevice("0000:5e:02.3");
+  auto after = health();
+  EXPECT_FALSE(after["gpu-0000-01-00-0"].healthy);
+  EXPECT_THAT(after["gpu-0000-01-00-0"].message,
+              HasSubstr("0000:01:00.1 prepared for claim vms/gpu-claim has no driver"));
+  EXPECT_FALSE(after["mdev-0000-3b-00-0-nvidia-222-0"].healthy);
+  EXPECT_THAT(after["mdev-0000-3b-00-0-nvidia-222-0"].message,
+              HasSubstr("mediated device " + uuid + " prepared for claim vms/gpu-claim is gone"));
+  EXPECT_FALSE(after["vf-0000-5e-02-2"].healthy);
+  EXPECT_THAT(after["vf-0000-5e-02-2"].message, HasSubstr("moved from IOMMU group"));
+  EXPECT_FALSE(after["vf-0000-5e-02-3"].healthy);
+  EXPECT_THAT(after["vf-0000-5e-02-3"].message, HasSubstr("0000:5e:02.3 is gone"));
+  EXPECT_TRUE(after["vf-0000-5e-02-0"].healthy);
+
+  // A prepared device that is no longer published is still reported (the pod still holds it).
+  Publish();
+  auto republished = health();
+  EXPECT_EQ(republished.count("vf-0000-5e-02-3"), 0u);
+  ASSERT_EQ(republished.count("gpu-0000-01-00-0"), 1u);
+  EXPECT_FALSE(republished["gpu-0000-01-00-0"].healthy);
+
+  ASSERT_TRUE(Unprepare().ok());
+  EXPECT_TRUE(preparer_->Prepared()->empty());
+}
+
+TEST(PreparedTargetsTest, OlderCheckpointsWithoutDeviceDetailsFallBackToTheClaimsFunctions) {
+  char tmpl[] = "/tmp/vfio-dra-ckpt-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  std::string problem;
+  auto checkpoint = plugin::PrepareCheckpoint::Load(dir + "/c.json", "boot", &problem);
+  ASSERT_TRUE(checkpoint.ok());
+  plugin::ClaimRecord record;
+  record.uid = kUid;
+  record.namespace_ = "vms";
+  record.name = "old";
+  record.state = plugin::PrepareState::kPrepareCompleted;
+  record.functions = {{"0000:01:00.0", "nvidia", "", false}, {"0000:01:00.1", "", "", false}};
+  record.response = json::array({{{"pool", "node1"}, {"device", "gpu-0000-01-00-0"}},
+                                 {{"pool", 7}, {"device", json::array()}}});
+  ASSERT_TRUE(checkpoint->Put(record).ok());
+  const auto targets = plugin::PreparedTargets(*checkpoint);
+  ASSERT_EQ(targets.size(), 2u);
+  EXPECT_EQ(targets[0].claim, "vms/old");
+  EXPECT_THAT(targets[0].functions, ElementsAre("0000:01:00.0", "0000:01:00.1"));
+  EXPECT_EQ(targets[1].pool, "") << "a field of the wrong type reads as absent";
+  fs::remove_all(dir);
 }
 
 TEST_F(PrepareTest, AnExistingMdevIsUsedAndLeftInPlace) {
