@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
 # Installs the build and test dependencies of vfio-dra from Debian 12 packages.
 # Idempotent: when every package is already present it prints nothing and exits 0.
+# --build-only: just what building the plugin needs (the image's build stage).
 set -euo pipefail
 
 PACKAGES=(
   # toolchain
-  build-essential cmake ninja-build pkg-config clang-format clang-tidy
+  build-essential cmake ninja-build pkg-config
   # wire definitions and RPC
   protobuf-compiler libprotobuf-dev protobuf-compiler-grpc libgrpc++-dev
   # libraries the daemon links
   libboost-filesystem-dev libfmt-dev libspdlog-dev libpci-dev pci.ids
   libcurl4-openssl-dev libssl-dev libcpp-httplib-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libudev-dev
-  # tests
-  libgtest-dev libgmock-dev libbenchmark-dev curl openssl python3
 )
+TEST_PACKAGES=(
+  # lint
+  clang-format clang-tidy
+  # tests
+  libgtest-dev libgmock-dev libbenchmark-dev curl openssl python3 python3-yaml
+)
+
+if [ "${1:-}" != "--build-only" ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
