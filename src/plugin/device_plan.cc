@@ -1,5 +1,7 @@
 #include "plugin/device_plan.h"
 
+#include "base/k8s_names.h"
+#include "base/text.h"
 #include "discovery/inventory_scanner.h"
 #include "discovery/sysfs_parse.h"
 #include "slicepublisher/device_names.h"
@@ -170,6 +172,22 @@ Result<std::vector<PlannedDevice>> PlanClaim(
   }
   std::vector<PlannedDevice> plan;
   for (const auto& result : ours) {
+    // Request names become directory names of the metadata files: refuse anything else before
+    // the node is touched.
+    const std::string base = kube::BaseRequestName(result.request);
+    const std::string sub =
+        base.size() < result.request.size() ? result.request.substr(base.size() + 1) : "";
+    if (!IsDnsLabel(base) || (base.size() < result.request.size() && !IsDnsLabel(sub))) {
+      return MakeError(ErrorKind::kInvalidArgument,
+                       "request \"" + EscapeForDisplay(result.request, 80) +
+                           "\" is not a valid request name (a DNS label, or "
+                           "<request>/<subrequest>)");
+    }
+    if (!IsDnsLabel(result.device)) {
+      return MakeError(ErrorKind::kInvalidArgument, "request " + result.request + ": device \"" +
+                                                        EscapeForDisplay(result.device, 80) +
+                                                        "\" is not a valid device name");
+    }
     PlannedDevice planned;
     planned.result = result;
     if (result.admin_access) {

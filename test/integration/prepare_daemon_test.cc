@@ -193,7 +193,8 @@ TEST_F(PrepareDaemonTest, AClaimOfEachKindIsPreparedAndUnpreparedThroughTheKubel
        "mdev-0000-3b-00-0-nvidia-222-0",
        {}}};
   for (const Case& c : cases) server_->PutClaim(Claim(c.name, c.uid, {{c.request, c.device}}));
-  StartDaemon();
+  const std::string write_log = dir_ + "/writes.log";
+  StartDaemon({"VFIO_DRA_SIM_WRITE_LOG=" + write_log});
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     auto prepared = sim_.Prepare(plugin_, {{"vms", c.name, c.uid}});
@@ -224,6 +225,28 @@ TEST_F(PrepareDaemonTest, AClaimOfEachKindIsPreparedAndUnpreparedThroughTheKubel
   EXPECT_TRUE(CdiFiles().empty());
   EXPECT_TRUE(Checkpoint()["claims"].empty());
   EXPECT_TRUE(fs::is_empty(dir_ + "/sys/bus/mdev/devices"));
+
+  // Every sysfs write of the daemon went to an attribute of a managed function, to a driver's
+  // bind/unbind with a managed function as the value, or to the vGPU type's create and the
+  // instance's remove file.
+  std::ifstream log(write_log);
+  int writes = 0;
+  for (std::string line; std::getline(log, line); ++writes) {
+    const json w = json::parse(line);
+    const std::string path = w["path"];
+    const std::string value = w["value"];
+    bool managed = false;
+    for (const auto& [address, host] : HostDrivers()) {
+      managed = managed || path == "bus/pci/devices/" + address + "/driver_override" ||
+                (path.rfind("bus/pci/drivers/", 0) == 0 &&
+                 (path.ends_with("/bind") || path.ends_with("/unbind")) && value == address);
+    }
+    managed = managed ||
+              path == "class/mdev_bus/0000:3b:00.0/mdev_supported_types/nvidia-222/create" ||
+              std::regex_match(path, std::regex("bus/mdev/devices/[0-9a-f-]{36}/remove"));
+    EXPECT_TRUE(managed) << "write outside the managed devices: " << path << " <- " << value;
+  }
+  EXPECT_GT(writes, 10);
 }
 
 TEST_F(PrepareDaemonTest, AnUnbindThatHangsFailsOnlyThatClaimWithinTheDeadline) {

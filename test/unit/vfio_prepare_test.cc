@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -372,6 +373,51 @@ TEST_F(PrepareTest, HealthFollowsWhatIsPreparedAndWhatTheKernelChanges) {
 
   ASSERT_TRUE(Unprepare().ok());
   EXPECT_TRUE(preparer_->Prepared()->empty());
+}
+
+// Files vfio-dra creates have the modes docs/preparation.md documents: the checkpoint is private
+// to root, CDI specs and metadata files are readable by the runtime and by QEMU in the pod.
+TEST_F(PrepareTest, FilesAreCreatedWithTheirDocumentedModes) {
+  Use("vm-host");
+  ASSERT_TRUE(Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}})).ok());
+  auto mode = [](const std::string& path) {
+    struct stat st {};
+    EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+    return st.st_mode & 07777;
+  };
+  EXPECT_EQ(mode(DataDir() + "/checkpoint.json"), 0600u);
+  for (const std::string& file : CdiFiles()) EXPECT_EQ(mode(CdiDir() + "/" + file), 0644u) << file;
+  const std::string metadata_dir = DataDir() + "/dra-device-metadata/vms_gpu-claim/gpu";
+  EXPECT_EQ(mode(metadata_dir), 0755u);
+  EXPECT_EQ(mode(metadata_dir + "/metadata.json"), 0644u);
+}
+
+// A request name is a path component of the metadata file: a hostile one fails the claim and
+// leaves the node and the disk as they were.
+TEST_F(PrepareTest, AHostileRequestNameFailsTheClaimAndTouchesNothing) {
+  Use("vm-host");
+  for (const std::string& bad :
+       std::vector<std::string>{"../../../etc", "a/../b", "..", std::string(300, 'r')}) {
+    SCOPED_TRACE(bad);
+    auto prepared = Prepare(Claim({{bad, "gpu-0000-01-00-0"}}));
+    ASSERT_FALSE(prepared.ok());
+    EXPECT_THAT(prepared.error().message, HasSubstr("request"));
+    EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
+    EXPECT_TRUE(CdiFiles().empty());
+    EXPECT_FALSE(fs::exists(DataDir() + "/dra-device-metadata/vms_gpu-claim"));
+    EXPECT_TRUE(preparer_->checkpoint().claims().empty());
+    EXPECT_TRUE(kernel_->Writes().empty()) << "refused before the node is touched";
+  }
+  std::set<std::string> outside;
+  for (const auto& entry : fs::recursive_directory_iterator(node_->dir())) {
+    const std::string rel = fs::relative(entry.path(), node_->dir()).string();
+    if (rel.rfind("sys", 0) == 0 || rel.rfind("dev", 0) == 0 || rel.rfind("data", 0) == 0 ||
+        rel.rfind("cdi", 0) == 0 || rel == "pci.ids" || rel == "boot_id") {
+      continue;
+    }
+    outside.insert(rel);
+  }
+  EXPECT_TRUE(outside.empty()) << ::testing::PrintToString(outside);
 }
 
 TEST(PreparedTargetsTest, OlderCheckpointsWithoutDeviceDetailsFallBackToTheClaimsFunctions) {
