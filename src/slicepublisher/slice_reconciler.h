@@ -104,7 +104,6 @@ class SliceReconciler {
   MdevCapacityMemory capacity_;
   ServerProfile profile_;
   bool profile_known_ = false;
-  bool counters_warned_ = false;
   std::string node_uid_;
   // What the server made of content we sent, so that stored-but-different content is not
   // rewritten forever: sent fingerprint -> stored fingerprint.

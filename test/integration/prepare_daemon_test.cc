@@ -10,15 +10,19 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
 
+#include "discovery/admin_policy.h"
+#include "discovery/node_scan.h"
 #include "fake_apiserver.h"
 #include "integration/daemon_process.h"
 #include "kubelet_simulator.h"
 #include "simulated_kernel.h"
+#include "slicepublisher/slice_builder.h"
 #include "sysfs_fixture.h"
 
 namespace vfio_dra::testing {
@@ -399,6 +403,151 @@ TEST_F(PrepareDaemonTest, TheHealthStreamReportsPreparedDevicesThatBreak) {
   ASSERT_NE(other_vf, nullptr);
   EXPECT_EQ(other_vf->health(), v1alpha1::HEALTHY);
   EXPECT_THAT(daemon_->Log(), HasSubstr("device unhealthy"));
+}
+
+// The API server misbehaves the whole time (dropped connections, 500s, 429 with Retry-After,
+// 409 on slice writes, watches that open with 410, slow answers, and halfway a token that expires
+// and is rotated on disk) while pods come and go and someone deletes the node's slices. Every
+// prepare and unprepare must happen exactly once on the node (the kubelet retries failed calls as
+// it does), and once the server behaves the slices must converge to what the node has.
+TEST_F(PrepareDaemonTest, SoakUnderApiFaultsLosesAndDoublesNothingAndSlicesConverge) {
+  const std::string token_file = dir_ + "/token";
+  std::ofstream(token_file) << "token-1\n";
+  server_->SetToken("token-1");
+  kubeconfig_ = server_->WriteKubeconfig(dir_, token_file);
+  FaultMix mix;
+  mix.drop = 0.08;
+  mix.server_error = 0.08;
+  mix.throttle = 0.04;
+  mix.conflict = 0.2;
+  mix.watch_expired = 0.3;
+  mix.slow = 0.05;
+  mix.seed = 20261122;
+  server_->SetFaultMix(mix);
+  const std::string write_log = dir_ + "/writes.log";
+  StartDaemon({"VFIO_DRA_SIM_WRITE_LOG=" + write_log});
+
+  struct Pod {
+    std::string request, device;
+    std::vector<std::string> functions;  // bound to vfio-pci for it
+  };
+  const std::vector<Pod> pods = {{"gpu", "gpu-0000-01-00-0", {"0000:01:00.0", "0000:01:00.1"}},
+                                 {"nic", "vf-0000-5e-02-1", {"0000:5e:02.1"}},
+                                 {"disk", "hostdev-0000-06-00-0", {"0000:06:00.0"}},
+                                 {"vgpu", "mdev-0000-3b-00-0-nvidia-222-0", {}}};
+  // The kubelet repeats a failed call until it succeeds; so does this, for at most a minute.
+  auto until_ok = [&](auto call, const std::string& what) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    std::string last;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto response = call();
+      if (!response.ok()) {
+        last = response.error().message;
+        continue;
+      }
+      const std::string error = response->claims().begin()->second.error();
+      if (error.empty()) return true;
+      last = error;
+    }
+    ADD_FAILURE() << what << " did not succeed within a minute; last error: " << last;
+    return false;
+  };
+  constexpr int kCycles = 15;
+  for (int cycle = 0; cycle < kCycles; ++cycle) {
+    if (cycle == kCycles / 2) {
+      // The token expires: the server wants the new one, which the kubelet writes to the file.
+      server_->SetToken("token-2");
+      std::ofstream(token_file) << "token-2\n";
+    }
+    std::vector<SimClaim> claims;
+    for (size_t i = 0; i < pods.size(); ++i) {
+      const std::string uid = "55555555-0000-4000-8000-" + std::string(10, '0') +
+                              std::to_string(cycle) + std::to_string(i);
+      const std::string name = pods[i].request + "-" + std::to_string(cycle);
+      server_->PutClaim(Claim(name, uid, {{pods[i].request, pods[i].device}}));
+      claims.push_back({"vms", name, uid});
+    }
+    for (const SimClaim& claim : claims) {
+      ASSERT_TRUE(until_ok([&] { return sim_.Prepare(plugin_, {claim}); }, "prepare " + claim.name))
+          << daemon_->Log();
+    }
+    server_->DeleteSlicesWhere("spec.nodeName=node1");  // as a restarting kubelet does
+    for (const SimClaim& claim : claims) {
+      ASSERT_TRUE(
+          until_ok([&] { return sim_.Unprepare(plugin_, {claim}); }, "unprepare " + claim.name))
+          << daemon_->Log();
+      server_->RemoveClaim(claim.namespace_, claim.name);  // the pod and its claim are gone
+    }
+    const std::vector<json> slices = server_->Slices();
+    if (!slices.empty()) server_->RemoveSlice(slices.front()["metadata"]["name"]);
+  }
+
+  // Nothing doubled, nothing lost: each cycle bound each function once and created and removed
+  // the vGPU once, and everything is back where it was.
+  std::map<std::string, int> binds;
+  int creates = 0, removes = 0;
+  std::ifstream log(write_log);
+  for (std::string line; std::getline(log, line);) {
+    const json w = json::parse(line);
+    const std::string path = w["path"];
+    if (path == "bus/pci/drivers/vfio-pci/bind") binds[w["value"]] += 1;
+    if (path.ends_with("/create")) ++creates;
+    if (path.ends_with("/remove")) ++removes;
+  }
+  for (const Pod& pod : pods) {
+    for (const std::string& f : pod.functions) EXPECT_EQ(binds[f], kCycles) << f;
+  }
+  EXPECT_EQ(creates, kCycles);
+  EXPECT_EQ(removes, kCycles);
+  for (const auto& [address, host] : HostDrivers()) EXPECT_EQ(Driver(address), host) << address;
+  EXPECT_TRUE(Checkpoint()["claims"].empty());
+  EXPECT_TRUE(CdiFiles().empty());
+
+  // The faults really happened.
+  const InjectedFaults injected = server_->Injected();
+  std::cout << "injected faults: drop=" << injected.drop << " 500=" << injected.server_error
+            << " 429=" << injected.throttle << " 409=" << injected.conflict
+            << " watch-410=" << injected.watch_expired << " slow=" << injected.slow << " of "
+            << server_->Requests().size() << " requests\n";
+  EXPECT_GT(injected.drop, 0);
+  EXPECT_GT(injected.server_error, 0);
+  EXPECT_GT(injected.conflict, 0);
+  EXPECT_GT(injected.watch_expired, 0);
+  size_t with_new_token = 0;
+  for (const RecordedRequest& r : server_->Requests()) {
+    with_new_token += r.authorization == "Bearer token-2" ? 1 : 0;
+  }
+  EXPECT_GT(with_new_token, 0u) << "the rotated token was never used";
+
+  // A quiet server: the slices converge to exactly the node's devices, in one consistent pool.
+  server_->SetFaultMix(FaultMix{});
+  discovery::SysfsReader sysfs(dir_ + "/sys");
+  auto policy = discovery::LoadAdminPolicy(dir_ + "/policy.yaml");
+  ASSERT_TRUE(policy.ok());
+  auto scan = discovery::ScanNode(sysfs, nullptr, *policy);
+  slicepublisher::MdevCapacityMemory capacity;
+  capacity.Observe(scan->inventory);
+  const auto desired = slicepublisher::BuildDesiredPool(
+      *scan, {"node1", slicepublisher::CounterLayout::kOwnSlice}, capacity);
+  std::multiset<std::string> expected;
+  for (const auto& slice : desired.slices) {
+    for (const auto& device : slice.devices) expected.insert(device.name);
+  }
+  ASSERT_FALSE(expected.empty());
+  auto converged = [&](const std::vector<json>& slices) {
+    std::multiset<std::string> names;
+    std::set<long long> generations;
+    for (const json& slice : slices) {
+      if (slice["spec"]["pool"]["resourceSliceCount"] != slices.size()) return false;
+      generations.insert(slice["spec"]["pool"]["generation"].get<long long>());
+      for (const json& device : slice["spec"].value("devices", json::array())) {
+        names.insert(device["name"].get<std::string>());
+      }
+    }
+    return generations.size() == 1 && names == expected;
+  };
+  EXPECT_TRUE(server_->WaitForSlices(converged, std::chrono::seconds(60)))
+      << daemon_->Log() << "\nslices: " << json(server_->Slices()).dump(1);
 }
 
 // Kills the daemon before each step (1-based) of preparing and then unpreparing a claim with a

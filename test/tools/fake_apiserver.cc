@@ -354,6 +354,17 @@ std::string FakeApiServer::WriteKubeconfig(const std::string& dir,
   return path;
 }
 
+void FakeApiServer::SetFaultMix(const FaultMix& mix) {
+  std::lock_guard<std::mutex> lock(mu_);
+  mix_ = mix;
+  random_.seed(mix.seed);
+}
+
+InjectedFaults FakeApiServer::Injected() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return injected_;
+}
+
 void FakeApiServer::SetToken(const std::string& token) {
   std::lock_guard<std::mutex> lock(mu_);
   options_.token = token;
@@ -515,6 +526,52 @@ void FakeApiServer::InstallRoutes() {
       ReplyStatus(res, status, reason, "injected fault");
       return;
     }
+    bool watch_expired = false;
+    {
+      std::uniform_real_distribution<double> uniform(0.0, 1.0);
+      auto hit = [&](double p, int injected) {
+        return p > 0 && (injected == 0 || uniform(random_) < p);
+      };
+      const bool slice_write =
+          req.method != "GET" && req.path.find("/resourceslices") != std::string::npos;
+      const bool slice_watch =
+          req.method == "GET" && req.path.find("/resourceslices") != std::string::npos &&
+          (req.get_param_value("watch") == "1" || req.get_param_value("watch") == "true");
+      if (hit(mix_.drop, injected_.drop)) {
+        ++injected_.drop;
+        res.status = 200;
+        res.set_content_provider(1024, "application/json", [](size_t, size_t, httplib::DataSink&) {
+          return false;
+        });  // no body: a broken connection
+        return;
+      }
+      if (hit(mix_.server_error, injected_.server_error)) {
+        ++injected_.server_error;
+        return ReplyStatus(res, 500, "InternalError", "injected fault: internal error");
+      }
+      if (hit(mix_.throttle, injected_.throttle)) {
+        ++injected_.throttle;
+        res.set_header("Retry-After", "1");
+        return ReplyStatus(res, 429, "TooManyRequests", "injected fault: too many requests");
+      }
+      if (slice_write && hit(mix_.conflict, injected_.conflict)) {
+        ++injected_.conflict;
+        return ReplyStatus(res, 409, "Conflict",
+                           "injected fault: the object has been modified; please apply your "
+                           "changes to the latest version and try again");
+      }
+      if (slice_watch && hit(mix_.watch_expired, injected_.watch_expired)) {
+        ++injected_.watch_expired;
+        watch_expired = true;
+      }
+      if (hit(mix_.slow, injected_.slow)) {
+        ++injected_.slow;
+        const auto delay = mix_.delay;
+        lock.unlock();
+        std::this_thread::sleep_for(delay);  // a slow server, not synchronization
+        lock.lock();
+      }
+    }
     if (!options_.token.empty() &&
         req.get_header_value("Authorization") != "Bearer " + options_.token) {
       ReplyStatus(res, 401, "Unauthorized", "Unauthorized");
@@ -618,7 +675,8 @@ void FakeApiServer::InstallRoutes() {
                                     ? std::atoi(req.get_param_value("timeoutSeconds").c_str())
                                     : 1800;
             std::deque<std::string> initial;
-            if (from > 0 && !slice_events_.empty() && from < slice_events_.front().rv - 1) {
+            if (watch_expired ||
+                (from > 0 && !slice_events_.empty() && from < slice_events_.front().rv - 1)) {
               initial.push_back(
                   json({{"type", "ERROR"},
                         {"object",

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -36,6 +37,25 @@ struct FakeApiServerOptions {
   // When both are set the server speaks HTTPS with this certificate.
   std::string tls_cert_file;
   std::string tls_key_file;
+};
+
+// Random faults on every request, for soak tests. Each probability is drawn independently, in the
+// order listed; the first that hits decides the answer. So that a short soak sees every kind, the
+// first request a kind with a non-zero probability applies to always gets it.
+struct FaultMix {
+  double drop = 0;           // headers sent, then the connection closes mid-body
+  double server_error = 0;   // 500 InternalError
+  double throttle = 0;       // 429 TooManyRequests with Retry-After: 1
+  double conflict = 0;       // 409 Conflict, on writes to resourceslices only
+  double watch_expired = 0;  // a slice watch opens with an ERROR event carrying 410 Expired
+  double slow = 0;           // answered normally after `delay`
+  std::chrono::milliseconds delay{200};
+  unsigned seed = 1;
+};
+
+struct InjectedFaults {
+  int drop = 0, server_error = 0, throttle = 0, conflict = 0, watch_expired = 0, slow = 0;
+  int Total() const { return drop + server_error + throttle + conflict + watch_expired + slow; }
 };
 
 struct RecordedRequest {
@@ -81,6 +101,10 @@ class FakeApiServer {
   // The next `count` requests (of any kind, or only those whose path starts with `path_prefix`)
   // get `status` with a Status body; 429 and 503 carry Retry-After when `retry_after` > 0.
   void FailNext(int count, int status, int retry_after = 0, const std::string& path_prefix = "");
+
+  // Replaces the random fault mix (all zero: none).
+  void SetFaultMix(const FaultMix& mix);
+  InjectedFaults Injected() const;
 
   // Deletes every slice matching a field selector, as the kubelet does at startup.
   size_t DeleteSlicesWhere(const std::string& field_selector);
@@ -129,6 +153,9 @@ class FakeApiServer {
   std::map<std::string, nlohmann::json> nodes_;   // name
   std::deque<Event> slice_events_;
   std::vector<Fault> faults_;
+  FaultMix mix_;
+  std::mt19937 random_{1};
+  InjectedFaults injected_;
   std::vector<RecordedRequest> requests_;
 };
 

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs the unit and integration suites under AddressSanitizer + UndefinedBehaviorSanitizer
+# (build-asan, clang; the libFuzzer targets are built there too) and the unit suite, which holds
+# the concurrency tests, under ThreadSanitizer (build-tsan). Every sanitizer report is fatal, so
+# any finding fails the run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./hack/install-deps.sh
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1:strict_init_order=1
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+
+echo "sanitize: AddressSanitizer + UndefinedBehaviorSanitizer (build-asan)" >&2
+CC=clang CXX=clang++ BUILD_DIR=build-asan ./hack/build.sh \
+  -DVFIO_DRA_SANITIZE=address,undefined -DVFIO_DRA_FUZZ=ON
+ctest --test-dir build-asan -L 'unit|integration' --output-on-failure --no-tests=error \
+  --timeout 600 -j "$(nproc)"
+
+echo "sanitize: ThreadSanitizer (build-tsan)" >&2
+if [ ! -f build-tsan/CMakeCache.txt ]; then
+  CC=clang CXX=clang++ cmake -S . -B build-tsan -G Ninja -DVFIO_DRA_WERROR=ON \
+    -DVFIO_DRA_SANITIZE=thread >/dev/null
+fi
+cmake --build build-tsan --target unit_tests --parallel "$(nproc)"
+./build-tsan/test/unit_tests --gtest_brief=1

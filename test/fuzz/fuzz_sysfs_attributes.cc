@@ -1,0 +1,78 @@
+// sysfs attribute contents: every parser directly, then the input as the content of one attribute
+// (chosen by the first byte) of a realistic node, read by the real scanner and selection. The
+// node is built once in a temporary directory; the attribute is restored after each input.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "discovery/admin_policy.h"
+#include "discovery/inventory_scanner.h"
+#include "discovery/node_scan.h"
+#include "discovery/sysfs_parse.h"
+#include "discovery/sysfs_reader.h"
+#include "sysfs_fixture.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Node {
+  std::string root;
+  std::vector<std::pair<std::string, std::string>> attributes;  // path, original content
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+Node& TheNode() {
+  static Node* node = [] {
+    auto* n = new Node;
+    char tmpl[] = "/tmp/vfio-dra-fuzz-sysfs-XXXXXX";
+    n->root = std::string(mkdtemp(tmpl)) + "/sys";
+    vfio_dra::testing::BuildFixture("vm-host", n->root);
+    const std::string gpu = n->root + "/bus/pci/devices/0000:01:00.0/";
+    const std::string vf = n->root + "/bus/pci/devices/0000:5e:02.1/";
+    const std::string type =
+        n->root + "/class/mdev_bus/0000:3b:00.0/mdev_supported_types/nvidia-222/";
+    for (const std::string& path :
+         {gpu + "vendor", gpu + "device", gpu + "class", gpu + "uevent", gpu + "numa_node",
+          gpu + "driver_override", vf + "sriov_numvfs", vf + "uevent", vf + "class",
+          type + "available_instances", type + "device_api", type + "name"}) {
+      if (fs::exists(path)) n->attributes.emplace_back(path, Slurp(path));
+    }
+    return n;
+  }();
+  return *node;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace vfio_dra::discovery;
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  (void)ParseHexAttribute(text, 4);
+  (void)ParseHexAttribute(text, 6);
+  (void)ParseDecimalAttribute(text);
+  (void)ParseUevent(text);
+  (void)ParseDriverOverride(text);
+  (void)ParseBareHex(text, 4);
+  (void)CanonicalBdf(text);
+  (void)PcieRootFromPath(text);
+  (void)IsMdevUuid(text);
+
+  if (size == 0) return 0;
+  Node& node = TheNode();
+  const auto& [path, original] = node.attributes[data[0] % node.attributes.size()];
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(
+      reinterpret_cast<const char*>(data + 1), static_cast<std::streamsize>(size - 1));
+  SysfsReader sysfs(node.root);
+  (void)ScanNode(sysfs, nullptr, AdminPolicy{});
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << original;
+  return 0;
+}
