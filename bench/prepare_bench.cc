@@ -1,7 +1,7 @@
 // prepare_bench: NodePrepareResources latency of one-device claims through the daemon's gRPC
 // socket (vfio-dra-sim-daemon: the real daemon with the simulated kernel), the fake API server on
-// loopback, with 1 pod at a time and with 32 pods at once; and, in the same run, the floor: the
-// same atomic file writes with fsync plus one claim GET, done directly. Prints JSON.
+// loopback, with 1, 8, 32 and 128 pods at once; and, in the same run, the floor: the same atomic
+// file writes with fsync plus one claim GET, done directly, at 1 and 32. Prints JSON.
 //   prepare_bench [--rounds N] [--dir DIR] [--cdi-base DIR]
 // DIR holds the plugin data dir (checkpoint, metadata files) and the fake sysfs (default /tmp);
 // the CDI specs go under --cdi-base, by default /dev/shm: /var/run/cdi is a tmpfs on nodes.
@@ -33,7 +33,7 @@ namespace {
 
 using namespace vfio_dra;  // NOLINT(google-build-using-namespace): a benchmark's main
 using Clock = std::chrono::steady_clock;
-constexpr int kPods = 32;
+constexpr int kPods = 128;  // the most pods at once that are measured
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
@@ -99,17 +99,17 @@ int main(int argc, char** argv) {
   cdi_tmpl.push_back('\0');
   const std::string cdi_dir = mkdtemp(cdi_tmpl.data());
 
-  // A node with one PF and 64 VFs, each VF in its own group: one-device claims bind one function.
+  // A node with one PF and 128 VFs, each VF in its own group: one-device claims bind one function.
   testing::SysfsFixture fx(dir + "/sys");
   fx.AddPci(testing::MakePciSpec("0000:5d:00.0", 0x8086, 0x2030, 0x060400, "pcieport", 49));
   testing::PciSpec pf = testing::MakePciSpec("0000:5e:00.0", 0x8086, 0x1572, 0x020000, "i40e", 50);
   pf.parent = "0000:5d:00.0";
   fx.AddPci(pf);
   std::vector<testing::PciSpec> vfs;
-  for (int i = 0; i < 2 * kPods; ++i) {
-    vfs.push_back(testing::MakePciSpec("", 0x8086, 0x154c, 0x020000, "iavf", 100 + i));
+  for (int i = 0; i < kPods; ++i) {
+    vfs.push_back(testing::MakePciSpec("", 0x8086, 0x154c, 0x020000, "iavf", 200 + i));
   }
-  fx.MakeSriovPf("0000:5e:00.0", 64, 0x154c, vfs);
+  fx.MakeSriovPf("0000:5e:00.0", kPods, 0x154c, vfs);
 
   testing::FakeApiServer server;
   server.Start();
@@ -173,7 +173,9 @@ int main(int argc, char** argv) {
   unprepare_all();
   auto one_pod = Measure(
       1, rounds * 4, [&](int) { prepare(0); }, unprepare_all);
-  auto many_pods = Measure(kPods, rounds, prepare, unprepare_all);
+  auto eight_pods = Measure(8, rounds, prepare, unprepare_all);
+  auto many_pods = Measure(32, rounds, prepare, unprepare_all);
+  auto most_pods = Measure(kPods, std::max(1, rounds / 4), prepare, unprepare_all);
 
   // The floor: what one prepare cannot avoid: the claim GET and five atomic, fsynced files,
   // each in the directory where the daemon writes it (checkpoint twice and the metadata file in
@@ -198,12 +200,14 @@ int main(int argc, char** argv) {
   };
   auto floor_single = Measure(
       1, rounds * 4, [&](int) { floor_one(0); }, [] {});
-  auto floor_many = Measure(kPods, rounds, floor_one, [] {});
+  auto floor_many = Measure(32, rounds, floor_one, [] {});
 
   nlohmann::json out = {{"data_dir", dir},
                         {"cdi_dir", cdi_dir},
                         {"prepare_1_pod", Summary(one_pod)},
+                        {"prepare_8_pods", Summary(eight_pods)},
                         {"prepare_32_pods", Summary(many_pods)},
+                        {"prepare_128_pods", Summary(most_pods)},
                         {"floor_1_pod", Summary(floor_single)},
                         {"floor_32_pods", Summary(floor_many)},
                         {"failures", failures.load()}};

@@ -14,8 +14,8 @@ PACKAGES=(
   libcurl4-openssl-dev libssl-dev libcpp-httplib-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libudev-dev
 )
 TEST_PACKAGES=(
-  # lint
-  clang-format clang-tidy
+  # lint, and clang for the sanitizer and libFuzzer builds
+  clang-format clang-tidy clang libclang-rt-14-dev
   # tests
   libgtest-dev libgmock-dev libbenchmark-dev curl openssl python3 python3-yaml
 )

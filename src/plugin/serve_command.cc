@@ -167,8 +167,6 @@ int RunServe(const ServeOptions& options, const ServeEnvironment& environment) {
         reconciler.SetScan(scan);
       },
       watch_options, root.WithComponent("discovery"));
-  watcher.Start();
-  reconciler.Start();
 
   DraNodeService node(options.driver_name, claims, **preparer, **serializer,
                       root.WithComponent("node"), &metrics);
@@ -233,8 +231,6 @@ int RunServe(const ServeOptions& options, const ServeEnvironment& environment) {
         root.WithComponent("metrics"));
     if (!started.ok()) {
       log.Error("cannot start", {{"error", started.error().message}});
-      watcher.Stop();
-      reconciler.Stop();
       return 1;
     }
     metrics_server = std::move(*started);
@@ -243,10 +239,12 @@ int RunServe(const ServeOptions& options, const ServeEnvironment& environment) {
                                     root.WithComponent("server"));
   if (!server.ok()) {
     log.Error("cannot start", {{"error", server.error().message}});
-    watcher.Stop();
-    reconciler.Stop();
     return 1;
   }
+  // The sockets come first, so the kubelet sees the plugin as soon as it can answer; the first
+  // scan and publish follow (a prepare that arrives before them waits for the first publish).
+  watcher.Start();
+  reconciler.Start();
 
   sigset_t set;
   sigemptyset(&set);

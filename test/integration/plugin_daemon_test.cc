@@ -395,11 +395,15 @@ TEST_F(PluginDaemonTest, AnInvalidPolicyKeepsServeFromStarting) {
 TEST_F(PluginDaemonTest, ServeDiscoversTheNodeUnderThePolicy) {
   BuildWorkstation(dir_ + "/sys");
   std::ofstream(dir_ + "/policy.yaml") << "select:\n  - kind: hostdev\n    class: \"0108\"\n";
+  server_->PutNode("node1", "node1-uid");
   KubeletSimulator sim;
   DaemonProcess& daemon = StartDaemon({"--config", dir_ + "/policy.yaml"});
   auto socket = sim.WaitForRegistrationSocket(registrar_, std::chrono::seconds(20));
   ASSERT_TRUE(socket.ok());
-  // The first scan is logged before the sockets exist.
+  // The first scan is logged before its slices are written.
+  ASSERT_TRUE(
+      server_->WaitForSlices([](const auto& s) { return !s.empty(); }, std::chrono::seconds(20)))
+      << daemon.Log();
   EXPECT_THAT(daemon.Log(), HasSubstr("node devices\" pci_devices=3 mdev_types=0"));
 }
 

@@ -1,0 +1,175 @@
+// daemon_bench: the daemon as a node runs it (the real vfio-dra-plugin binary, the fake API server
+// on loopback, the kubelet simulator):
+//   - time from process start to registered with the kubelet, on the small vm-host node and on a
+//     node publishing about 1,000 devices;
+//   - RSS and CPU of the idle daemon holding those ~1,000 published devices, measured from /proc
+//     over a window that includes periodic rescans.
+// Prints JSON.   daemon_bench [--starts N] [--idle-seconds S] [--functions F] [--dir DIR]
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "fake_apiserver.h"
+#include "integration/daemon_process.h"
+#include "kubelet_simulator.h"
+#include "sysfs_fixture.h"
+
+namespace {
+
+using namespace vfio_dra;  // NOLINT(google-build-using-namespace): a benchmark's main
+using Clock = std::chrono::steady_clock;
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+std::vector<std::string> Args(const std::string& dir, const std::string& kubeconfig) {
+  return {VFIO_DRA_PLUGIN_BINARY, "serve",       "--node-name",       "node1",
+          "--kubeconfig",         kubeconfig,    "--registrar-dir",   dir + "/registry",
+          "--plugin-data-dir",    dir + "/data", "--cdi-dir",         dir + "/cdi",
+          "--sysfs-root",         dir + "/sys",  "--dev-root",        dir + "/dev",
+          "--metrics-address",    "127.0.0.1:0", "--rescan-interval", "30"};
+}
+
+// Starts the daemon `starts` times on the node in `dir`; returns each start-to-registered time,
+// and in `socket_times` when the registration socket appeared.
+std::vector<double> StartTimes(const std::string& dir, const std::string& kubeconfig, int starts,
+                               std::vector<double>& socket_times) {
+  std::vector<double> times;
+  for (int i = 0; i < starts; ++i) {
+    std::filesystem::remove_all(dir + "/registry");
+    std::filesystem::create_directories(dir + "/registry");
+    testing::KubeletSimulator sim;
+    const auto t0 = Clock::now();
+    testing::DaemonProcess daemon(Args(dir, kubeconfig), dir + "/start.log");
+    auto socket = sim.WaitForRegistrationSocket(dir + "/registry", std::chrono::seconds(20));
+    socket_times.push_back(Ms(Clock::now() - t0));
+    auto plugin =
+        socket.ok() ? sim.Register(*socket) : Result<testing::RegisteredPlugin>(socket.error());
+    const double ms = Ms(Clock::now() - t0);
+    if (!plugin.ok()) {
+      std::cerr << "daemon_bench: no registration: " << plugin.error().message << "\n"
+                << daemon.Log();
+      std::exit(1);
+    }
+    times.push_back(ms);
+    daemon.Signal(SIGTERM);
+    daemon.WaitForExit(std::chrono::seconds(10));
+  }
+  return times;
+}
+
+nlohmann::json Summary(std::vector<double> samples) {
+  std::sort(samples.begin(), samples.end());
+  return {{"samples", samples.size()},
+          {"p50_ms", samples[samples.size() / 2]},
+          {"max_ms", samples.back()},
+          {"min_ms", samples.front()}};
+}
+
+long StatusKb(pid_t pid, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(field + ":", 0) == 0) return std::stol(line.substr(field.size() + 1));
+  }
+  return -1;
+}
+
+// utime + stime of `pid`, in clock ticks.
+long long CpuTicks(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  std::istringstream fields(text.substr(text.rfind(')') + 2));
+  std::string value;
+  long long ticks = 0;
+  for (int i = 3; fields >> value; ++i) {
+    if (i == 14 || i == 15) ticks += std::stoll(value);
+    if (i == 15) break;
+  }
+  return ticks;
+}
+
+size_t PublishedDevices(const std::vector<nlohmann::json>& slices) {
+  size_t n = 0;
+  for (const auto& s : slices) n += s["spec"].value("devices", nlohmann::json::array()).size();
+  return n;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int starts = 10;
+  int idle_seconds = 60;
+  int functions = 1100;
+  std::string base = "/tmp";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--starts") == 0) starts = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--idle-seconds") == 0) idle_seconds = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--functions") == 0) functions = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--dir") == 0) base = argv[i + 1];
+  }
+  testing::FakeApiServer server;
+  server.Start();
+  server.PutNode("node1", "6a0a1d47-0000-4000-8000-0000000000aa");
+  nlohmann::json out;
+
+  const std::string small = base + "/vfio-dra-daemon-bench-small";
+  std::filesystem::remove_all(small);
+  testing::BuildFixture("vm-host", small + "/sys");
+  const std::string kubeconfig = server.WriteKubeconfig(base);
+  std::vector<double> sockets;
+  out["start_to_registered_vm_host"] = Summary(StartTimes(small, kubeconfig, starts, sockets));
+  out["start_to_socket_vm_host"] = Summary(sockets);
+
+  const std::string large = base + "/vfio-dra-daemon-bench-large";
+  std::filesystem::remove_all(large);
+  testing::BuildLargeNode(large + "/sys", functions);
+  sockets.clear();
+  out["start_to_registered_large"] = Summary(StartTimes(large, kubeconfig, starts, sockets));
+  out["start_to_socket_large"] = Summary(sockets);
+
+  // The idle daemon: start, wait until every device is published, then watch it do nothing.
+  std::filesystem::remove_all(large + "/registry");
+  std::filesystem::create_directories(large + "/registry");
+  testing::DaemonProcess daemon(Args(large, kubeconfig), large + "/idle.log");
+  testing::KubeletSimulator sim;
+  auto socket = sim.WaitForRegistrationSocket(large + "/registry", std::chrono::seconds(20));
+  if (!socket.ok() || !sim.Register(*socket).ok()) {
+    std::cerr << "daemon_bench: the idle daemon did not register\n" << daemon.Log();
+    return 1;
+  }
+  size_t published = 0;
+  server.WaitForSlices(
+      [&](const std::vector<nlohmann::json>& slices) {
+        published = PublishedDevices(slices);
+        return published > 0 &&
+               slices.size() == slices.front()["spec"]["pool"]["resourceSliceCount"].get<size_t>();
+      },
+      std::chrono::seconds(60));
+  const pid_t pid = daemon.pid();
+  const long long ticks0 = CpuTicks(pid);
+  const auto t0 = Clock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(idle_seconds));  // the measurement window
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const long long ticks = CpuTicks(pid) - ticks0;
+  out["idle"] = {{"published_devices", published},
+                 {"window_s", seconds},
+                 {"cpu_percent_of_a_core", 100.0 * static_cast<double>(ticks) /
+                                               static_cast<double>(sysconf(_SC_CLK_TCK)) / seconds},
+                 {"rss_mib", static_cast<double>(StatusKb(pid, "VmRSS")) / 1024.0},
+                 {"peak_rss_mib", static_cast<double>(StatusKb(pid, "VmHWM")) / 1024.0}};
+  daemon.Signal(SIGTERM);
+  daemon.WaitForExit(std::chrono::seconds(10));
+  server.Stop();
+  std::filesystem::remove_all(small);
+  std::filesystem::remove_all(large);
+  std::cout << out.dump(2) << std::endl;
+  return 0;
+}
