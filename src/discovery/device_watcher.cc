@@ -1,6 +1,7 @@
 #include "discovery/device_watcher.h"
 
 #include <libudev.h>
+#include <malloc.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -32,7 +33,13 @@ void DeviceWatcher::RescanAndPublish() {
   const std::string fingerprint = Fingerprint(*scan);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (latest_ != nullptr && fingerprint == latest_fingerprint_) return;
+    if (latest_ != nullptr && fingerprint == latest_fingerprint_) {
+      // An unchanged rescan's allocations are all freed now; hand the pages back instead of
+      // letting the idle daemon's heap keep a second scan's worth of memory.
+      scan.reset();
+      ::malloc_trim(0);
+      return;
+    }
     latest_ = scan;
     latest_fingerprint_ = fingerprint;
   }
