@@ -30,7 +30,8 @@ namespace {
 using namespace vfio_dra;
 
 const std::vector<std::string> kDevices = {"gpu-0000-01-00-0", "vf-0000-5e-02-1",
-                                           "mdev-0000-3b-00-0-nvidia-222-0", "hostdev-0000-06-00-0"};
+                                           "mdev-0000-3b-00-0-nvidia-222-0",
+                                           "hostdev-0000-06-00-0"};
 
 // Claims by namespace/name, filled from the input before each call.
 class FuzzedClaims final : public plugin::ClaimSource {
@@ -91,11 +92,11 @@ Harness& TheHarness() {
     auto serializer = plugin::CallSerializer::Open(harness->dir + "/data/serialize.lock");
     if (!serializer.ok()) std::abort();
     harness->serializer = std::move(*serializer);
-    harness->node = std::make_unique<plugin::DraNodeService>(
-        "vfio.dra.io", harness->claims, *harness->preparer, *harness->serializer,
-        Logger::Discard());
+    harness->node =
+        std::make_unique<plugin::DraNodeService>("vfio.dra.io", harness->claims, *harness->preparer,
+                                                 *harness->serializer, Logger::Discard());
     harness->v1 = std::make_unique<plugin::DraGrpcService<plugin::DraV1Api>>(*harness->node,
-                                                                            Logger::Discard());
+                                                                             Logger::Discard());
     return harness;
   }();
   return *h;

@@ -69,8 +69,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   Node& node = TheNode();
   const auto& [path, original] = node.attributes[data[0] % node.attributes.size()];
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(
-      reinterpret_cast<const char*>(data + 1), static_cast<std::streamsize>(size - 1));
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(data + 1), static_cast<std::streamsize>(size - 1));
   SysfsReader sysfs(node.root);
   (void)ScanNode(sysfs, nullptr, AdminPolicy{});
   std::ofstream(path, std::ios::binary | std::ios::trunc) << original;
