@@ -47,14 +47,23 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(
                                                   " (in use, or not a local address)");
   }
   out->port_ = bound;
-  out->thread_ = std::thread([&server] { server.listen_after_bind(); });
+  out->thread_ = std::thread([&server, listening = &out->listening_done_] {
+    server.listen_after_bind();
+    listening->store(true);
+  });
   log.Info("metrics and health endpoint listening",
            {{"address", host + ":" + std::to_string(bound)}});
   return out;
 }
 
 MetricsServer::~MetricsServer() {
-  if (server_) server_->stop();
+  if (server_ && thread_.joinable()) {
+    // httplib's stop() does nothing until the listen loop has started, and the loop would then
+    // never end: wait for it to be running (or to have given up) before stopping it. It starts
+    // within microseconds of Start; this wait matters when the daemon fails right after Start.
+    while (!listening_done_.load() && !server_->is_running()) std::this_thread::yield();
+    server_->stop();
+  }
   if (thread_.joinable()) thread_.join();
 }
 

@@ -6,6 +6,7 @@
 //             503 otherwise; the body says which (readiness)
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -45,6 +46,7 @@ class MetricsServer {
   MetricsServer() = default;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
+  std::atomic<bool> listening_done_{false};  // listen_after_bind returned
   int port_ = 0;
 };
 
