@@ -21,14 +21,15 @@
 #include "fake_apiserver.h"
 #include "integration/daemon_process.h"
 #include "kubelet_simulator.h"
+#include "latency_summary.h"
 #include "sysfs_fixture.h"
 
 namespace {
 
 using namespace vfio_dra;  // NOLINT(google-build-using-namespace): a benchmark's main
 using Clock = std::chrono::steady_clock;
-
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+using bench::Ms;
+using bench::Summary;
 
 // The daemon's default unless DAEMON_BENCH_RESCAN says otherwise (to separate its cost).
 std::string RescanInterval() {
@@ -70,14 +71,6 @@ std::vector<double> StartTimes(const std::string& dir, const std::string& kubeco
     daemon.WaitForExit(std::chrono::seconds(10));
   }
   return times;
-}
-
-nlohmann::json Summary(std::vector<double> samples) {
-  std::sort(samples.begin(), samples.end());
-  return {{"samples", samples.size()},
-          {"p50_ms", samples[samples.size() / 2]},
-          {"max_ms", samples.back()},
-          {"min_ms", samples.front()}};
 }
 
 long StatusKb(pid_t pid, const std::string& field) {

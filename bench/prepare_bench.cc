@@ -26,6 +26,7 @@
 #include "kube/curl_transport.h"
 #include "kube/token_source.h"
 #include "kubelet_simulator.h"
+#include "latency_summary.h"
 #include "slicepublisher/device_names.h"
 #include "sysfs_fixture.h"
 
@@ -33,21 +34,9 @@ namespace {
 
 using namespace vfio_dra;  // NOLINT(google-build-using-namespace): a benchmark's main
 using Clock = std::chrono::steady_clock;
+using bench::Ms;
+using bench::Summary;
 constexpr int kPods = 128;  // the most pods at once that are measured
-
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-
-nlohmann::json Summary(std::vector<double> samples) {
-  std::sort(samples.begin(), samples.end());
-  auto at = [&](double q) {
-    const size_t i = std::min(samples.size() - 1, static_cast<size_t>(q * samples.size()));
-    return samples[i];
-  };
-  return {{"samples", samples.size()},
-          {"p50_ms", at(0.50)},
-          {"p99_ms", at(0.99)},
-          {"max_ms", samples.back()}};
-}
 
 std::string Uid(int i) {
   char buffer[40];

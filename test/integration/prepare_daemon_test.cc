@@ -233,24 +233,15 @@ TEST_F(PrepareDaemonTest, AClaimOfEachKindIsPreparedAndUnpreparedThroughTheKubel
   // Every sysfs write of the daemon went to an attribute of a managed function, to a driver's
   // bind/unbind with a managed function as the value, or to the vGPU type's create and the
   // instance's remove file.
-  std::ifstream log(write_log);
-  int writes = 0;
-  for (std::string line; std::getline(log, line); ++writes) {
-    const json w = json::parse(line);
-    const std::string path = w["path"];
-    const std::string value = w["value"];
-    bool managed = false;
-    for (const auto& [address, host] : HostDrivers()) {
-      managed = managed || path == "bus/pci/devices/" + address + "/driver_override" ||
-                (path.rfind("bus/pci/drivers/", 0) == 0 &&
-                 (path.ends_with("/bind") || path.ends_with("/unbind")) && value == address);
-    }
-    managed = managed ||
-              path == "class/mdev_bus/0000:3b:00.0/mdev_supported_types/nvidia-222/create" ||
-              std::regex_match(path, std::regex("bus/mdev/devices/[0-9a-f-]{36}/remove"));
-    EXPECT_TRUE(managed) << "write outside the managed devices: " << path << " <- " << value;
+  std::set<std::string> managed;
+  for (const auto& [address, host] : HostDrivers()) managed.insert(address);
+  const std::vector<SimWrite> writes = SimulatedKernel::ReadWriteLog(write_log);
+  for (const SimWrite& w : writes) {
+    EXPECT_TRUE(
+        IsManagedWrite(w, managed, {"class/mdev_bus/0000:3b:00.0/mdev_supported_types/nvidia-222"}))
+        << "write outside the managed devices: " << w.path << " <- " << w.value;
   }
-  EXPECT_GT(writes, 10);
+  EXPECT_GT(writes.size(), 10u);
 }
 
 TEST_F(PrepareDaemonTest, AnUnbindThatHangsFailsOnlyThatClaimWithinTheDeadline) {
@@ -486,13 +477,10 @@ TEST_F(PrepareDaemonTest, SoakUnderApiFaultsLosesAndDoublesNothingAndSlicesConve
   // the vGPU once, and everything is back where it was.
   std::map<std::string, int> binds;
   int creates = 0, removes = 0;
-  std::ifstream log(write_log);
-  for (std::string line; std::getline(log, line);) {
-    const json w = json::parse(line);
-    const std::string path = w["path"];
-    if (path == "bus/pci/drivers/vfio-pci/bind") binds[w["value"]] += 1;
-    if (path.ends_with("/create")) ++creates;
-    if (path.ends_with("/remove")) ++removes;
+  for (const SimWrite& w : SimulatedKernel::ReadWriteLog(write_log)) {
+    if (w.path == "bus/pci/drivers/vfio-pci/bind") binds[w.value] += 1;
+    if (w.path.ends_with("/create")) ++creates;
+    if (w.path.ends_with("/remove")) ++removes;
   }
   for (const Pod& pod : pods) {
     for (const std::string& f : pod.functions) EXPECT_EQ(binds[f], kCycles) << f;

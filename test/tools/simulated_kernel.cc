@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 
@@ -543,6 +544,34 @@ int SimulatedKernel::SetNumVfs(const std::string& address, const std::string& va
   fx.MakeSriovPf(address, total, vf_device, vfs, ParseInt(ReadText(Abs(dir + "/sriov_offset")), 16),
                  ParseInt(ReadText(Abs(dir + "/sriov_stride")), 1));
   return 0;
+}
+
+std::vector<SimWrite> SimulatedKernel::ReadWriteLog(const std::string& path) {
+  std::vector<SimWrite> writes;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json w = nlohmann::json::parse(line);
+    writes.push_back({w.at("path").get<std::string>(), w.at("value").get<std::string>(),
+                      w.at("result").get<int>()});
+  }
+  return writes;
+}
+
+bool IsManagedWrite(const SimWrite& write, const std::set<std::string>& functions,
+                    const std::set<std::string>& mdev_types) {
+  const std::string& path = write.path;
+  for (const std::string& f : functions) {
+    if (path == "bus/pci/devices/" + f + "/driver_override") return true;
+    if (path.rfind("bus/pci/drivers/", 0) == 0 &&
+        (path.ends_with("/bind") || path.ends_with("/unbind")) && write.value == f) {
+      return true;
+    }
+  }
+  for (const std::string& type : mdev_types) {
+    if (path == type + "/create") return true;
+  }
+  static const std::regex kRemove("bus/mdev/devices/[0-9a-f-]{36}/remove");
+  return !mdev_types.empty() && std::regex_match(path, kRemove);
 }
 
 }  // namespace vfio_dra::testing

@@ -27,6 +27,13 @@ struct SimWrite {
   int result = 0;  // errno returned to the writer
 };
 
+// Whether `write` is one the daemon may make for these devices: a managed function's
+// driver_override, a driver's bind/unbind with a managed function as the value, and, for each
+// mdev type directory in `mdev_types` (relative to the root), its create file and any instance's
+// remove file.
+bool IsManagedWrite(const SimWrite& write, const std::set<std::string>& functions,
+                    const std::set<std::string>& mdev_types = {});
+
 class SimulatedKernel final : public vfio::SysfsWriter {
  public:
   // Creates <dev root>/vfio/vfio (10:196) and, on first use of a tree, records each function's
@@ -55,6 +62,8 @@ class SimulatedKernel final : public vfio::SysfsWriter {
   std::vector<SimWrite> Writes() const;
   // Also append every write as a JSON line to `path` (for daemons in other processes).
   void LogWritesTo(std::string path) { log_file_ = std::move(path); }
+  // The writes a LogWritesTo file holds, in order.
+  static std::vector<SimWrite> ReadWriteLog(const std::string& path);
 
  private:
   int Apply(const std::string& rel, const std::string& value, std::unique_lock<std::mutex>& lock);

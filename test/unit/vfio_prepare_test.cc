@@ -149,15 +149,8 @@ class PrepareTest : public ::testing::Test {
   // function's address as the value.
   void ExpectWritesConfinedTo(const std::set<std::string>& functions) const {
     for (const SimWrite& w : kernel_->Writes()) {
-      bool ok = false;
-      for (const std::string& f : functions) {
-        if (w.path == "bus/pci/devices/" + f + "/driver_override") ok = true;
-        if ((w.path.ends_with("/bind") || w.path.ends_with("/unbind")) &&
-            w.path.rfind("bus/pci/drivers/", 0) == 0 && w.value == f) {
-          ok = true;
-        }
-      }
-      EXPECT_TRUE(ok) << "write outside the managed devices: " << w.path << " <- " << w.value;
+      EXPECT_TRUE(IsManagedWrite(w, functions))
+          << "write outside the managed devices: " << w.path << " <- " << w.value;
     }
   }
   static std::string Uid(int n) {
