@@ -6,7 +6,7 @@ set -euo pipefail
 
 PACKAGES=(
   # toolchain
-  build-essential cmake ninja-build pkg-config
+  build-essential cmake ninja-build pkg-config ccache
   # wire definitions and RPC
   protobuf-compiler libprotobuf-dev protobuf-compiler-grpc libgrpc++-dev
   # libraries the daemon links
