@@ -26,6 +26,8 @@ const char* ErrorKindName(ErrorKind kind) {
       return "Unimplemented";
     case ErrorKind::kFailedPrecondition:
       return "FailedPrecondition";
+    case ErrorKind::kDataLoss:
+      return "DataLoss";
     case ErrorKind::kInternal:
       return "Internal";
   }

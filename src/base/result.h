@@ -21,6 +21,7 @@ enum class ErrorKind {
   kUnauthenticated,
   kUnimplemented,
   kFailedPrecondition,
+  kDataLoss,  // stored state is corrupt or unreadable as written
   kInternal,
 };
 

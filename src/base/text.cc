@@ -26,4 +26,13 @@ std::string EscapeForDisplay(std::string_view value, size_t max_length) {
   return out;
 }
 
+std::string Join(const std::vector<std::string>& parts, std::string_view separator) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0) out += separator;
+    out += parts[i];
+  }
+  return out;
+}
+
 }  // namespace vfio_dra

@@ -4,6 +4,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace vfio_dra {
 
@@ -13,5 +14,8 @@ void AppendHexEscape(std::string& out, unsigned char c);
 // Escapes bytes outside printable ASCII (and the backslash) as \xNN and truncates to about
 // `max_length` characters with "...".
 std::string EscapeForDisplay(std::string_view value, size_t max_length = 256);
+
+// The parts separated by `separator`.
+std::string Join(const std::vector<std::string>& parts, std::string_view separator);
 
 }  // namespace vfio_dra

@@ -117,13 +117,24 @@ void ApiClient::LogWarnings(const HttpResponse& response, const std::string& pat
 }
 
 Result<ApiResponse> ApiClient::Call(const std::string& method, const std::string& path,
-                                    const nlohmann::json* body) {
+                                    const nlohmann::json* body, Deadline deadline) {
   Backoff backoff(options_.initial_backoff, options_.max_backoff);
   bool reauthenticated = false;
+  const auto out_of_time = [&](int attempts, const std::string& last) {
+    return MakeError(ErrorKind::kDeadlineExceeded,
+                     method + " " + path + ": gave up after " + std::to_string(attempts) +
+                         " attempt(s) because the caller's deadline is reached" +
+                         (last.empty() ? std::string() : " (last: " + last + ")"));
+  };
   for (int attempt = 0;; ++attempt) {
     limiter_.Acquire();
     auto request = BuildRequest(method, path, body, false);
     if (!request.ok()) return request.error();
+    if (deadline.IsSet()) {
+      const auto left = deadline.RemainingOr(request->timeout, clock_.Now());
+      if (left.count() <= 0) return out_of_time(attempt, "");
+      request->timeout = left;
+    }
     auto response = transport_.Send(*request);
     std::chrono::milliseconds delay = backoff.Next();
     if (response.ok()) {
@@ -160,6 +171,10 @@ Result<ApiResponse> ApiClient::Call(const std::string& method, const std::string
       }
       log_.Debug(2, "retrying API request after transport error",
                  {{"method", method}, {"path", path}, {"error", response.error().message}});
+    }
+    if (deadline.IsSet() && clock_.Now() + delay >= deadline.at()) {
+      return out_of_time(attempt + 1, response.ok() ? "HTTP " + std::to_string(response->status)
+                                                    : response.error().message);
     }
     clock_.SleepUntil(clock_.Now() + delay);
   }

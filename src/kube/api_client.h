@@ -11,6 +11,7 @@
 #include <string>
 
 #include "base/clock.h"
+#include "base/deadline.h"
 #include "base/log.h"
 #include "base/result.h"
 #include "kube/backoff.h"
@@ -68,9 +69,10 @@ class ApiClient {
             ApiClientOptions options = {});
 
   // One request with retries. HTTP error statuses come back as responses (callers decide);
-  // only transport failures that outlast the retries are errors.
+  // only transport failures that outlast the retries are errors. With a `deadline`, each attempt
+  // is bounded by it and no retry is started that could not finish before it (kDeadlineExceeded).
   Result<ApiResponse> Call(const std::string& method, const std::string& path,
-                           const nlohmann::json* body = nullptr);
+                           const nlohmann::json* body = nullptr, Deadline deadline = {});
 
   // Convenience wrappers that turn any non-2xx status into an Error.
   Result<nlohmann::json> Get(const std::string& path);

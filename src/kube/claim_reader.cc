@@ -15,7 +15,7 @@ std::string ResourceClaimReader::ServedVersion() const {
 }
 
 Result<ResourceClaim> ResourceClaimReader::Get(const std::string& namespace_,
-                                               const std::string& name) {
+                                               const std::string& name, Deadline deadline) {
   const std::string what = "ResourceClaim " + namespace_ + "/" + name;
   const int remembered = version_index_.load();
   const int start = remembered < 0 ? 0 : remembered;
@@ -24,7 +24,7 @@ Result<ResourceClaim> ResourceClaimReader::Get(const std::string& namespace_,
     const std::string path = std::string("/apis/resource.k8s.io/") + kVersions[index] +
                              "/namespaces/" + UrlEncode(namespace_) + "/resourceclaims/" +
                              UrlEncode(name);
-    auto response = client_.Call("GET", path);
+    auto response = client_.Call("GET", path, nullptr, deadline);
     if (!response.ok()) return response.error().Wrap("cannot get " + what);
     if (response->status == 200) {
       version_index_.store(index);

@@ -17,7 +17,9 @@ class ResourceClaimReader {
 
   // kNotFound when the claim does not exist (or no known API version is served; the message
   // tells which); other kinds for server or transport failures.
-  Result<ResourceClaim> Get(const std::string& namespace_, const std::string& name);
+  // Retries stop at `deadline`.
+  Result<ResourceClaim> Get(const std::string& namespace_, const std::string& name,
+                            Deadline deadline = {});
 
   // The API version in use, e.g. "v1"; empty until a call succeeded.
   std::string ServedVersion() const;

@@ -1,12 +1,15 @@
 // CallSerializer: makes device work for different claims run one at a time, within this process
 // (a mutex) and across the two daemon instances that overlap during a rolling update (an exclusive
 // flock on <plugin-data-dir>/serialize.lock, the same file name the upstream helper uses).
+// Invariant: a Guard exists only while both are held; a wait for the lock is bounded by the
+// caller's deadline, and a flock failure is an error, never work done without the lock.
 #pragma once
 
 #include <memory>
 #include <mutex>
 #include <string>
 
+#include "base/deadline.h"
 #include "base/result.h"
 
 namespace vfio_dra::plugin {
@@ -19,22 +22,33 @@ class CallSerializer {
   CallSerializer(const CallSerializer&) = delete;
   CallSerializer& operator=(const CallSerializer&) = delete;
 
+  // Holds the node-wide lock while it lives.
   class Guard {
    public:
-    explicit Guard(CallSerializer& owner);
-    ~Guard();
+    Guard(Guard&& other) noexcept;
+    Guard& operator=(Guard&&) = delete;
     Guard(const Guard&) = delete;
     Guard& operator=(const Guard&) = delete;
+    ~Guard();
 
    private:
-    CallSerializer& owner_;
-    std::unique_lock<std::mutex> lock_;
+    friend class CallSerializer;
+    Guard(CallSerializer* owner, std::unique_lock<std::timed_mutex> lock)
+        : owner_(owner), lock_(std::move(lock)) {}
+    CallSerializer* owner_;
+    std::unique_lock<std::timed_mutex> lock_;
   };
 
+  // Waits for the lock until `deadline` (kDeadlineExceeded, saying how long it waited). A flock
+  // failure other than an interrupted wait is kUnavailable naming the lock file.
+  Result<Guard> Acquire(Deadline deadline = {});
+
  private:
-  explicit CallSerializer(int fd) : fd_(fd) {}
-  std::mutex mu_;
+  CallSerializer(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  Status LockFile(Deadline deadline);
+  std::timed_mutex mu_;
   int fd_;
+  std::string path_;
 };
 
 }  // namespace vfio_dra::plugin

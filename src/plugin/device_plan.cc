@@ -5,6 +5,7 @@
 #include "discovery/inventory_scanner.h"
 #include "discovery/sysfs_parse.h"
 #include "slicepublisher/device_names.h"
+#include "slicepublisher/slice_json.h"
 
 namespace vfio_dra::plugin {
 namespace {
@@ -209,6 +210,9 @@ Result<std::vector<PlannedDevice>> PlanClaim(
                            "removed or excluded by the admin policy");
     }
     planned.published = *published;
+    for (const auto& [name, value] : published->attributes) {
+      planned.attributes[name] = slicepublisher::AttributeJson(value);
+    }
     auto config = ConfigForRequest(claim.allocation->config, context.driver, result.request);
     if (!config.ok()) return config.error().Wrap("request " + result.request);
     planned.config = *config;
@@ -217,6 +221,72 @@ Result<std::vector<PlannedDevice>> PlanClaim(
                                : PlanPci(std::move(planned), context);
     if (!done.ok()) return done.error();
     plan.push_back(std::move(*done));
+  }
+  return plan;
+}
+
+RecordedDevice RecordOf(const PlannedDevice& device) {
+  RecordedDevice out;
+  out.request = device.result.request;
+  out.pool = device.result.pool;
+  out.device = device.result.device;
+  out.share_id = device.result.share_id;
+  out.is_mdev = device.kind == PlannedKind::kMdev;
+  out.address = device.address;
+  out.functions = device.functions;
+  out.iommu_group = device.iommu_group;
+  out.mdev = device.mdev;
+  out.mdev_created_by_driver = device.mdev_created_by_driver;
+  out.iommu_interface = IommuInterfaceName(device.config.iommu);
+  out.attributes = device.attributes;
+  return out;
+}
+
+Result<std::vector<PlannedDevice>> PlanFromRecord(
+    const ClaimRecord& record, const std::vector<kube::DeviceRequestAllocationResult>& ours) {
+  auto describe = [](const std::string& request, const std::string& pool,
+                     const std::string& device) { return request + "=" + pool + "/" + device; };
+  std::vector<std::string> allocated;
+  for (const auto& result : ours) {
+    allocated.push_back(describe(result.request, result.pool, result.device));
+  }
+  std::vector<std::string> prepared;
+  for (const RecordedDevice& d : record.devices) {
+    prepared.push_back(describe(d.request, d.pool, d.device));
+  }
+  if (allocated != prepared) {
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     "the claim is allocated [" + Join(allocated, ", ") +
+                         "] but was prepared for [" + Join(prepared, ", ") +
+                         "]; it was allocated again while still prepared on this node, so it must "
+                         "be unprepared first (the kubelet does so once its old pod is gone)");
+  }
+  std::vector<PlannedDevice> plan;
+  for (size_t i = 0; i < ours.size(); ++i) {
+    const RecordedDevice& d = record.devices[i];
+    PlannedDevice planned;
+    planned.result = ours[i];
+    planned.kind = d.is_mdev ? PlannedKind::kMdev : PlannedKind::kPci;
+    planned.address = d.address;
+    planned.functions = d.functions;
+    planned.iommu_group = d.iommu_group;
+    planned.mdev = d.mdev;
+    planned.mdev_created_by_driver = d.mdev_created_by_driver;
+    planned.attributes = d.attributes;
+    bool known = false;
+    for (IommuInterface iommu :
+         {IommuInterface::kLegacy, IommuInterface::kIommufd, IommuInterface::kBoth}) {
+      if (d.iommu_interface == IommuInterfaceName(iommu)) {
+        planned.config.iommu = iommu;
+        known = true;
+      }
+    }
+    if (!known) {
+      return MakeError(ErrorKind::kDataLoss, "the checkpoint record of device " + d.device +
+                                                 " has an unknown iommuInterface \"" +
+                                                 d.iommu_interface + "\"");
+    }
+    plan.push_back(std::move(planned));
   }
   return plan;
 }

@@ -6,6 +6,8 @@
 // a group with a function left on a host driver cannot be opened.
 #pragma once
 
+#include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,6 +15,7 @@
 #include "base/result.h"
 #include "discovery/sysfs_reader.h"
 #include "kube/resource_claim.h"
+#include "plugin/prepare_checkpoint.h"
 #include "plugin/vfio_config.h"
 #include "slicepublisher/published_devices.h"
 #include "vfio/mdev_lifecycle.h"
@@ -31,6 +34,8 @@ struct PlannedDevice {
   vfio::MdevIdentity mdev;              // mdev
   bool mdev_created_by_driver = false;  // mdev: one of the UUIDs vfio-dra creates
   VfioConfig config;
+  // The published attributes, as the KubeVirt metadata file carries them.
+  std::map<std::string, nlohmann::json> attributes;
 };
 
 struct PlanContext {
@@ -44,5 +49,14 @@ struct PlanContext {
 Result<std::vector<PlannedDevice>> PlanClaim(
     const kube::ResourceClaim& claim, const std::vector<kube::DeviceRequestAllocationResult>& ours,
     const PlanContext& context);
+
+// The plan of a claim that was prepared before, rebuilt from its checkpoint record, so preparing
+// it again (the kubelet's retry, a shared claim, a reboot) never depends on the device still being
+// published. Fails when the claim's allocation is not the one that was prepared.
+Result<std::vector<PlannedDevice>> PlanFromRecord(
+    const ClaimRecord& record, const std::vector<kube::DeviceRequestAllocationResult>& ours);
+
+// What the checkpoint keeps of a planned device (no answer yet).
+RecordedDevice RecordOf(const PlannedDevice& device);
 
 }  // namespace vfio_dra::plugin

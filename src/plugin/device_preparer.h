@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/deadline.h"
 #include "base/result.h"
 #include "kube/resource_claim.h"
 #include "plugin/claim_ref.h"
@@ -26,13 +27,14 @@ class DevicePreparer {
  public:
   virtual ~DevicePreparer() = default;
   // Prepares every result in `ours` (all of them for this driver). Must be idempotent: the kubelet
-  // repeats the call until it sees success.
+  // repeats the call until it sees success. Called under the node-wide lock; answers by
+  // `deadline` (an error then, which the kubelet's retry picks up).
   virtual Result<std::vector<PreparedDevice>> Prepare(
       const kube::ResourceClaim& claim,
-      const std::vector<kube::DeviceRequestAllocationResult>& ours) = 0;
+      const std::vector<kube::DeviceRequestAllocationResult>& ours, Deadline deadline) = 0;
   // Undoes whatever Prepare did for the claim; works from the reference alone (the claim may be
-  // gone from the API) and succeeds when there is nothing to undo.
-  virtual Status Unprepare(const ClaimRef& claim) = 0;
+  // gone from the API) and succeeds when there is nothing to undo. Same lock and deadline rules.
+  virtual Status Unprepare(const ClaimRef& claim, Deadline deadline) = 0;
 };
 
 }  // namespace vfio_dra::plugin

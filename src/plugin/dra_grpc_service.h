@@ -9,6 +9,7 @@
 #include <string>
 #include <type_traits>
 
+#include "base/deadline.h"
 #include "base/log.h"
 #include "dra_v1.grpc.pb.h"
 #include "dra_v1beta1.grpc.pb.h"
@@ -42,7 +43,7 @@ class DraGrpcService final : public Api::Service {
  public:
   DraGrpcService(DraNodeService& node, Logger log) : node_(node), log_(std::move(log)) {}
 
-  grpc::Status NodePrepareResources(grpc::ServerContext* /*context*/,
+  grpc::Status NodePrepareResources(grpc::ServerContext* context,
                                     const typename Api::PrepareRequest* request,
                                     typename Api::PrepareResponse* response) override {
     const std::string id = NextRequestId();
@@ -50,7 +51,7 @@ class DraGrpcService final : public Api::Service {
                {{"api", Api::kName},
                 {"request_id", id},
                 {"claims", std::to_string(request->claims_size())}});
-    auto results = node_.Prepare(ToRefs(request->claims()));
+    auto results = node_.Prepare(ToRefs(request->claims()), AnswerBy(context));
     if (!results.ok()) {
       log_.Error("rejected NodePrepareResources",
                  {{"request_id", id}, {"error", results.error().message}});
@@ -75,7 +76,7 @@ class DraGrpcService final : public Api::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status NodeUnprepareResources(grpc::ServerContext* /*context*/,
+  grpc::Status NodeUnprepareResources(grpc::ServerContext* context,
                                       const typename Api::UnprepareRequest* request,
                                       typename Api::UnprepareResponse* response) override {
     const std::string id = NextRequestId();
@@ -83,7 +84,7 @@ class DraGrpcService final : public Api::Service {
                {{"api", Api::kName},
                 {"request_id", id},
                 {"claims", std::to_string(request->claims_size())}});
-    auto results = node_.Unprepare(ToRefs(request->claims()));
+    auto results = node_.Unprepare(ToRefs(request->claims()), AnswerBy(context));
     if (!results.ok()) {
       log_.Error("rejected NodeUnprepareResources",
                  {{"request_id", id}, {"error", results.error().message}});
@@ -97,6 +98,19 @@ class DraGrpcService final : public Api::Service {
   }
 
  private:
+  // The kubelet's deadline (45 s in every release) less a margin for sending the answer: work
+  // that would finish after it is wasted, and retries would pile up behind the node lock.
+  static Deadline AnswerBy(const grpc::ServerContext* context) {
+    if (context == nullptr) return {};
+    const auto at = context->deadline();
+    const auto left = at - std::chrono::system_clock::now();
+    if (left > std::chrono::hours(24)) return {};  // no deadline set
+    const auto margin =
+        std::min<std::chrono::system_clock::duration>(std::chrono::seconds(2), left / 10);
+    return Deadline(std::chrono::steady_clock::now() +
+                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(left - margin));
+  }
+
   template <typename Claims>
   static std::vector<ClaimRef> ToRefs(const Claims& claims) {
     std::vector<ClaimRef> refs;

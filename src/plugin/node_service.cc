@@ -61,8 +61,18 @@ Status DraNodeService::ValidateRequest(const std::vector<ClaimRef>& claims,
   return Status::Ok();
 }
 
+namespace {
+
+std::string TooLate(const char* operation) {
+  return std::string("not ") + operation +
+         ": the kubelet's deadline for this call was reached before this claim's turn (earlier "
+         "claims of the call, or device work of other pods, took the time); the kubelet retries";
+}
+
+}  // namespace
+
 Result<std::map<std::string, ClaimPrepareResult>> DraNodeService::Prepare(
-    const std::vector<ClaimRef>& claims) {
+    const std::vector<ClaimRef>& claims, Deadline deadline) {
   if (metrics_ != nullptr) {
     metrics_->Increment("vfio_dra_requests_total", {{"method", "NodePrepareResources"}});
   }
@@ -70,7 +80,12 @@ Result<std::map<std::string, ClaimPrepareResult>> DraNodeService::Prepare(
   std::map<std::string, ClaimPrepareResult> out;
   for (const ClaimRef& ref : claims) {
     const auto start = std::chrono::steady_clock::now();
-    ClaimPrepareResult result = PrepareOne(ref);
+    ClaimPrepareResult result;
+    if (deadline.Expired()) {
+      result.error = "claim " + ref.Display() + " (uid " + ref.uid + "): " + TooLate("prepared");
+    } else {
+      result = PrepareOne(ref, deadline);
+    }
     const std::chrono::duration<double, std::milli> elapsed =
         std::chrono::steady_clock::now() - start;
     const std::string took = std::to_string(elapsed.count());
@@ -90,7 +105,7 @@ Result<std::map<std::string, ClaimPrepareResult>> DraNodeService::Prepare(
   return out;
 }
 
-ClaimPrepareResult DraNodeService::PrepareOne(const ClaimRef& ref) {
+ClaimPrepareResult DraNodeService::PrepareOne(const ClaimRef& ref, Deadline deadline) {
   ClaimPrepareResult result;
   if (Status s = ValidateClaimRef(ref); !s.ok()) {
     result.error = s.error().message;
@@ -99,7 +114,7 @@ ClaimPrepareResult DraNodeService::PrepareOne(const ClaimRef& ref) {
   const std::string who = "claim " + ref.Display() + " (uid " + ref.uid + ")";
   // The claim is read before taking the serialization lock, as upstream does, so a slow API server
   // does not hold up device work for other pods.
-  auto claim = claims_.Get(ref.namespace_, ref.name);
+  auto claim = claims_.Get(ref.namespace_, ref.name, deadline);
   if (!claim.ok()) {
     result.error = who + ": " + claim.error().message;
     return result;
@@ -122,8 +137,12 @@ ClaimPrepareResult DraNodeService::PrepareOne(const ClaimRef& ref) {
     // nothing to do and nothing to return.
     return result;
   }
-  CallSerializer::Guard guard(serializer_);
-  auto devices = preparer_.Prepare(*claim, ours);
+  auto guard = serializer_.Acquire(deadline);
+  if (!guard.ok()) {
+    result.error = who + ": not prepared: " + guard.error().message;
+    return result;
+  }
+  auto devices = preparer_.Prepare(*claim, ours, deadline);
   if (!devices.ok()) {
     result.error = devices.error().message;
     return result;
@@ -135,8 +154,28 @@ ClaimPrepareResult DraNodeService::PrepareOne(const ClaimRef& ref) {
   return result;
 }
 
+ClaimUnprepareResult DraNodeService::UnprepareOne(const ClaimRef& ref, Deadline deadline) {
+  ClaimUnprepareResult result;
+  if (Status s = ValidateClaimRef(ref); !s.ok()) {
+    result.error = s.error().message;
+    return result;
+  }
+  const std::string who = "claim " + ref.Display() + " (uid " + ref.uid + ")";
+  if (deadline.Expired()) {
+    result.error = who + ": " + TooLate("unprepared");
+    return result;
+  }
+  auto guard = serializer_.Acquire(deadline);
+  if (!guard.ok()) {
+    result.error = who + ": not unprepared: " + guard.error().message;
+    return result;
+  }
+  if (Status u = preparer_.Unprepare(ref, deadline); !u.ok()) result.error = u.error().message;
+  return result;
+}
+
 Result<std::map<std::string, ClaimUnprepareResult>> DraNodeService::Unprepare(
-    const std::vector<ClaimRef>& claims) {
+    const std::vector<ClaimRef>& claims, Deadline deadline) {
   if (metrics_ != nullptr) {
     metrics_->Increment("vfio_dra_requests_total", {{"method", "NodeUnprepareResources"}});
   }
@@ -144,13 +183,7 @@ Result<std::map<std::string, ClaimUnprepareResult>> DraNodeService::Unprepare(
   std::map<std::string, ClaimUnprepareResult> out;
   for (const ClaimRef& ref : claims) {
     const auto start = std::chrono::steady_clock::now();
-    ClaimUnprepareResult result;
-    if (Status s = ValidateClaimRef(ref); !s.ok()) {
-      result.error = s.error().message;
-    } else {
-      CallSerializer::Guard guard(serializer_);
-      if (Status u = preparer_.Unprepare(ref); !u.ok()) result.error = u.error().message;
-    }
+    ClaimUnprepareResult result = UnprepareOne(ref, deadline);
     Record("unprepare", result.error, std::chrono::steady_clock::now() - start);
     if (result.error.empty()) {
       log_.Info("unprepared claim", {{"claim", ref.Display()}, {"uid", ref.uid}});

@@ -36,15 +36,16 @@ struct ClaimUnprepareResult {
 class ClaimSource {
  public:
   virtual ~ClaimSource() = default;
-  virtual Result<kube::ResourceClaim> Get(const std::string& namespace_,
-                                          const std::string& name) = 0;
+  virtual Result<kube::ResourceClaim> Get(const std::string& namespace_, const std::string& name,
+                                          Deadline deadline) = 0;
 };
 
 class ApiClaimSource final : public ClaimSource {
  public:
   explicit ApiClaimSource(kube::ResourceClaimReader& reader) : reader_(reader) {}
-  Result<kube::ResourceClaim> Get(const std::string& namespace_, const std::string& name) override {
-    return reader_.Get(namespace_, name);
+  Result<kube::ResourceClaim> Get(const std::string& namespace_, const std::string& name,
+                                  Deadline deadline) override {
+    return reader_.Get(namespace_, name, deadline);
   }
 
  private:
@@ -58,13 +59,17 @@ class DraNodeService {
                  CallSerializer& serializer, Logger log, MetricsRegistry* metrics = nullptr);
 
   // Whole-call errors (kInvalidArgument) for a malformed request; otherwise one entry per UID.
-  Result<std::map<std::string, ClaimPrepareResult>> Prepare(const std::vector<ClaimRef>& claims);
-  Result<std::map<std::string, ClaimUnprepareResult>> Unprepare(
-      const std::vector<ClaimRef>& claims);
+  // Claims are worked on in order until `deadline` (the kubelet's, less a margin for the answer);
+  // a claim whose turn comes too late fails with an error the kubelet's retry picks up.
+  Result<std::map<std::string, ClaimPrepareResult>> Prepare(const std::vector<ClaimRef>& claims,
+                                                            Deadline deadline = {});
+  Result<std::map<std::string, ClaimUnprepareResult>> Unprepare(const std::vector<ClaimRef>& claims,
+                                                                Deadline deadline = {});
 
  private:
   Status ValidateRequest(const std::vector<ClaimRef>& claims, const char* call) const;
-  ClaimPrepareResult PrepareOne(const ClaimRef& ref);
+  ClaimPrepareResult PrepareOne(const ClaimRef& ref, Deadline deadline);
+  ClaimUnprepareResult UnprepareOne(const ClaimRef& ref, Deadline deadline);
   void Record(const char* operation, const std::string& error,
               std::chrono::steady_clock::duration took);
 

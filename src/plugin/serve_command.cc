@@ -140,8 +140,13 @@ int RunServe(const ServeOptions& options, const ServeEnvironment& environment) {
     return 1;
   }
   {
-    // Another instance (a rolling update) may be working on the node: recover under its lock.
-    CallSerializer::Guard guard(**serializer);
+    // Another instance (a rolling update) may be working on the node: recover under its lock,
+    // from what is on disk then.
+    auto guard = (*serializer)->Acquire();
+    if (!guard.ok()) {
+      log.Error("cannot take the node lock for recovery", {{"error", guard.error().message}});
+      return 1;
+    }
     if (Status s = (*preparer)->Recover(); !s.ok()) {
       log.Error(
           "recovery from the prepare checkpoint is incomplete; affected claims are retried "
@@ -173,7 +178,11 @@ int RunServe(const ServeOptions& options, const ServeEnvironment& environment) {
   DraGrpcService<DraV1Api> v1(node, root.WithComponent("grpc"));
   DraGrpcService<DraV1beta1Api> v1beta1(node, root.WithComponent("grpc"));
   DeviceHealthService health(
-      [&] { return CheckDeviceHealth(sysfs, published.Current(), *(*preparer)->Prepared()); },
+      [&] {
+        // The other instance of a rolling update may have prepared or unprepared claims.
+        (*preparer)->Refresh();
+        return CheckDeviceHealth(sysfs, published.Current(), *(*preparer)->Prepared());
+      },
       std::chrono::seconds(options.health_interval_seconds), root.WithComponent("health"));
   RegistrationService registration(options.driver_name, layout.dra_socket, SupportedDraServices(),
                                    root.WithComponent("registration"));

@@ -1,38 +1,32 @@
 #include "plugin/vfio_device_preparer.h"
 
 #include <algorithm>
+#include <limits>
 #include <set>
 
 #include "base/k8s_names.h"
-#include "slicepublisher/slice_json.h"
+#include "base/text.h"
+#include "discovery/sysfs_parse.h"
 
 namespace vfio_dra::plugin {
 namespace {
 
 constexpr const char* kPodClaimNameAnnotation = "resource.kubernetes.io/pod-claim-name";
 
-// The answer given to the kubelet, plus what each device occupies on the node (its functions or
-// its mdev), which the health stream checks.
-nlohmann::json AnswerJson(const std::vector<PreparedDevice>& devices,
-                          const std::vector<PlannedDevice>& plan) {
-  nlohmann::json out = nlohmann::json::array();
-  for (size_t i = 0; i < devices.size(); ++i) {
-    const PreparedDevice& d = devices[i];
-    nlohmann::json entry = {{"requests", d.request_names},
-                            {"pool", d.pool_name},
-                            {"device", d.device_name},
-                            {"cdiDeviceIDs", d.cdi_device_ids}};
-    if (d.share_id) entry["shareID"] = *d.share_id;
-    if (i < plan.size()) {
-      if (plan[i].kind == PlannedKind::kPci) {
-        entry["functions"] = plan[i].functions;
-      } else {
-        entry["mdevUUID"] = plan[i].mdev.uuid;
-      }
-    }
-    out.push_back(entry);
-  }
-  return out;
+std::string HexId(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  if (text.rfind("0x", 0) == 0) text.erase(0, 2);
+  return text;
+}
+
+Error HeldByOther(const std::string& device, const std::string& what, const ClaimRecord& other) {
+  return MakeError(
+      ErrorKind::kFailedPrecondition,
+      "device " + device + ": " + what + " is already prepared for " + other.Display() + " (" +
+          (other.state == PrepareState::kPrepareCompleted ? "PrepareCompleted" : "PrepareStarted") +
+          "); a device is never handed to two claims at once. Unprepare that claim "
+          "first: the kubelet does so when its pod is gone (after a node reboot or "
+          "a force-deleted pod, once it cleans the pod up)");
 }
 
 bool Contains(const std::vector<std::string>& list, const std::string& value) {
@@ -50,11 +44,8 @@ Result<std::unique_ptr<VfioDevicePreparer>> VfioDevicePreparer::Open(
     const slicepublisher::PublishedDevices& published, Logger log) {
   auto boot_id = ReadBootId(options.boot_id_file);
   if (!boot_id.ok()) return boot_id.error();
-  std::string problem;
-  auto checkpoint =
-      PrepareCheckpoint::Load(options.plugin_data_dir + "/" + kCheckpointFile, *boot_id, &problem);
+  auto checkpoint = PrepareCheckpoint::Open(options.plugin_data_dir, *boot_id);
   if (!checkpoint.ok()) return checkpoint.error();
-  if (!problem.empty()) log.Error("prepare checkpoint moved aside", {{"problem", problem}});
   return std::unique_ptr<VfioDevicePreparer>(new VfioDevicePreparer(
       std::move(options), sysfs, writer, published, std::move(*checkpoint), std::move(log)));
 }
@@ -75,7 +66,6 @@ VfioDevicePreparer::VfioDevicePreparer(PreparerOptions options, const discovery:
                 options_.driver_name),
       kind_(options_.driver_name + "/vfio"),
       log_(std::move(log)) {
-  NoteCheckpoint();
   if (options_.metrics != nullptr) {
     options_.metrics->DeclareHistogram(
         "vfio_dra_device_operation_duration_seconds",
@@ -102,25 +92,45 @@ auto VfioDevicePreparer::Timed(const char* operation, Op op) -> decltype(op()) {
   return result;
 }
 
-void VfioDevicePreparer::NoteCheckpoint() {
+void VfioDevicePreparer::Note(const CheckpointView& view) {
   CheckpointCounts counts;
-  for (const auto& [uid, record] : checkpoint_.claims()) {
+  for (const auto& [uid, record] : view.claims) {
     (record.state == PrepareState::kPrepareCompleted ? counts.completed : counts.started) += 1;
   }
-  auto prepared = std::make_shared<const std::vector<PreparedTarget>>(PreparedTargets(checkpoint_));
-  std::lock_guard<std::mutex> lock(counts_mu_);
+  auto prepared = std::make_shared<const std::vector<PreparedTarget>>(PreparedTargets(view));
+  auto managed = std::make_shared<const std::map<std::string, std::string>>(
+      plugin::ManagedOriginalDrivers(view));
+  std::lock_guard<std::mutex> lock(snapshot_mu_);
   counts_ = counts;
   prepared_ = std::move(prepared);
+  managed_ = std::move(managed);
 }
 
+CheckpointView VfioDevicePreparer::LoadView() {
+  CheckpointView view = checkpoint_.Load();
+  for (const std::string& problem : view.problems) {
+    log_.Error("prepare checkpoint problem", {{"problem", problem}});
+  }
+  Note(view);
+  return view;
+}
+
+void VfioDevicePreparer::Refresh() { Note(checkpoint_.Load()); }
+
 CheckpointCounts VfioDevicePreparer::Counts() const {
-  std::lock_guard<std::mutex> lock(counts_mu_);
+  std::lock_guard<std::mutex> lock(snapshot_mu_);
   return counts_;
 }
 
 std::shared_ptr<const std::vector<PreparedTarget>> VfioDevicePreparer::Prepared() const {
-  std::lock_guard<std::mutex> lock(counts_mu_);
+  std::lock_guard<std::mutex> lock(snapshot_mu_);
   return prepared_;
+}
+
+std::shared_ptr<const std::map<std::string, std::string>>
+VfioDevicePreparer::ManagedOriginalDrivers() const {
+  std::lock_guard<std::mutex> lock(snapshot_mu_);
+  return managed_;
 }
 
 void VfioDevicePreparer::Step(const std::string& name) const {
@@ -131,9 +141,29 @@ std::string VfioDevicePreparer::SpecFileName(const std::string& claim_uid) const
   return cdi::TransientSpecFileName(kind_, claim_uid);
 }
 
+Result<PciIdentity> VfioDevicePreparer::ReadIdentity(const std::string& address) const {
+  const std::string dir = "bus/pci/devices/" + address + "/";
+  PciIdentity identity;
+  std::pair<const char*, std::string*> fields[] = {
+      {"vendor", &identity.vendor},
+      {"device", &identity.device},
+      {"subsystem_vendor", &identity.subsystem_vendor},
+      {"subsystem_device", &identity.subsystem_device}};
+  for (auto& [name, out] : fields) {
+    auto text = sysfs_.Read(dir + name);
+    if (!text.ok()) {
+      // Not every function has subsystem IDs; vendor and device are what must be there.
+      if (out == &identity.subsystem_vendor || out == &identity.subsystem_device) continue;
+      return text.error().Wrap("cannot read the identity of PCI " + address);
+    }
+    *out = HexId(*text);
+  }
+  return identity;
+}
+
 Status VfioDevicePreparer::RecordStart(const kube::ResourceClaim& claim,
-                                       const std::vector<PlannedDevice>& plan,
-                                       ClaimRecord& record) {
+                                       const std::vector<PlannedDevice>& plan, ClaimRecord& record,
+                                       bool& changed) {
   record.uid = claim.uid;
   record.namespace_ = claim.namespace_;
   record.name = claim.name;
@@ -147,11 +177,15 @@ Status VfioDevicePreparer::RecordStart(const kube::ResourceClaim& claim,
         if (!recorded.insert(address).second) continue;
         auto original = binder_.Inspect(address);
         if (!original.ok()) return original.error();
-        record.functions.push_back(*original);
+        auto identity = ReadIdentity(address);
+        if (!identity.ok()) return identity.error();
+        record.functions.push_back(FunctionRecord::From(*original, std::move(*identity)));
+        changed = true;
       }
     } else if (recorded_mdevs.insert(device.mdev.uuid).second) {
       record.mdevs.push_back({device.mdev.parent, device.mdev.type_id, device.mdev.uuid,
                               device.mdev_created_by_driver && !mdevs_.Exists(device.mdev.uuid)});
+      changed = true;
     }
   }
   std::vector<std::string> files{SpecFileName(claim.uid)};
@@ -161,12 +195,77 @@ Status VfioDevicePreparer::RecordStart(const kube::ResourceClaim& claim,
     if (!Contains(files, file)) files.push_back(file);
   }
   for (const std::string& file : files) {
-    if (!Contains(record.cdi_files, file)) record.cdi_files.push_back(file);
+    if (!Contains(record.cdi_files, file)) {
+      record.cdi_files.push_back(file);
+      changed = true;
+    }
   }
-  Step("checkpoint:started");
-  Status put = checkpoint_.Put(record);
-  NoteCheckpoint();
-  return put;
+  if (record.state == PrepareState::kPrepareStarted) {
+    std::vector<RecordedDevice> devices;
+    for (const PlannedDevice& device : plan) devices.push_back(RecordOf(device));
+    if (devices != record.devices || !record.replayable) {
+      record.devices = std::move(devices);
+      record.replayable = true;
+      changed = true;
+    }
+  }
+  return Status::Ok();
+}
+
+Status VfioDevicePreparer::CheckOverlap(const CheckpointView& view, const std::string& uid,
+                                        const std::vector<PlannedDevice>& plan) const {
+  for (const auto& [other_uid, other] : view.claims) {
+    if (other_uid == uid) continue;
+    std::set<std::string> functions;
+    for (const FunctionRecord& f : other.functions) functions.insert(f.address);
+    std::map<std::string, const MdevRecord*> mdevs;    // uuid ->
+    std::map<std::string, const MdevRecord*> parents;  // parent ->
+    for (const MdevRecord& m : other.mdevs) {
+      mdevs[m.uuid] = &m;
+      parents[m.parent] = &m;
+    }
+    for (const PlannedDevice& device : plan) {
+      const std::string& name = device.result.device;
+      if (device.kind == PlannedKind::kPci) {
+        for (const std::string& f : device.functions) {
+          if (functions.count(f) != 0) return HeldByOther(name, "PCI function " + f, other);
+          if (auto it = parents.find(f); it != parents.end()) {
+            return HeldByOther(
+                name, "PCI function " + f + " (parent of mdev " + it->second->uuid + ")", other);
+          }
+        }
+      } else {
+        if (mdevs.count(device.mdev.uuid) != 0) {
+          return HeldByOther(name, "mdev " + device.mdev.uuid, other);
+        }
+        if (functions.count(device.mdev.parent) != 0) {
+          return HeldByOther(name, "its parent " + device.mdev.parent + " (passed through whole)",
+                             other);
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status VfioDevicePreparer::CheckIdentities(const ClaimRecord& record) const {
+  for (const FunctionRecord& f : record.functions) {
+    if (!f.identity.Known()) continue;
+    auto now = ReadIdentity(f.address);
+    if (!now.ok()) {
+      return now.error().Wrap("after a reboot, cannot check that " + f.address +
+                              " is still the device that was prepared");
+    }
+    if (!(*now == f.identity)) {
+      return MakeError(ErrorKind::kFailedPrecondition,
+                       "after a reboot, PCI " + f.address + " is " + now->Display() +
+                           ", not the device " + f.identity.Display() +
+                           " that was prepared for this claim (the node's PCI addresses "
+                           "changed); it cannot be prepared again here: delete the pod so the "
+                           "claim is allocated again");
+    }
+  }
+  return Status::Ok();
 }
 
 Result<cdi::Device> VfioDevicePreparer::CdiDevice(const std::string& claim_uid,
@@ -187,7 +286,13 @@ Result<cdi::Device> VfioDevicePreparer::CdiDevice(const std::string& claim_uid,
     // No-IOMMU mode: the kernel makes a group when vfio-pci binds the device.
     auto bound = sysfs_.LinkBaseName(sysfs_dir + "/iommu_group");
     if (!bound.ok()) return bound.error().Wrap("device " + device.address + " has no VFIO group");
-    group = std::stoi(*bound);
+    auto number = discovery::ParseDecimalAttribute(*bound);
+    if (!number.ok() || *number < 0 || *number > std::numeric_limits<int>::max()) {
+      return MakeError(ErrorKind::kFailedPrecondition,
+                       "device " + device.address + ": its iommu_group link points to \"" +
+                           EscapeForDisplay(*bound, 64) + "\", which is not a group number");
+    }
+    group = static_cast<int>(*number);
   }
   if (legacy) {
     needs_container = true;
@@ -246,10 +351,8 @@ Status VfioDevicePreparer::WriteMetadata(const kube::ResourceClaim& claim,
     }
     for (const PlannedDevice& device : plan) {
       if (kube::BaseRequestName(device.result.request) != request) continue;
-      cdi::MetadataDevice entry{options_.driver_name, device.result.pool, device.result.device, {}};
-      for (const auto& [name, value] : device.published.attributes) {
-        entry.attributes[name] = slicepublisher::AttributeJson(value);
-      }
+      cdi::MetadataDevice entry{options_.driver_name, device.result.pool, device.result.device,
+                                device.attributes};
       metadata.devices.push_back(std::move(entry));
     }
     Step("metadata:write:" + request);
@@ -266,16 +369,25 @@ Status VfioDevicePreparer::WriteMetadata(const kube::ResourceClaim& claim,
 }
 
 Result<std::vector<PreparedDevice>> VfioDevicePreparer::Apply(const kube::ResourceClaim& claim,
-                                                              std::vector<PlannedDevice>& plan) {
+                                                              std::vector<PlannedDevice>& plan,
+                                                              Deadline deadline) {
+  const auto out_of_time = [](const std::string& what) {
+    return MakeError(ErrorKind::kDeadlineExceeded,
+                     "stopped before " + what +
+                         ": the kubelet's deadline for this call is reached; its retry continues "
+                         "from here");
+  };
   for (PlannedDevice& device : plan) {
     if (device.kind == PlannedKind::kPci) {
       for (const std::string& address : device.functions) {
+        if (deadline.Expired()) return out_of_time("binding " + address);
         Step("bind:" + address);
         if (Status s = Timed("bind", [&] { return binder_.BindToVfio(address); }); !s.ok()) {
           return s.error().Wrap("device " + device.result.device);
         }
       }
     } else if (device.mdev_created_by_driver) {
+      if (deadline.Expired()) return out_of_time("creating mdev " + device.mdev.uuid);
       Step("mdev-create:" + device.mdev.uuid);
       auto created = Timed("mdev_create", [&] { return mdevs_.Create(device.mdev); });
       if (!created.ok()) return created.error().Wrap("device " + device.result.device);
@@ -310,56 +422,89 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Apply(const kube::Resour
 }
 
 Result<std::vector<PreparedDevice>> VfioDevicePreparer::Prepare(
-    const kube::ResourceClaim& claim,
-    const std::vector<kube::DeviceRequestAllocationResult>& ours) {
+    const kube::ResourceClaim& claim, const std::vector<kube::DeviceRequestAllocationResult>& ours,
+    Deadline deadline) {
   const std::string who = "claim " + claim.namespace_ + "/" + claim.name;
   if (!IsObjectUid(claim.uid)) {
     return MakeError(ErrorKind::kInvalidArgument, who + ": uid is not a valid object UID");
   }
-  auto plan = PlanClaim(claim, ours,
-                        PlanContext{options_.driver_name, options_.node_name, published_, sysfs_});
-  if (!plan.ok()) return plan.error().Wrap(who);
-
-  const ClaimRecord* existing = checkpoint_.Find(claim.uid);
+  const CheckpointView view = LoadView();
+  if (auto it = view.unreadable.find(claim.uid); it != view.unreadable.end()) {
+    return MakeError(ErrorKind::kUnavailable, who + ": " + it->second);
+  }
+  const ClaimRecord* existing = view.Find(claim.uid);
   const bool was_completed =
       existing != nullptr && existing->state == PrepareState::kPrepareCompleted;
-  ClaimRecord record = existing != nullptr ? *existing : ClaimRecord{};
-  if (!was_completed) record.state = PrepareState::kPrepareStarted;
-  if (Status s = RecordStart(claim, *plan, record); !s.ok()) {
-    return s.error().Wrap(who + ": cannot record the prepare in the checkpoint");
+  const bool earlier_boot = existing != nullptr && existing->boot_id != checkpoint_.boot_id();
+  auto plan =
+      was_completed && existing->replayable
+          ? PlanFromRecord(*existing, ours)
+          : PlanClaim(claim, ours,
+                      PlanContext{options_.driver_name, options_.node_name, published_, sysfs_});
+  if (!plan.ok()) return plan.error().Wrap(who);
+  if (Status s = CheckOverlap(view, claim.uid, *plan); !s.ok()) return s.error().Wrap(who);
+  if (earlier_boot) {
+    if (Status s = CheckIdentities(*existing); !s.ok()) return s.error().Wrap(who);
   }
 
-  auto answer = Apply(claim, *plan);
+  ClaimRecord record = existing != nullptr ? *existing : ClaimRecord{};
+  if (!was_completed) record.state = PrepareState::kPrepareStarted;
+  bool changed = existing == nullptr || earlier_boot;
+  if (Status s = RecordStart(claim, *plan, record, changed); !s.ok()) {
+    return s.error().Wrap(who + ": cannot record the prepare in the checkpoint");
+  }
+  if (changed) {
+    Step("checkpoint:started");
+    if (Status s = checkpoint_.Put(record); !s.ok()) {
+      return s.error().Wrap(who + ": cannot record the prepare in the checkpoint");
+    }
+  }
+
+  auto answer = Apply(claim, *plan, deadline);
   if (!answer.ok()) {
     Error error = answer.error().Wrap(who);
-    if (!was_completed) {
-      // Leave the node as it was: nothing of a failed first prepare may linger.
-      if (Status undo = Undo(record); !undo.ok()) {
+    if (!was_completed && !deadline.Expired()) {
+      // Leave the node as it was: nothing of a failed first prepare may linger. (When the
+      // deadline ran out the record stays: the kubelet's retry or unprepare finishes the job.)
+      if (Status undo = Undo(record, deadline); !undo.ok()) {
         error.message += "; rolling back also failed: " + undo.error().message +
                          " (unprepare or a restart will retry)";
       }
     }
+    Note(checkpoint_.Load());
     return error;
   }
-  record.state = PrepareState::kPrepareCompleted;
-  record.response = AnswerJson(*answer, *plan);
-  Step("checkpoint:completed");
-  Status completed = checkpoint_.Put(record);
-  NoteCheckpoint();
-  if (!completed.ok()) {
-    return completed.error().Wrap(who + ": cannot record the completed prepare");
+  ClaimRecord completed = record;
+  completed.state = PrepareState::kPrepareCompleted;
+  for (size_t i = 0; i < answer->size() && i < completed.devices.size(); ++i) {
+    completed.devices[i].cdi_device_ids = (*answer)[i].cdi_device_ids;
   }
+  if (!was_completed || changed || !(completed == *existing)) {
+    Step("checkpoint:completed");
+    if (Status s = checkpoint_.Put(completed); !s.ok()) {
+      return s.error().Wrap(who + ": cannot record the completed prepare");
+    }
+  }
+  Note(checkpoint_.Load());
   Step("prepare:done");
   return std::move(*answer);
 }
 
-Status VfioDevicePreparer::Undo(const ClaimRecord& record) {
-  const std::string who =
-      "claim " + record.namespace_ + "/" + record.name + " (uid " + record.uid + ")";
+Status VfioDevicePreparer::Undo(const ClaimRecord& record, Deadline deadline) {
+  const std::string who = record.Display();
+  // After a reboot the node lost the bindings and mdevs, and addresses may name other devices.
+  const bool earlier_boot = record.boot_id != checkpoint_.boot_id();
   std::optional<Error> first;
   auto note = [&](const Error& e) {
     log_.Error("undo step failed", {{"claim", who}, {"error", e.message}});
     if (!first) first = e;
+  };
+  auto out_of_time = [&](const std::string& what) {
+    if (!deadline.Expired()) return false;
+    note(MakeError(ErrorKind::kDeadlineExceeded,
+                   "stopped before " + what +
+                       ": the kubelet's deadline for this call is reached; its retry continues"));
+    return true;
   };
   Step("cdi:remove");
   for (auto it = record.cdi_files.rbegin(); it != record.cdi_files.rend(); ++it) {
@@ -371,14 +516,33 @@ Status VfioDevicePreparer::Undo(const ClaimRecord& record) {
   }
   for (auto it = record.mdevs.rbegin(); it != record.mdevs.rend(); ++it) {
     if (!it->created_by_us) continue;
+    if (earlier_boot) {
+      // The reboot removed it; an instance with this UUID now is not the one recorded.
+      log_.Info("not removing an mdev created before the node rebooted",
+                {{"claim", who}, {"mdev", it->uuid}});
+      continue;
+    }
+    if (out_of_time("removing mdev " + it->uuid)) break;
     Step("mdev-remove:" + it->uuid);
     if (Status s = Timed("mdev_remove", [&] { return mdevs_.Remove(it->uuid); }); !s.ok()) {
       note(s.error());
     }
   }
   for (auto it = record.functions.rbegin(); it != record.functions.rend(); ++it) {
+    if (earlier_boot && it->identity.Known()) {
+      auto now = ReadIdentity(it->address);
+      if (now.ok() && !(*now == it->identity)) {
+        log_.Warn("not restoring a function that is now another device",
+                  {{"claim", who},
+                   {"function", it->address},
+                   {"recorded", it->identity.Display()},
+                   {"now", now->Display()}});
+        continue;
+      }
+    }
+    if (out_of_time("restoring " + it->address)) break;
     Step("restore:" + it->address);
-    auto warning = Timed("restore", [&] { return binder_.Restore(*it); });
+    auto warning = Timed("restore", [&] { return binder_.Restore(it->Binding()); });
     if (!warning.ok()) {
       note(warning.error());
     } else if (!warning->empty()) {
@@ -387,37 +551,57 @@ Status VfioDevicePreparer::Undo(const ClaimRecord& record) {
   }
   if (first) return first->Wrap(who + ": unprepare is incomplete");
   Step("checkpoint:remove");
-  Status removed = checkpoint_.Remove(record.uid);
-  NoteCheckpoint();
-  if (!removed.ok()) return removed.error().Wrap(who);
+  if (Status removed = checkpoint_.Remove(record.uid); !removed.ok()) {
+    return removed.error().Wrap(who);
+  }
   Step("unprepare:done");
   return Status::Ok();
 }
 
-Status VfioDevicePreparer::Unprepare(const ClaimRef& claim) {
-  const ClaimRecord* record = checkpoint_.Find(claim.uid);
+Status VfioDevicePreparer::Unprepare(const ClaimRef& claim, Deadline deadline) {
+  const CheckpointView view = LoadView();
+  if (auto it = view.unreadable.find(claim.uid); it != view.unreadable.end()) {
+    return MakeError(ErrorKind::kUnavailable, "claim " + claim.Display() + ": " + it->second);
+  }
+  const ClaimRecord* record = view.Find(claim.uid);
   if (record == nullptr) return Status::Ok();  // never prepared, or already undone
-  const ClaimRecord copy = *record;
-  return Undo(copy);
+  Status status = Undo(*record, deadline);
+  Note(checkpoint_.Load());
+  return status;
 }
 
 Status VfioDevicePreparer::Recover() {
   std::optional<Error> first;
-  std::vector<ClaimRecord> started;
-  for (const auto& [uid, record] : checkpoint_.claims()) {
-    if (record.state == PrepareState::kPrepareStarted) started.push_back(record);
+  std::string problem;
+  auto upgraded = checkpoint_.Upgrade(&problem);
+  if (!problem.empty()) log_.Error("prepare checkpoint moved aside", {{"problem", problem}});
+  if (!upgraded.ok()) {
+    first = upgraded.error();
+  } else if (*upgraded > 0) {
+    log_.Info("upgraded the prepare checkpoint to one record per claim",
+              {{"claims", std::to_string(*upgraded)}, {"directory", checkpoint_.directory()}});
   }
-  for (const ClaimRecord& record : started) {
+  const CheckpointView view = LoadView();
+  for (const auto& [uid, record] : view.claims) {
+    if (record.state != PrepareState::kPrepareStarted) continue;
     log_.Info("rolling back a prepare interrupted by a restart",
               {{"claim", record.namespace_ + "/" + record.name}, {"uid", record.uid}});
-    if (Status s = Undo(record); !s.ok() && !first) first = s.error();
+    if (Status s = Undo(record, Deadline()); !s.ok() && !first) first = s.error();
   }
   // CDI specs of ours that no claim owns (left by a checkpoint that was lost) would inject
-  // devices nobody prepared; metadata specs go with them.
+  // devices nobody prepared; metadata specs go with them. Specs of a claim whose record cannot be
+  // read now are kept.
+  const CheckpointView after = LoadView();
   std::set<std::string> owned;
-  for (const auto& [uid, record] : checkpoint_.claims()) {
+  for (const auto& [uid, record] : after.claims) {
     owned.insert(record.cdi_files.begin(), record.cdi_files.end());
   }
+  const auto unreadable_owner = [&](const std::string& file) {
+    for (const auto& [uid, reason] : after.unreadable) {
+      if (file.find(uid) != std::string::npos) return true;
+    }
+    return false;
+  };
   const std::string spec_prefix = SpecFileName("");
   const std::string metadata_prefix = options_.driver_name + "_metadata_";
   for (const std::string& prefix :
@@ -428,11 +612,12 @@ Status VfioDevicePreparer::Recover() {
       continue;
     }
     for (const std::string& file : *files) {
-      if (owned.count(file) != 0) continue;
+      if (owned.count(file) != 0 || unreadable_owner(file)) continue;
       log_.Warn("removing a CDI spec no prepared claim owns", {{"file", cdi_.PathOf(file)}});
       if (Status s = cdi_.Remove(file); !s.ok() && !first) first = s.error();
     }
   }
+  Note(checkpoint_.Load());
   if (first) return first->Wrap("recovering from the prepare checkpoint");
   return Status::Ok();
 }

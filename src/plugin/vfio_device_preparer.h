@@ -1,24 +1,29 @@
 // VfioDevicePreparer: the real device work behind NodePrepareResources/NodeUnprepareResources.
 //
-// Prepare, per claim: plan (look up and re-check every allocated device), record PrepareStarted
-// in the checkpoint with every function's original binding and the mdevs to create, bind each
-// function to vfio-pci / create each mdev, verify the /dev/vfio nodes, write the claim's CDI spec
-// and the KubeVirt metadata files, then record PrepareCompleted with the answer. Every step is
-// idempotent, so a repeated prepare (the kubelet retries; after a reboot bindings and /var/run/cdi
-// are gone) re-creates what is missing and gives the same answer. A failed first prepare is rolled
-// back completely.
+// Prepare, per claim: read the checkpoint from disk (callers hold the node-wide lock, so this is
+// the truth even with a second instance running), plan (look up and re-check every allocated
+// device, or rebuild the plan of a claim prepared before from its record), refuse devices another
+// claim holds, record PrepareStarted with every function's original binding and identity and the
+// mdevs to create, bind each function to vfio-pci / create each mdev, verify the /dev/vfio nodes,
+// write the claim's CDI spec and the KubeVirt metadata files, then record PrepareCompleted with the
+// answer. Every step is idempotent, so a repeated prepare (the kubelet retries; a shared claim;
+// after a reboot bindings and /var/run/cdi are gone) re-creates what is missing and gives the
+// same answer without touching what is in place. A failed first prepare is rolled back, unless the
+// kubelet's deadline ran out: then the record stays for the retry (or the unprepare) to finish.
 //
 // Unprepare undoes exactly what the checkpoint says, in reverse order: CDI specs and metadata,
 // the mdevs vfio-dra created, each function back to its original driver and driver_override;
-// then the entry is dropped. It needs nothing but the checkpoint, so it works after restarts and
-// reboots and when the claim is gone from the API. At startup Recover rolls back claims a crash
-// left in PrepareStarted and removes CDI specs that no checkpoint entry owns.
+// then the record is dropped. It needs nothing but the checkpoint, so it works after restarts and
+// reboots and when the claim is gone from the API. Records from an earlier boot are checked
+// against what the addresses name now. At startup Recover upgrades an old checkpoint, rolls back
+// claims a crash left in PrepareStarted and removes CDI specs that no record owns.
 //
-// Callers serialize calls (DraNodeService holds the CallSerializer).
+// Callers hold the node-wide lock (CallSerializer) around Prepare, Unprepare and Recover.
 #pragma once
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -39,8 +44,6 @@
 #include "vfio/vfio_pci_binder.h"
 
 namespace vfio_dra::plugin {
-
-inline constexpr const char* kCheckpointFile = "checkpoint.json";
 
 struct PreparerOptions {
   std::string driver_name;
@@ -64,25 +67,31 @@ struct CheckpointCounts {
 
 class VfioDevicePreparer final : public DevicePreparer {
  public:
-  // Loads the checkpoint; a corrupt one is moved aside and logged, never fatal.
+  // Sets up the checkpoint directory; nothing is read until a call (under the lock) needs it.
   static Result<std::unique_ptr<VfioDevicePreparer>> Open(
       PreparerOptions options, const discovery::SysfsReader& sysfs, vfio::SysfsWriter& writer,
       const slicepublisher::PublishedDevices& published, Logger log);
 
   Result<std::vector<PreparedDevice>> Prepare(
       const kube::ResourceClaim& claim,
-      const std::vector<kube::DeviceRequestAllocationResult>& ours) override;
-  Status Unprepare(const ClaimRef& claim) override;
+      const std::vector<kube::DeviceRequestAllocationResult>& ours, Deadline deadline) override;
+  Status Unprepare(const ClaimRef& claim, Deadline deadline) override;
 
-  // Rolls back claims left in PrepareStarted and removes CDI specs no claim owns. Problems are
-  // logged and returned; the daemon starts regardless.
+  // Upgrades a version-1 checkpoint, rolls back claims left in PrepareStarted and removes CDI
+  // specs no claim owns. Problems are logged and returned; the daemon starts regardless.
   Status Recover();
+
+  // Re-reads the checkpoint for the snapshots below (records are replaced atomically, so this
+  // needs no lock; the other instance's changes show up here).
+  void Refresh();
 
   const PrepareCheckpoint& checkpoint() const { return checkpoint_; }
   // Entries by state; safe to call from any thread (metrics).
   CheckpointCounts Counts() const;
   // The devices of completed prepares; safe to call from any thread (the health stream).
   std::shared_ptr<const std::vector<PreparedTarget>> Prepared() const;
+  // Address -> original driver of every function a claim holds; safe from any thread (discovery).
+  std::shared_ptr<const std::map<std::string, std::string>> ManagedOriginalDrivers() const;
 
  private:
   VfioDevicePreparer(PreparerOptions options, const discovery::SysfsReader& sysfs,
@@ -90,21 +99,30 @@ class VfioDevicePreparer final : public DevicePreparer {
                      PrepareCheckpoint checkpoint, Logger log);
 
   void Step(const std::string& name) const;
+  // Reads every record, logs the problems and refreshes the snapshots.
+  CheckpointView LoadView();
+  void Note(const CheckpointView& view);
+  // Adds what `plan` needs to `record`; sets `changed` when something was added.
   Status RecordStart(const kube::ResourceClaim& claim, const std::vector<PlannedDevice>& plan,
-                     ClaimRecord& record);
+                     ClaimRecord& record, bool& changed);
+  Result<PciIdentity> ReadIdentity(const std::string& address) const;
+  // A device another claim holds (a function, an mdev, or the parent of either) is refused.
+  Status CheckOverlap(const CheckpointView& view, const std::string& uid,
+                      const std::vector<PlannedDevice>& plan) const;
+  // After a reboot: every recorded function must still be the device it was.
+  Status CheckIdentities(const ClaimRecord& record) const;
   Result<std::vector<PreparedDevice>> Apply(const kube::ResourceClaim& claim,
-                                            std::vector<PlannedDevice>& plan);
+                                            std::vector<PlannedDevice>& plan, Deadline deadline);
   Result<cdi::Device> CdiDevice(const std::string& claim_uid, const PlannedDevice& device,
                                 bool& needs_container);
   Status WriteMetadata(const kube::ResourceClaim& claim, const std::vector<PlannedDevice>& plan,
                        std::vector<PreparedDevice>& answer);
   // Undoes a record; keeps going past failures and returns the first, after logging warnings.
-  Status Undo(const ClaimRecord& record);
+  Status Undo(const ClaimRecord& record, Deadline deadline);
   std::string SpecFileName(const std::string& claim_uid) const;
   // Times one device operation (bind, restore, mdev_create, mdev_remove) for the metrics.
   template <typename Op>
   auto Timed(const char* operation, Op op) -> decltype(op());
-  void NoteCheckpoint();
 
   PreparerOptions options_;
   const discovery::SysfsReader& sysfs_;
@@ -117,10 +135,12 @@ class VfioDevicePreparer final : public DevicePreparer {
   cdi::MetadataStore metadata_;
   std::string kind_;  // "<driver>/vfio"
   Logger log_;
-  mutable std::mutex counts_mu_;
+  mutable std::mutex snapshot_mu_;
   CheckpointCounts counts_;
   std::shared_ptr<const std::vector<PreparedTarget>> prepared_ =
       std::make_shared<const std::vector<PreparedTarget>>();
+  std::shared_ptr<const std::map<std::string, std::string>> managed_ =
+      std::make_shared<const std::map<std::string, std::string>>();
 };
 
 }  // namespace vfio_dra::plugin

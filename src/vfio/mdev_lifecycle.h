@@ -17,6 +17,7 @@ struct MdevIdentity {
   std::string parent;  // entry under class/mdev_bus
   std::string type_id;
   std::string uuid;
+  bool operator==(const MdevIdentity&) const = default;
 };
 
 class MdevLifecycle {

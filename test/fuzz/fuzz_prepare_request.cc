@@ -36,7 +36,8 @@ const std::vector<std::string> kDevices = {"gpu-0000-01-00-0", "vf-0000-5e-02-1"
 // Claims by namespace/name, filled from the input before each call.
 class FuzzedClaims final : public plugin::ClaimSource {
  public:
-  Result<kube::ResourceClaim> Get(const std::string& ns, const std::string& name) override {
+  Result<kube::ResourceClaim> Get(const std::string& ns, const std::string& name,
+                                  Deadline /*deadline*/) override {
     auto it = claims_.find(ns + "/" + name);
     if (it == claims_.end()) return MakeError(ErrorKind::kNotFound, ns + "/" + name + " not found");
     return it->second;
@@ -161,7 +162,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   k8s::io::kubelet::pkg::apis::dra::v1::NodeUnprepareResourcesResponse unprepared;
   (void)h.v1->NodeUnprepareResources(nullptr, &unprepare, &unprepared);
   // Whatever was prepared has been undone: nothing may stay bound or recorded.
-  for (const auto& [uid, record] : h.preparer->checkpoint().claims()) {
+  for (const auto& [uid, record] : h.preparer->checkpoint().Load().claims) {
     bool asked = false;
     for (const auto& c : unprepare.claims()) asked = asked || c.uid() == uid;
     if (asked) std::abort();  // an unprepare of a prepared claim left its entry behind

@@ -134,9 +134,17 @@ class PrepareDaemonTest : public ::testing::Test {
     auto target = fs::read_symlink(dir_ + "/sys/bus/pci/devices/" + address + "/driver", ec);
     return ec ? "" : target.filename().string();
   }
+  // Every claim's record, by UID (the records of <data>/claims, one file per claim).
   json Checkpoint() const {
-    const std::string text = Slurp(dir_ + "/data/checkpoint.json");
-    return text.empty() ? json{{"claims", json::object()}} : json::parse(text);
+    json claims = json::object();
+    if (fs::exists(dir_ + "/data/claims")) {
+      for (const auto& e : fs::directory_iterator(dir_ + "/data/claims")) {
+        const std::string name = e.path().filename();
+        if (name.size() < 6 || name[0] == '.' || name.substr(name.size() - 5) != ".json") continue;
+        claims[name.substr(0, name.size() - 5)] = json::parse(Slurp(e.path()))["claim"];
+      }
+    }
+    return json{{"claims", claims}};
   }
   std::vector<std::string> CdiFiles() const {
     std::vector<std::string> files;

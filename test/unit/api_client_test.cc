@@ -196,6 +196,22 @@ TEST_F(ApiClientTest, WatchRejectsMalformedEvents) {
   EXPECT_NE(status.error().message.find("malformed watch event"), std::string::npos);
 }
 
+// A caller with a deadline (the kubelet's) never waits past it: each attempt is bounded by what is
+// left, and a retry that could not finish in time is not started.
+TEST_F(ApiClientTest, RetriesStopAtTheCallersDeadline) {
+  transport_.Respond(429, "", {{"retry-after", "3"}});
+  transport_.Respond(200, "{}");
+  auto client = Client();
+  const Deadline deadline(clock_.Now() + std::chrono::seconds(2));
+  auto got = client.Call("GET", "/x", nullptr, deadline);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.error().kind, ErrorKind::kDeadlineExceeded);
+  EXPECT_NE(got.error().message.find("HTTP 429"), std::string::npos) << got.error().message;
+  EXPECT_TRUE(clock_.sleeps().empty()) << "no sleep that ends after the deadline";
+  ASSERT_EQ(transport_.sent.size(), 1u);
+  EXPECT_LE(transport_.sent[0].timeout, std::chrono::seconds(2));
+}
+
 TEST(UrlEncode, EncodesSelectorCharacters) {
   EXPECT_EQ(UrlEncode("spec.nodeName=n1,spec.driver=a.b"),
             "spec.nodeName%3Dn1%2Cspec.driver%3Da.b");

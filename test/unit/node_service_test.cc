@@ -1,5 +1,6 @@
 #include "plugin/node_service.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -12,6 +13,8 @@
 namespace vfio_dra::plugin {
 namespace {
 
+using ::testing::HasSubstr;
+
 constexpr const char* kDriver = "vfio.dra.io";
 
 class FakeClaims final : public ClaimSource {
@@ -20,7 +23,8 @@ class FakeClaims final : public ClaimSource {
     std::lock_guard<std::mutex> lock(mu_);
     claims_[claim.namespace_ + "/" + claim.name] = std::move(claim);
   }
-  Result<kube::ResourceClaim> Get(const std::string& ns, const std::string& name) override {
+  Result<kube::ResourceClaim> Get(const std::string& ns, const std::string& name,
+                                  Deadline /*deadline*/) override {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = claims_.find(ns + "/" + name);
     if (it == claims_.end()) {
@@ -39,7 +43,8 @@ class RecordingPreparer final : public DevicePreparer {
  public:
   Result<std::vector<PreparedDevice>> Prepare(
       const kube::ResourceClaim& claim,
-      const std::vector<kube::DeviceRequestAllocationResult>& ours) override {
+      const std::vector<kube::DeviceRequestAllocationResult>& ours,
+      Deadline /*deadline*/) override {
     if (in_call_.exchange(true)) overlapped_ = true;
     std::vector<PreparedDevice> out;
     for (const auto& r : ours) {
@@ -54,7 +59,7 @@ class RecordingPreparer final : public DevicePreparer {
     in_call_ = false;
     return out;
   }
-  Status Unprepare(const ClaimRef&) override {
+  Status Unprepare(const ClaimRef& /*claim*/, Deadline /*deadline*/) override {
     if (in_call_.exchange(true)) overlapped_ = true;
     ++unprepares_;
     in_call_ = false;
@@ -203,6 +208,44 @@ TEST_F(NodeServiceTest, ConcurrentCallsNeverOverlapInDeviceWork) {
   EXPECT_EQ(preparer_.prepares_, 32);
   EXPECT_EQ(preparer_.unprepares_, 32);
   EXPECT_FALSE(preparer_.overlapped_);
+}
+
+// The other instance of a rolling update holds the node lock (its own lock file description): a
+// call waits for it only until the kubelet's deadline, then answers every claim with an error
+// instead of blocking the kubelet, and no device work runs without the lock.
+TEST_F(NodeServiceTest, AWaitForTheNodeLockEndsAtTheKubeletsDeadline) {
+  claims_.Add(Claim("good", "u-good", {Alloc("gpu", kDriver, "gpu-0")}));
+  auto other_instance = CallSerializer::Open(dir_ + "/serialize.lock");
+  ASSERT_TRUE(other_instance.ok());
+  auto held = (*other_instance)->Acquire();
+  ASSERT_TRUE(held.ok()) << held.error().message;
+  auto out = service_->Prepare({{"vms", "good", "u-good"}},
+                               Deadline::After(std::chrono::milliseconds(300)));
+  ASSERT_TRUE(out.ok());
+  EXPECT_THAT(out->at("u-good").error, HasSubstr("for the node lock"));
+  EXPECT_THAT(out->at("u-good").error, HasSubstr("vms/good"));
+  auto un = service_->Unprepare({{"vms", "good", "u-good"}},
+                                Deadline::After(std::chrono::milliseconds(300)));
+  ASSERT_TRUE(un.ok());
+  EXPECT_THAT(un->at("u-good").error, HasSubstr("not unprepared"));
+  EXPECT_EQ(preparer_.prepares_, 0);
+  EXPECT_EQ(preparer_.unprepares_, 0);
+}
+
+TEST_F(NodeServiceTest, ClaimsWhoseTurnComesAfterTheDeadlineAreNotStarted) {
+  claims_.Add(Claim("a", "u-a", {Alloc("gpu", kDriver, "gpu-0")}));
+  claims_.Add(Claim("b", "u-b", {Alloc("gpu", kDriver, "gpu-1")}));
+  const Deadline passed(std::chrono::steady_clock::now() - std::chrono::seconds(1));
+  auto out = service_->Prepare({{"vms", "a", "u-a"}, {"vms", "b", "u-b"}}, passed);
+  ASSERT_TRUE(out.ok());
+  ASSERT_EQ(out->size(), 2u) << "every claim still gets an answer";
+  EXPECT_THAT(out->at("u-a").error, HasSubstr("deadline"));
+  EXPECT_THAT(out->at("u-b").error, HasSubstr("vms/b"));
+  auto un = service_->Unprepare({{"vms", "a", "u-a"}}, passed);
+  ASSERT_TRUE(un.ok());
+  EXPECT_THAT(un->at("u-a").error, HasSubstr("deadline"));
+  EXPECT_EQ(preparer_.prepares_, 0);
+  EXPECT_EQ(preparer_.unprepares_, 0);
 }
 
 }  // namespace

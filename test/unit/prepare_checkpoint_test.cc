@@ -14,108 +14,179 @@ namespace {
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
+constexpr const char* kUid = "5d7e1c0a-0000-4000-8000-000000000001";
+constexpr const char* kOtherUid = "5d7e1c0a-0000-4000-8000-000000000002";
+
 class PrepareCheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
     char tmpl[] = "/tmp/vfio-dra-ckpt-XXXXXX";
     dir_ = mkdtemp(tmpl);
-    path_ = dir_ + "/checkpoint.json";
   }
   void TearDown() override { fs::remove_all(dir_); }
+  std::string ClaimsDir() const { return dir_ + "/claims"; }
+  std::string RecordPath(const std::string& uid) const { return ClaimsDir() + "/" + uid + ".json"; }
   size_t Entries() {
     size_t n = 0;
-    for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_)) ++n;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator(ClaimsDir())) ++n;
     return n;
   }
-  std::string dir_, path_;
+  PrepareCheckpoint Open(const std::string& boot = "boot-1") {
+    auto checkpoint = PrepareCheckpoint::Open(dir_, boot);
+    EXPECT_TRUE(checkpoint.ok()) << checkpoint.error().message;
+    return std::move(*checkpoint);
+  }
+  std::string dir_;
 };
 
-ClaimRecord Started() {
+ClaimRecord Started(const std::string& uid = kUid) {
   ClaimRecord r;
-  r.uid = "5d7e1c0a-0000-4000-8000-000000000001";
+  r.uid = uid;
   r.namespace_ = "vms";
   r.name = "gpu-claim";
-  r.functions = {{"0000:3b:00.0", "nvidia", "", false},
-                 {"0000:3b:00.1", "snd_hda_intel", "", false}};
+  r.functions = {{"0000:3b:00.0", "nvidia", "", false, {"10de", "1eb8", "10de", "12a2"}},
+                 {"0000:3b:00.1", "snd_hda_intel", "", false, {}}};
   r.mdevs = {{"0000:af:00.0", "nvidia-222", "4b20d080-1b54-4048-85b3-a6a62d165c01", true}};
-  r.cdi_files = {"vfio.dra.io-vfio_5d7e1c0a-0000-4000-8000-000000000001.json"};
+  r.cdi_files = {"vfio.dra.io-vfio_" + uid + ".json"};
+  RecordedDevice gpu;
+  gpu.request = "gpu";
+  gpu.pool = "node1";
+  gpu.device = "gpu-0000-3b-00-0";
+  gpu.address = "0000:3b:00.0";
+  gpu.functions = {"0000:3b:00.0", "0000:3b:00.1"};
+  gpu.iommu_group = 12;
+  gpu.iommu_interface = "legacy";
+  gpu.attributes["resource.kubernetes.io/pciBusID"] = {{"string", "0000:3b:00.0"}};
+  RecordedDevice vgpu;
+  vgpu.request = "vgpu/small";
+  vgpu.pool = "node1";
+  vgpu.device = "mdev-0000-af-00-0-nvidia-222-0";
+  vgpu.share_id = "0e1a";
+  vgpu.is_mdev = true;
+  vgpu.mdev = {"0000:af:00.0", "nvidia-222", "4b20d080-1b54-4048-85b3-a6a62d165c01"};
+  vgpu.mdev_created_by_driver = true;
+  vgpu.iommu_interface = "both";
+  r.devices = {gpu, vgpu};
   return r;
 }
 
-TEST_F(PrepareCheckpointTest, TwoPhasesSurviveARestart) {
-  std::string problem;
-  auto checkpoint = PrepareCheckpoint::Load(path_, "boot-1", &problem);
-  ASSERT_TRUE(checkpoint.ok());
-  EXPECT_TRUE(checkpoint->claims().empty());
+// Every field survives a write and a read: the format is what docs/checkpoint.md documents.
+TEST_F(PrepareCheckpointTest, EveryFieldRoundTripsAndTheTwoPhasesSurviveARestart) {
+  PrepareCheckpoint checkpoint = Open();
+  EXPECT_TRUE(checkpoint.Load().claims.empty());
   ClaimRecord record = Started();
-  ASSERT_TRUE(checkpoint->Put(record).ok());
-  auto reloaded = PrepareCheckpoint::Load(path_, "boot-1", &problem);
-  ASSERT_TRUE(reloaded.ok());
-  ASSERT_NE(reloaded->Find(record.uid), nullptr);
-  EXPECT_EQ(*reloaded->Find(record.uid), record);
-  EXPECT_EQ(reloaded->Find(record.uid)->state, PrepareState::kPrepareStarted);
+  ASSERT_TRUE(checkpoint.Put(record).ok());
+  record.boot_id = "boot-1";  // stamped by Put
+  const CheckpointView reloaded = Open().Load();
+  ASSERT_NE(reloaded.Find(kUid), nullptr);
+  EXPECT_EQ(*reloaded.Find(kUid), record);
 
   record.state = PrepareState::kPrepareCompleted;
-  record.response = nlohmann::json::array({{{"deviceName", "gpu-0000-3b-00-0"}}});
-  ASSERT_TRUE(reloaded->Put(record).ok());
-  auto again = PrepareCheckpoint::Load(path_, "boot-1", &problem);
-  EXPECT_EQ(again->Find(record.uid)->state, PrepareState::kPrepareCompleted);
-  EXPECT_EQ(again->Find(record.uid)->response, record.response);
-  EXPECT_FALSE(again->WrittenBeforeReboot());
-  EXPECT_TRUE(problem.empty());
+  record.devices[0].cdi_device_ids = {"vfio.dra.io/vfio=" + std::string(kUid) + "-gpu"};
+  ASSERT_TRUE(checkpoint.Put(record).ok());
+  auto found = Open().Find(kUid);
+  ASSERT_TRUE(found.ok());
+  ASSERT_TRUE(found->has_value());
+  EXPECT_EQ(**found, record);
+  EXPECT_TRUE(reloaded.problems.empty());
 
   struct stat st {};
-  ASSERT_EQ(::stat(path_.c_str(), &st), 0);
+  ASSERT_EQ(::stat(RecordPath(kUid).c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   EXPECT_EQ(Entries(), 1u);  // no temporary files left
 
-  ASSERT_TRUE(again->Remove(record.uid).ok());
-  EXPECT_TRUE(again->Remove(record.uid).ok());
-  EXPECT_TRUE(PrepareCheckpoint::Load(path_, "boot-1", &problem)->claims().empty());
+  ASSERT_TRUE(checkpoint.Remove(kUid).ok());
+  EXPECT_TRUE(checkpoint.Remove(kUid).ok());
+  EXPECT_TRUE(checkpoint.Load().claims.empty());
 }
 
-TEST_F(PrepareCheckpointTest, ARebootIsNoticed) {
-  std::string problem;
-  auto before = PrepareCheckpoint::Load(path_, "boot-1", &problem);
-  ASSERT_TRUE(before->Put(Started()).ok());
-  auto after = PrepareCheckpoint::Load(path_, "boot-2", &problem);
-  ASSERT_TRUE(after.ok());
-  EXPECT_TRUE(after->WrittenBeforeReboot());
-  EXPECT_EQ(after->claims().size(), 1u);
+// Two instances of a rolling update: each writes only its own claim's record, so neither can
+// overwrite the other's work with a stale copy.
+TEST_F(PrepareCheckpointTest, TwoInstancesNeverOverwriteEachOthersClaims) {
+  PrepareCheckpoint a = Open();
+  PrepareCheckpoint b = Open();
+  ASSERT_TRUE(a.Put(Started(kUid)).ok());
+  ASSERT_TRUE(b.Put(Started(kOtherUid)).ok());
+  ASSERT_TRUE(a.Remove(kUid).ok());
+  const CheckpointView view = b.Load();
+  EXPECT_EQ(view.claims.size(), 1u);
+  EXPECT_NE(view.Find(kOtherUid), nullptr);
 }
 
-TEST_F(PrepareCheckpointTest, CorruptAndUnknownVersionFilesAreMovedAsideNotFatal) {
-  for (const std::string content :
-       {"{not json", R"({"version": 99, "bootID": "b", "claims": {}})",
-        R"({"version": 1, "bootID": "b", "claims": {"u": {"state": 3}}})"}) {
+TEST_F(PrepareCheckpointTest, ARebootIsNoticedPerRecord) {
+  ASSERT_TRUE(Open("boot-1").Put(Started()).ok());
+  PrepareCheckpoint after = Open("boot-2");
+  const CheckpointView view = after.Load();
+  ASSERT_NE(view.Find(kUid), nullptr);
+  EXPECT_EQ(view.Find(kUid)->boot_id, "boot-1");
+  EXPECT_EQ(after.boot_id(), "boot-2");
+}
+
+TEST_F(PrepareCheckpointTest, CorruptAndUnknownVersionRecordsAreMovedAsideNotFatal) {
+  for (const std::string content : {"{not json", R"({"version": 99, "bootID": "b", "claim": {}})",
+                                    R"({"version": 2, "bootID": "b", "claim": {"state": 3}})"}) {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    std::ofstream(path_) << content;
-    std::string problem;
-    auto checkpoint = PrepareCheckpoint::Load(path_, "boot-1", &problem);
-    ASSERT_TRUE(checkpoint.ok()) << content;
-    EXPECT_TRUE(checkpoint->claims().empty());
-    EXPECT_THAT(problem, HasSubstr(path_ + " is unusable"));
-    EXPECT_THAT(problem, HasSubstr("moved it to " + path_ + ".corrupt-"));
-    EXPECT_FALSE(fs::exists(path_));
-    ASSERT_EQ(Entries(), 1u);  // the moved-aside file, kept for a person to look at
+    PrepareCheckpoint checkpoint = Open();
+    std::ofstream(RecordPath(kUid)) << content;
+    ASSERT_TRUE(checkpoint.Put(Started(kOtherUid)).ok());
+    const CheckpointView view = checkpoint.Load();
+    EXPECT_EQ(view.claims.size(), 1u) << "the other claims are kept: " << content;
+    ASSERT_EQ(view.problems.size(), 1u);
+    EXPECT_THAT(view.problems[0], HasSubstr(RecordPath(kUid) + " is unusable"));
+    EXPECT_THAT(view.problems[0], HasSubstr("moved it to " + RecordPath(kUid) + ".corrupt-"));
+    EXPECT_FALSE(fs::exists(RecordPath(kUid)));
+    EXPECT_EQ(Entries(), 2u);  // the moved-aside file, kept for a person to look at
     // The daemon can go on recording new claims.
-    EXPECT_TRUE(checkpoint->Put(Started()).ok());
+    EXPECT_TRUE(checkpoint.Put(Started()).ok());
   }
-  std::string problem;
-  std::ofstream(path_, std::ios::trunc) << R"({"version": 99})";
-  PrepareCheckpoint::Load(path_, "b", &problem).ok();
-  EXPECT_THAT(problem, HasSubstr("unknown checkpoint version 99"));
+  std::ofstream(RecordPath(kUid), std::ios::trunc) << R"({"version": 99})";
+  EXPECT_THAT(Open().Load().problems.at(0), HasSubstr("unknown checkpoint version 99"));
 }
 
-TEST_F(PrepareCheckpointTest, AFailedWriteChangesNothingInMemory) {
-  std::string problem;
-  auto checkpoint = PrepareCheckpoint::Load(dir_ + "/missing-dir/checkpoint.json", "b", &problem);
-  ASSERT_TRUE(checkpoint.ok());
-  Status status = checkpoint->Put(Started());
+// A record that exists but cannot be read (EIO, EACCES) is never taken for "nothing prepared":
+// the claim stays known as unreadable, and the daemon goes on.
+TEST_F(PrepareCheckpointTest, AnUnreadableRecordIsReportedAndKept) {
+  PrepareCheckpoint checkpoint = Open();
+  // A directory where the record should be: open succeeds, read fails with EISDIR, as an I/O
+  // error would (tests run as root, so permission bits do not stop reads).
+  fs::create_directories(RecordPath(kUid));
+  const CheckpointView view = checkpoint.Load();
+  EXPECT_TRUE(view.claims.empty());
+  ASSERT_EQ(view.unreadable.count(kUid), 1u);
+  EXPECT_THAT(view.unreadable.at(kUid), HasSubstr(kUid));
+  EXPECT_TRUE(fs::exists(RecordPath(kUid))) << "kept in place for a later retry";
+  auto found = checkpoint.Find(kUid);
+  EXPECT_FALSE(found.ok());
+}
+
+TEST_F(PrepareCheckpointTest, AFailedWriteIsAnError) {
+  PrepareCheckpoint checkpoint = Open();
+  fs::remove_all(ClaimsDir());
+  Status status = checkpoint.Put(Started());
   ASSERT_FALSE(status.ok());
   EXPECT_THAT(status.error().message, HasSubstr("cannot write the prepare checkpoint"));
-  EXPECT_TRUE(checkpoint->claims().empty());
+}
+
+TEST_F(PrepareCheckpointTest, OnlyObjectUidsNameRecords) {
+  PrepareCheckpoint checkpoint = Open();
+  ClaimRecord bad = Started("../../etc/passwd");
+  EXPECT_FALSE(checkpoint.Put(bad).ok());
+  std::ofstream(ClaimsDir() + "/README.txt") << "notes";
+  std::ofstream(ClaimsDir() + "/." + std::string(kUid) + ".json.tmp-1") << "{";
+  const CheckpointView view = checkpoint.Load();
+  EXPECT_TRUE(view.claims.empty());
+  EXPECT_TRUE(view.problems.empty()) << "temporary and foreign files are not records";
+}
+
+TEST_F(PrepareCheckpointTest, ACorruptVersion1FileIsMovedAsideOnUpgrade) {
+  std::ofstream(dir_ + "/checkpoint.json") << "{not json";
+  std::string problem;
+  auto moved = Open().Upgrade(&problem);
+  ASSERT_TRUE(moved.ok());
+  EXPECT_EQ(*moved, 0);
+  EXPECT_THAT(problem, HasSubstr("checkpoint.json is unusable"));
+  EXPECT_FALSE(fs::exists(dir_ + "/checkpoint.json"));
 }
 
 TEST(BootId, IsReadAndTrimmed) {

@@ -124,10 +124,15 @@ class PrepareTest : public ::testing::Test {
     claim.allocation->config.push_back(config);
   }
   Result<std::vector<PreparedDevice>> Prepare(const kube::ResourceClaim& claim) {
-    return preparer_->Prepare(claim, claim.allocation->results);
+    return preparer_->Prepare(claim, claim.allocation->results, Deadline());
+  }
+  std::optional<plugin::ClaimRecord> Recorded(const std::string& uid) const {
+    auto record = preparer_->checkpoint().Find(uid);
+    EXPECT_TRUE(record.ok()) << record.error().message;
+    return record.ok() ? *record : std::nullopt;
   }
   Status Unprepare(const std::string& uid = kUid, const std::string& name = "gpu-claim") {
-    return preparer_->Unprepare(plugin::ClaimRef{"vms", name, uid});
+    return preparer_->Unprepare(plugin::ClaimRef{"vms", name, uid}, Deadline());
   }
   std::string Driver(const std::string& address) const {
     auto link = sysfs_->LinkBaseName("bus/pci/devices/" + address + "/driver");
@@ -228,12 +233,17 @@ TEST_F(PrepareTest, GpuWithItsAudioFunctionIsBoundAsAGroupAndRestoredExactly) {
   EXPECT_EQ(dev["attributes"]["resource.kubernetes.io/pciBusID"],
             json({{"string", "0000:01:00.0"}}));
 
-  const plugin::ClaimRecord* record = preparer_->checkpoint().Find(kUid);
-  ASSERT_NE(record, nullptr);
+  const auto record = Recorded(kUid);
+  ASSERT_TRUE(record.has_value());
   EXPECT_EQ(record->state, plugin::PrepareState::kPrepareCompleted);
-  EXPECT_THAT(record->functions,
-              ElementsAre(plugin::FunctionRecord{"0000:01:00.0", "nvidia", "", false},
-                          plugin::FunctionRecord{"0000:01:00.1", "snd_hda_intel", "", false}));
+  ASSERT_EQ(record->functions.size(), 2u);
+  EXPECT_EQ(record->functions[0].Binding(),
+            (vfio::OriginalBinding{"0000:01:00.0", "nvidia", "", false}));
+  EXPECT_EQ(record->functions[1].Binding(),
+            (vfio::OriginalBinding{"0000:01:00.1", "snd_hda_intel", "", false}));
+  // What each function is, to recognise it after a reboot.
+  EXPECT_EQ(record->functions[0].identity.vendor, "10de");
+  EXPECT_TRUE(record->functions[1].identity.Known());
 
   ASSERT_TRUE(Unprepare().ok());
   EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
@@ -242,7 +252,7 @@ TEST_F(PrepareTest, GpuWithItsAudioFunctionIsBoundAsAGroupAndRestoredExactly) {
   EXPECT_EQ(Override("0000:01:00.1"), "(null)\n");
   EXPECT_TRUE(CdiFiles().empty());
   EXPECT_FALSE(fs::exists(DataDir() + "/dra-device-metadata/vms_gpu-claim"));
-  EXPECT_EQ(preparer_->checkpoint().Find(kUid), nullptr);
+  EXPECT_EQ(Recorded(kUid), std::nullopt);
   EXPECT_FALSE(fs::exists(DevRoot() + "/vfio/10"));
   ExpectWritesConfinedTo({"0000:01:00.0", "0000:01:00.1"});
   ASSERT_TRUE(Unprepare().ok()) << "a second unprepare is a no-op";
@@ -378,7 +388,8 @@ TEST_F(PrepareTest, FilesAreCreatedWithTheirDocumentedModes) {
     EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
     return st.st_mode & 07777;
   };
-  EXPECT_EQ(mode(DataDir() + "/checkpoint.json"), 0600u);
+  EXPECT_EQ(mode(DataDir() + "/claims"), 0700u);
+  EXPECT_EQ(mode(DataDir() + "/claims/" + kUid + ".json"), 0600u);
   for (const std::string& file : CdiFiles()) EXPECT_EQ(mode(CdiDir() + "/" + file), 0644u) << file;
   const std::string metadata_dir = DataDir() + "/dra-device-metadata/vms_gpu-claim/gpu";
   EXPECT_EQ(mode(metadata_dir), 0755u);
@@ -398,7 +409,7 @@ TEST_F(PrepareTest, AHostileRequestNameFailsTheClaimAndTouchesNothing) {
     EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
     EXPECT_TRUE(CdiFiles().empty());
     EXPECT_FALSE(fs::exists(DataDir() + "/dra-device-metadata/vms_gpu-claim"));
-    EXPECT_TRUE(preparer_->checkpoint().claims().empty());
+    EXPECT_TRUE(preparer_->checkpoint().Load().claims.empty());
     EXPECT_TRUE(kernel_->Writes().empty()) << "refused before the node is touched";
   }
   std::set<std::string> outside;
@@ -413,26 +424,55 @@ TEST_F(PrepareTest, AHostileRequestNameFailsTheClaimAndTouchesNothing) {
   EXPECT_TRUE(outside.empty()) << ::testing::PrintToString(outside);
 }
 
-TEST(PreparedTargetsTest, OlderCheckpointsWithoutDeviceDetailsFallBackToTheClaimsFunctions) {
+// A version-1 checkpoint (one file, raw answers) is split into per-claim records at startup; the
+// oldest answers, without the functions of each device, read as holding all of the claim's.
+TEST(CheckpointUpgradeTest, AVersion1FileBecomesOneRecordPerClaim) {
   char tmpl[] = "/tmp/vfio-dra-ckpt-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
-  std::string problem;
-  auto checkpoint = plugin::PrepareCheckpoint::Load(dir + "/c.json", "boot", &problem);
+  const json v1 = {{"version", 1},
+                   {"bootID", "boot-0"},
+                   {"claims",
+                    {{kUid,
+                      {{"namespace", "vms"},
+                       {"name", "old"},
+                       {"state", "PrepareCompleted"},
+                       {"functions",
+                        {{{"address", "0000:01:00.0"},
+                          {"originalDriver", "nvidia"},
+                          {"originalOverride", ""},
+                          {"wasOnVfio", false}},
+                         {{"address", "0000:01:00.1"},
+                          {"originalDriver", ""},
+                          {"originalOverride", ""},
+                          {"wasOnVfio", false}}}},
+                       {"mdevs", json::array()},
+                       {"cdiFiles", {"vfio.dra.io-vfio_x.json"}},
+                       {"response",
+                        {{{"requests", {"gpu"}}, {"pool", "node1"}, {"device", "gpu-0000-01-00-0"}},
+                         {{"pool", 7}, {"device", json::array()}}}}}}}}};
+  std::ofstream(dir + "/checkpoint.json") << v1.dump();
+  auto checkpoint = plugin::PrepareCheckpoint::Open(dir, "boot-1");
   ASSERT_TRUE(checkpoint.ok());
-  plugin::ClaimRecord record;
-  record.uid = kUid;
-  record.namespace_ = "vms";
-  record.name = "old";
-  record.state = plugin::PrepareState::kPrepareCompleted;
-  record.functions = {{"0000:01:00.0", "nvidia", "", false}, {"0000:01:00.1", "", "", false}};
-  record.response = json::array({{{"pool", "node1"}, {"device", "gpu-0000-01-00-0"}},
-                                 {{"pool", 7}, {"device", json::array()}}});
-  ASSERT_TRUE(checkpoint->Put(record).ok());
-  const auto targets = plugin::PreparedTargets(*checkpoint);
+  std::string problem;
+  auto moved = checkpoint->Upgrade(&problem);
+  ASSERT_TRUE(moved.ok()) << moved.error().message;
+  EXPECT_EQ(*moved, 1);
+  EXPECT_TRUE(problem.empty()) << problem;
+  EXPECT_FALSE(fs::exists(dir + "/checkpoint.json"));
+  const plugin::CheckpointView view = checkpoint->Load();
+  ASSERT_EQ(view.claims.size(), 1u);
+  const plugin::ClaimRecord& record = view.claims.begin()->second;
+  EXPECT_EQ(record.boot_id, "boot-0") << "the old boot stays recorded, so a reboot is noticed";
+  EXPECT_FALSE(record.replayable);
+  EXPECT_EQ(record.functions[0].driver, "nvidia");
+  const auto targets = plugin::PreparedTargets(view);
   ASSERT_EQ(targets.size(), 2u);
   EXPECT_EQ(targets[0].claim, "vms/old");
   EXPECT_THAT(targets[0].functions, ElementsAre("0000:01:00.0", "0000:01:00.1"));
   EXPECT_EQ(targets[1].pool, "") << "a field of the wrong type reads as absent";
+  auto again = checkpoint->Upgrade(&problem);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, 0) << "upgrading twice is a no-op";
   fs::remove_all(dir);
 }
 
@@ -464,7 +504,7 @@ TEST_F(PrepareTest, NoMdevCapacityIsAClearClaimErrorAndLeavesNothingBehind) {
   EXPECT_THAT(prepared.error().message, HasSubstr("no capacity"));
   EXPECT_THAT(prepared.error().message, HasSubstr("nvidia-223 on 0000:3b:00.0"));
   EXPECT_TRUE(CdiFiles().empty());
-  EXPECT_EQ(preparer_->checkpoint().Find(kUid), nullptr);
+  EXPECT_EQ(Recorded(kUid), std::nullopt);
 }
 
 TEST_F(PrepareTest, AFunctionAlreadyOnVfioPciIsUsedAsItIsAndStaysBound) {
@@ -500,7 +540,7 @@ TEST_F(PrepareTest, AnUnbindThatHangsFailsTheClaimAtTheDeadlineAndUnprepareFinis
   EXPECT_EQ(kernel_->Hanging(), 1);
   EXPECT_EQ(Driver("0000:01:00.0"), "nvidia") << "the GPU itself was rolled back";
   // The blocked function keeps its record so that it can still be put back.
-  ASSERT_NE(preparer_->checkpoint().Find(kUid), nullptr);
+  ASSERT_TRUE(Recorded(kUid).has_value());
   EXPECT_TRUE(CdiFiles().empty());
   Status blocked = Unprepare();
   ASSERT_FALSE(blocked.ok());
@@ -516,7 +556,7 @@ TEST_F(PrepareTest, AnUnbindThatHangsFailsTheClaimAtTheDeadlineAndUnprepareFinis
   }
   ASSERT_TRUE(undone.ok()) << undone.error().message;
   EXPECT_EQ(Driver("0000:01:00.1"), "snd_hda_intel");
-  EXPECT_EQ(preparer_->checkpoint().Find(kUid), nullptr);
+  EXPECT_EQ(Recorded(kUid), std::nullopt);
 }
 
 TEST_F(PrepareTest, ABindRefusedByTheKernelIsRolledBack) {
@@ -528,7 +568,7 @@ TEST_F(PrepareTest, ABindRefusedByTheKernelIsRolledBack) {
   EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
   EXPECT_EQ(Driver("0000:01:00.1"), "snd_hda_intel");
   EXPECT_EQ(Override("0000:01:00.1"), "(null)\n");
-  EXPECT_EQ(preparer_->checkpoint().Find(kUid), nullptr);
+  EXPECT_EQ(Recorded(kUid), std::nullopt);
 }
 
 TEST_F(PrepareTest, AnOriginalDriverThatIsGoneLeavesTheFunctionUnboundAndUnprepareSucceeds) {
@@ -540,7 +580,7 @@ TEST_F(PrepareTest, AnOriginalDriverThatIsGoneLeavesTheFunctionUnboundAndUnprepa
   ASSERT_TRUE(undone.ok()) << undone.error().message;
   EXPECT_EQ(Driver("0000:5e:02.3"), "");
   EXPECT_EQ(Override("0000:5e:02.3"), "(null)\n");
-  EXPECT_EQ(preparer_->checkpoint().Find(kUid), nullptr);
+  EXPECT_EQ(Recorded(kUid), std::nullopt);
 }
 
 TEST_F(PrepareTest, ADeviceThatVanishedAfterPublishingFailsWithoutTouchingAnything) {
@@ -550,7 +590,7 @@ TEST_F(PrepareTest, ADeviceThatVanishedAfterPublishingFailsWithoutTouchingAnythi
   ASSERT_FALSE(prepared.ok());
   EXPECT_THAT(prepared.error().message, HasSubstr("has vanished from the node"));
   EXPECT_TRUE(kernel_->Writes().empty());
-  EXPECT_EQ(preparer_->checkpoint().Find(kUid), nullptr);
+  EXPECT_EQ(Recorded(kUid), std::nullopt);
 }
 
 TEST_F(PrepareTest, UnknownDeviceOrPoolIsRefused) {
@@ -570,7 +610,9 @@ TEST_F(PrepareTest, AfterARebootPrepareRecreatesEverythingAndGivesTheSameAnswer)
   auto first = Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}));
   ASSERT_TRUE(first.ok()) << first.error().message;
   Reboot("workstation");
-  ASSERT_TRUE(preparer_->checkpoint().WrittenBeforeReboot());
+  ASSERT_TRUE(Recorded(kUid).has_value());
+  ASSERT_NE(Recorded(kUid)->boot_id, preparer_->checkpoint().boot_id())
+      << "written before the reboot";
   ASSERT_TRUE(preparer_->Recover().ok());
   EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
   auto again = Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}));
@@ -589,7 +631,7 @@ TEST_F(PrepareTest, UnprepareAfterARebootWithoutRepreparingRestoresNothingAndDro
   Reboot("workstation");
   ASSERT_TRUE(Unprepare().ok());
   EXPECT_TRUE(kernel_->Writes().empty());
-  EXPECT_EQ(preparer_->checkpoint().Find(kUid), nullptr);
+  EXPECT_EQ(Recorded(kUid), std::nullopt);
 }
 
 TEST_F(PrepareTest, TemplateClaimsGetTheirMetadataUnderThePodClaimName) {
@@ -672,14 +714,13 @@ TEST_F(PrepareTest, RecoverRollsBackAPrepareLeftStartedAndRemovesOrphanSpecs) {
   record.uid = kUid;
   record.namespace_ = "vms";
   record.name = "gpu-claim";
-  record.functions = {{"0000:01:00.0", "nvidia", "", false},
-                      {"0000:01:00.1", "snd_hda_intel", "", false}};
+  record.functions = {{"0000:01:00.0", "nvidia", "", false, {}},
+                      {"0000:01:00.1", "snd_hda_intel", "", false, {}}};
   record.cdi_files = {std::string("vfio.dra.io-vfio_") + kUid + ".json"};
   {
     auto boot = plugin::ReadBootId(node_->dir() + "/boot_id");
     ASSERT_TRUE(boot.ok());
-    auto checkpoint =
-        plugin::PrepareCheckpoint::Load(DataDir() + "/checkpoint.json", *boot, nullptr);
+    auto checkpoint = plugin::PrepareCheckpoint::Open(DataDir(), *boot);
     ASSERT_TRUE(checkpoint.ok());
     ASSERT_TRUE(checkpoint->Put(record).ok());
   }
@@ -696,8 +737,143 @@ TEST_F(PrepareTest, RecoverRollsBackAPrepareLeftStartedAndRemovesOrphanSpecs) {
   ASSERT_TRUE(preparer_->Recover().ok());
   EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
   EXPECT_EQ(Override("0000:01:00.0"), "(null)\n");
-  EXPECT_EQ(preparer_->checkpoint().Find(kUid), nullptr);
+  EXPECT_EQ(Recorded(kUid), std::nullopt);
   EXPECT_THAT(CdiFiles(), ElementsAre("other.vendor-x_1.json"));
+}
+
+// Two claims never hold one device: after a reboot or a force-deleted pod the scheduler can
+// allocate a device whose old claim is still prepared here; the first unprepare would otherwise
+// pull it out of the second VM.
+TEST_F(PrepareTest, ADeviceAnotherClaimHoldsIsRefusedNamingThatClaim) {
+  Use("workstation");
+  ASSERT_TRUE(Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}})).ok());
+  const size_t writes = kernel_->Writes().size();
+  auto second = Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}, Uid(2), "other-claim"));
+  ASSERT_FALSE(second.ok());
+  EXPECT_THAT(second.error().message, HasSubstr("vms/other-claim"));
+  EXPECT_THAT(second.error().message,
+              HasSubstr("already prepared for claim vms/gpu-claim (uid " + std::string(kUid)));
+  EXPECT_EQ(kernel_->Writes().size(), writes) << "the node is not touched";
+  EXPECT_FALSE(Recorded(Uid(2)).has_value());
+  ASSERT_TRUE(Unprepare(Uid(2), "other-claim").ok()) << "nothing to undo for the refused claim";
+  EXPECT_EQ(Driver("0000:01:00.0"), "vfio-pci") << "the first claim keeps its device";
+  ASSERT_TRUE(Unprepare().ok());
+  auto now = Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}, Uid(2), "other-claim"));
+  EXPECT_TRUE(now.ok()) << now.error().message;
+  ASSERT_TRUE(Unprepare(Uid(2), "other-claim").ok());
+}
+
+TEST_F(PrepareTest, AnMdevAnotherClaimHoldsIsRefused) {
+  Use("vgpu");
+  ASSERT_TRUE(Prepare(Claim({{"vgpu", "mdev-0000-3b-00-0-nvidia-223-0"}})).ok());
+  auto second = Prepare(Claim({{"vgpu", "mdev-0000-3b-00-0-nvidia-223-0"}}, Uid(2), "other"));
+  ASSERT_FALSE(second.ok());
+  EXPECT_THAT(second.error().message, HasSubstr("mdev"));
+  EXPECT_THAT(second.error().message, HasSubstr("already prepared for claim vms/gpu-claim"));
+  ASSERT_TRUE(Unprepare().ok());
+}
+
+// The kubelet's retry of a completed claim (and the second pod of a shared claim) gets the same
+// answer from the record, even when the device is no longer published, and nothing is redone.
+TEST_F(PrepareTest, RepreparingACompletedClaimNeedsNoPublicationAndRedoesNothing) {
+  Use("workstation");
+  auto first = Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}));
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  published_.Set(slicepublisher::DesiredPool{});
+  const size_t writes = kernel_->Writes().size();
+  auto again = Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}));
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_EQ(again->front().cdi_device_ids, first->front().cdi_device_ids);
+  EXPECT_EQ(kernel_->Writes().size(), writes) << "no device work for a claim already prepared";
+  // A claim allocated other devices under the same UID must be unprepared first.
+  auto other = Prepare(Claim({{"gpu", "gpu-0000-02-00-0"}}));
+  ASSERT_FALSE(other.ok());
+  EXPECT_THAT(other.error().message, HasSubstr("allocated again while still prepared"));
+  ASSERT_TRUE(Unprepare().ok());
+  EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
+}
+
+// After a reboot the PCI addresses may name other devices (a card added or moved): a record of
+// the earlier boot never touches a function that is not the recorded device.
+TEST_F(PrepareTest, AfterARebootAnAddressThatNamesAnotherDeviceIsLeftAlone) {
+  Use("workstation");
+  ASSERT_TRUE(Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}})).ok());
+  Reboot("workstation");
+  // The reboot re-enumerated the bus: 0000:01:00.0 is now an Intel device.
+  std::ofstream(node_->sysfs_root() + "/bus/pci/devices/0000:01:00.0/vendor", std::ios::trunc)
+      << "0x8086\n";
+  auto again = Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}));
+  ASSERT_FALSE(again.ok());
+  EXPECT_THAT(again.error().message, HasSubstr("after a reboot, PCI 0000:01:00.0 is 8086:"));
+  EXPECT_TRUE(kernel_->Writes().empty());
+  ASSERT_TRUE(Unprepare().ok());
+  for (const SimWrite& w : kernel_->Writes()) {
+    EXPECT_EQ(w.path.find("0000:01:00.0"), std::string::npos) << w.path;
+    EXPECT_EQ(w.value.find("0000:01:00.0"), std::string::npos) << w.path;
+  }
+  EXPECT_FALSE(Recorded(kUid).has_value());
+}
+
+// Two instances of a rolling update on one data dir: each reads the other's records under the
+// lock, so B unprepares what A prepared, refuses what A holds, and recovers nothing A finished.
+TEST_F(PrepareTest, TwoInstancesOnOneDataDirSeeEachOthersWork) {
+  Use("workstation");
+  std::unique_ptr<plugin::VfioDevicePreparer> instance_a = std::move(preparer_);
+  Open();  // instance B
+  ASSERT_TRUE(instance_a
+                  ->Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}),
+                            Claim({{"gpu", "gpu-0000-01-00-0"}}).allocation->results, Deadline())
+                  .ok());
+  ASSERT_TRUE(preparer_->Recover().ok());
+  EXPECT_EQ(Driver("0000:01:00.0"), "vfio-pci") << "B's recovery leaves A's completed claim alone";
+  auto clash = Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}, Uid(2), "b-claim"));
+  ASSERT_FALSE(clash.ok());
+  EXPECT_THAT(clash.error().message, HasSubstr("already prepared for claim vms/gpu-claim"));
+  ASSERT_TRUE(Prepare(Claim({{"gpu", "gpu-0000-02-00-0"}}, Uid(2), "b-claim")).ok());
+  instance_a.reset();  // A stops
+  ASSERT_TRUE(Unprepare().ok());
+  ASSERT_TRUE(Unprepare(Uid(2), "b-claim").ok());
+  EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
+  EXPECT_EQ(Driver("0000:01:00.1"), "snd_hda_intel");
+  EXPECT_NE(Driver("0000:02:00.0"), "vfio-pci");
+  EXPECT_TRUE(CdiFiles().empty());
+  EXPECT_TRUE(preparer_->checkpoint().Load().claims.empty());
+}
+
+// When the kubelet's deadline has passed, nothing more is started: the record stays so the retry
+// (or the unprepare) finishes the job, and no half-done prepare is rolled back behind its back.
+TEST_F(PrepareTest, AnExpiredDeadlineStartsNoDeviceWorkAndKeepsTheRecordForTheRetry) {
+  Use("workstation");
+  const Deadline passed(std::chrono::steady_clock::now() - std::chrono::seconds(1));
+  auto claim = Claim({{"gpu", "gpu-0000-01-00-0"}});
+  auto late = preparer_->Prepare(claim, claim.allocation->results, passed);
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.error().kind, ErrorKind::kDeadlineExceeded);
+  EXPECT_THAT(late.error().message, HasSubstr("deadline"));
+  EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
+  ASSERT_TRUE(Recorded(kUid).has_value());
+  EXPECT_EQ(Recorded(kUid)->state, plugin::PrepareState::kPrepareStarted);
+  auto retry = Prepare(claim);
+  ASSERT_TRUE(retry.ok()) << retry.error().message;
+  EXPECT_EQ(Driver("0000:01:00.0"), "vfio-pci");
+  Status late_undo = preparer_->Unprepare(plugin::ClaimRef{"vms", "gpu-claim", kUid}, passed);
+  ASSERT_FALSE(late_undo.ok());
+  EXPECT_EQ(Driver("0000:01:00.0"), "vfio-pci") << "nothing restored after the deadline";
+  ASSERT_TRUE(Unprepare().ok());
+  EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
+}
+
+// A record that cannot be read is never mistaken for "nothing prepared".
+TEST_F(PrepareTest, AnUnreadableRecordFailsItsClaimAndNothingElse) {
+  Use("workstation");
+  ASSERT_TRUE(Prepare(Claim({{"gpu", "gpu-0000-02-00-0"}}, Uid(2), "fine")).ok());
+  fs::create_directories(DataDir() + "/claims/" + kUid + ".json");  // reads fail (EISDIR)
+  Status undone = Unprepare();
+  ASSERT_FALSE(undone.ok());
+  EXPECT_THAT(undone.error().message, HasSubstr(kUid));
+  auto prepared = Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}));
+  ASSERT_FALSE(prepared.ok());
+  EXPECT_TRUE(Unprepare(Uid(2), "fine").ok()) << "other claims are unaffected";
 }
 
 }  // namespace
