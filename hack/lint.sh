@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Checks formatting (clang-format, Google style, 100 columns) of all C++ sources and runs
-# clang-tidy over the daemon's sources. Needs a configured build dir for compile_commands.json.
+# Checks the include layering of src/ (hack/check_layering.py: data flows one way), formatting
+# (clang-format, Google style, 100 columns) of all C++ sources, and runs clang-tidy over the
+# daemon's sources. Needs a configured build dir for compile_commands.json.
 # Usage: hack/lint.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}
+python3 hack/check_layering.py --self-test
+python3 hack/check_layering.py src
 mapfile -t sources < <(git ls-files '*.cc' '*.h' 2>/dev/null || find src test -name '*.cc' -o -name '*.h')
 clang-format --dry-run --Werror "${sources[@]}"
 echo "clang-format: ${#sources[@]} files clean"
