@@ -11,10 +11,11 @@
 namespace vfio_dra::discovery {
 
 DeviceWatcher::DeviceWatcher(Scanner scanner, Listener listener, DeviceWatcherOptions options,
-                             Logger log)
+                             Logger log, Probe probe)
     : scanner_(std::move(scanner)),
       listener_(std::move(listener)),
       options_(options),
+      probe_(std::move(probe)),
       log_(std::move(log)),
       wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
 
@@ -29,6 +30,11 @@ std::shared_ptr<const NodeScan> DeviceWatcher::Latest() const {
 }
 
 void DeviceWatcher::RescanAndPublish() {
+  // The probe is taken before the scan: a change in between shows up as a new digest next time.
+  if (probe_) last_probe_ = probe_();
+  last_full_scan_ = std::chrono::steady_clock::now();
+  ++full_scans_;
+  trimmed_since_scan_ = false;
   auto scan = scanner_();
   const std::string fingerprint = Fingerprint(*scan);
   {
@@ -50,6 +56,22 @@ void DeviceWatcher::RescanAndPublish() {
             {{"published_pci", std::to_string(scan->selection.devices.size())},
              {"published_mdev_types", std::to_string(scan->selection.mdev_types.size())}});
   listener_(scan);
+}
+
+void DeviceWatcher::PeriodicCheck() {
+  if (probe_ &&
+      std::chrono::steady_clock::now() - last_full_scan_ < options_.full_rescan_interval &&
+      probe_() == last_probe_) {
+    ++skipped_scans_;
+    if (!trimmed_since_scan_) {
+      // The node has settled since the last full scan (and its publish): hand the pages of that
+      // scan and of the slices built from it back instead of keeping the peak for good.
+      ::malloc_trim(0);
+      trimmed_since_scan_ = true;
+    }
+    return;
+  }
+  RescanAndPublish();
 }
 
 void DeviceWatcher::Start() {
@@ -129,10 +151,13 @@ void DeviceWatcher::Run() {
       }
     }
     const auto now = Clock::now();
-    if ((has_pending && now >= pending) || now >= next_periodic) {
+    if (has_pending && now >= pending) {
       has_pending = false;
       next_periodic = now + options_.rescan_interval;
       RescanAndPublish();
+    } else if (now >= next_periodic) {
+      next_periodic = now + options_.rescan_interval;
+      PeriodicCheck();
     }
   }
   if (monitor) udev_monitor_unref(monitor);

@@ -1,8 +1,10 @@
 // DeviceWatcher: notices changes to the node's devices and hands a fresh NodeScan to the
 // publisher. Kernel uevents (libudev, "kernel" source: no udevd needed inside the container) for
 // the pci, mdev and vfio subsystems trigger a rescan after a short quiet period; a periodic
-// rescan is the safety net for anything the events miss. A scan is handed on only when it differs
-// from the last one handed on.
+// rescan is the safety net for anything the events miss: each period a cheap probe of what can
+// change (ChangeProbe) decides whether a full scan is needed, and a full scan runs at least every
+// full_rescan_interval whatever the probe says. A scan is handed on only when it differs from the
+// last one handed on.
 #pragma once
 
 #include <atomic>
@@ -18,7 +20,10 @@
 namespace vfio_dra::discovery {
 
 struct DeviceWatcherOptions {
+  // How often the periodic check runs (a probe when one is given, else a full scan).
   std::chrono::milliseconds rescan_interval{std::chrono::seconds(30)};
+  // The longest time between two full scans when a probe is given.
+  std::chrono::milliseconds full_rescan_interval{std::chrono::minutes(10)};
   std::chrono::milliseconds quiet_period{std::chrono::milliseconds(200)};
   bool listen_for_uevents = true;
 };
@@ -27,8 +32,12 @@ class DeviceWatcher {
  public:
   using Scanner = std::function<std::shared_ptr<const NodeScan>()>;
   using Listener = std::function<void(std::shared_ptr<const NodeScan>)>;
+  // A cheap digest of the device state (ProbeDeviceState); equal digests let the periodic check
+  // skip the full scan.
+  using Probe = std::function<uint64_t()>;
 
-  DeviceWatcher(Scanner scanner, Listener listener, DeviceWatcherOptions options, Logger log);
+  DeviceWatcher(Scanner scanner, Listener listener, DeviceWatcherOptions options, Logger log,
+                Probe probe = nullptr);
   ~DeviceWatcher();
   DeviceWatcher(const DeviceWatcher&) = delete;
   DeviceWatcher& operator=(const DeviceWatcher&) = delete;
@@ -40,15 +49,27 @@ class DeviceWatcher {
   // Asks for a rescan after the quiet period (as a uevent would).
   void Trigger();
   bool uevents_active() const { return uevents_active_; }
+  // Full scans run so far, and periodic checks the probe answered without one (for tests and the
+  // benchmark).
+  int full_scans() const { return full_scans_; }
+  int skipped_scans() const { return skipped_scans_; }
   std::shared_ptr<const NodeScan> Latest() const;
 
  private:
   void Run();
   void RescanAndPublish();
+  // The periodic check: a full scan unless the probe says nothing changed since the last one.
+  void PeriodicCheck();
 
   Scanner scanner_;
   Listener listener_;
   DeviceWatcherOptions options_;
+  Probe probe_;
+  uint64_t last_probe_ = 0;
+  std::chrono::steady_clock::time_point last_full_scan_{};
+  std::atomic<int> full_scans_{0};
+  std::atomic<int> skipped_scans_{0};
+  bool trimmed_since_scan_ = false;  // only touched by the watching thread
   Logger log_;
   int wake_fd_ = -1;  // eventfd: Trigger and Stop
   std::atomic<bool> stopping_{false};

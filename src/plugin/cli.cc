@@ -35,7 +35,8 @@ void AddServeFlags(CLI::App& serve, ServeOptions& o) {
   serve.add_option("--pci-ids", o.pci_ids, "pci.ids file for device names")->capture_default_str();
   serve
       .add_option("--rescan-interval", o.rescan_interval_seconds,
-                  "seconds between full device rescans (uevents trigger rescans in between)")
+                  "seconds between checks for device changes (a cheap probe; a full rescan when "
+                  "it sees one and at least every 10 minutes; uevents trigger rescans too)")
       ->capture_default_str();
   serve
       .add_option("--pod-uid", o.pod_uid,

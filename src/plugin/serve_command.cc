@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "discovery/admin_policy.h"
+#include "discovery/change_probe.h"
 #include "discovery/device_watcher.h"
 #include "discovery/node_scan.h"
 #include "discovery/pci_names.h"
@@ -171,7 +172,8 @@ int RunServe(const ServeOptions& options, const ServeEnvironment& environment) {
                                   {"policy", policy.source}});
         reconciler.SetScan(scan);
       },
-      watch_options, root.WithComponent("discovery"));
+      watch_options, root.WithComponent("discovery"),
+      [&] { return discovery::ProbeDeviceState(sysfs); });
 
   DraNodeService node(options.driver_name, claims, **preparer, **serializer,
                       root.WithComponent("node"), &metrics);
