@@ -316,8 +316,9 @@ CheckpointView PrepareCheckpoint::Load() const {
   CheckpointView view;
   DIR* dir = ::opendir(dir_.c_str());
   if (dir == nullptr) {
-    view.problems.push_back("cannot list the prepare checkpoint directory " + dir_ + ": " +
-                            ErrnoText(errno));
+    view.listing_error =
+        "cannot list the prepare checkpoint directory " + dir_ + ": " + ErrnoText(errno);
+    view.problems.push_back(*view.listing_error);
     return view;
   }
   std::vector<std::string> uids;

@@ -114,6 +114,9 @@ struct CheckpointView {
   std::map<std::string, std::string> unreadable;
   // Records moved aside or unreadable, described for the log.
   std::vector<std::string> problems;
+  // Set when the directory itself could not be listed: the view is then incomplete, and nothing
+  // may be concluded from a claim's absence.
+  std::optional<std::string> listing_error;
   const ClaimRecord* Find(const std::string& uid) const;
 };
 

@@ -429,6 +429,10 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Prepare(
     return MakeError(ErrorKind::kInvalidArgument, who + ": uid is not a valid object UID");
   }
   const CheckpointView view = LoadView();
+  if (view.listing_error) {
+    // Without every record, a device held by another claim could be handed out twice.
+    return MakeError(ErrorKind::kUnavailable, who + ": " + *view.listing_error);
+  }
   if (auto it = view.unreadable.find(claim.uid); it != view.unreadable.end()) {
     return MakeError(ErrorKind::kUnavailable, who + ": " + it->second);
   }
@@ -559,14 +563,24 @@ Status VfioDevicePreparer::Undo(const ClaimRecord& record, Deadline deadline) {
 }
 
 Status VfioDevicePreparer::Unprepare(const ClaimRef& claim, Deadline deadline) {
-  const CheckpointView view = LoadView();
-  if (auto it = view.unreadable.find(claim.uid); it != view.unreadable.end()) {
-    return MakeError(ErrorKind::kUnavailable, "claim " + claim.Display() + ": " + it->second);
+  // The claim's own record, read directly: only a record that is really absent means "never
+  // prepared, or already undone".
+  auto record = checkpoint_.Find(claim.uid);
+  if (!record.ok()) {
+    if (record.error().kind == ErrorKind::kDataLoss) {
+      // A corrupt record cannot be undone automatically: LoadView moves it aside (the log says
+      // where), this answer tells the kubelet once, and its retry then finds nothing to do.
+      LoadView();
+      return record.error().Wrap("claim " + claim.Display() +
+                                 ": its devices must be checked and returned by hand");
+    }
+    return MakeError(ErrorKind::kUnavailable, "claim " + claim.Display() + ": " +
+                                                  record.error().message +
+                                                  "; the record is kept and retried");
   }
-  const ClaimRecord* record = view.Find(claim.uid);
-  if (record == nullptr) return Status::Ok();  // never prepared, or already undone
-  Status status = Undo(*record, deadline);
-  Note(checkpoint_.Load());
+  if (!record->has_value()) return Status::Ok();
+  Status status = Undo(**record, deadline);
+  Note(LoadView());
   return status;
 }
 

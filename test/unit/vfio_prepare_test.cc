@@ -874,6 +874,13 @@ TEST_F(PrepareTest, AnUnreadableRecordFailsItsClaimAndNothingElse) {
   auto prepared = Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}));
   ASSERT_FALSE(prepared.ok());
   EXPECT_TRUE(Unprepare(Uid(2), "fine").ok()) << "other claims are unaffected";
+  // A corrupt record is reported once, moved aside for a person, and not retried forever.
+  fs::remove_all(DataDir() + "/claims/" + std::string(kUid) + ".json");
+  std::ofstream(DataDir() + "/claims/" + std::string(kUid) + ".json") << "{garbage";
+  Status corrupt = Unprepare();
+  ASSERT_FALSE(corrupt.ok());
+  EXPECT_THAT(corrupt.error().message, HasSubstr("checked and returned by hand"));
+  EXPECT_TRUE(Unprepare().ok());
 }
 
 }  // namespace
