@@ -1,6 +1,5 @@
-// RunServe: the daemon's life: build the API client, the node service and the gRPC servers, run
-// until SIGTERM/SIGINT, then stop the servers and remove the sockets. ResourceSlices are left in
-// place on shutdown (the kubelet wipes a driver's slices only after it stays away).
+// RunServe: the daemon's life: build and start a ServeDaemon, run until SIGTERM/SIGINT, then stop
+// it (the sockets are removed; ResourceSlices are left in place).
 #pragma once
 
 #include <functional>
