@@ -7,30 +7,21 @@
 #include "discovery/discover_report.h"
 #include "discovery/inventory_scanner.h"
 #include "discovery/pci_names.h"
+#include "plugin/device_sources.h"
 
 namespace vfio_dra::plugin {
 
 int RunDiscover(const DiscoverOptions& options) {
-  discovery::AdminPolicy policy;
-  if (!options.config_file.empty()) {
-    auto loaded = discovery::LoadAdminPolicy(options.config_file);
-    if (!loaded.ok()) {
-      std::cerr << "vfio-dra-plugin discover: " << loaded.error().message << std::endl;
-      return 1;
-    }
-    policy = std::move(*loaded);
+  auto sources = OpenDeviceSources(options.config_file, options.sysfs_root, options.pci_ids);
+  if (!sources.ok()) {
+    std::cerr << "vfio-dra-plugin discover: " << sources.error().message << std::endl;
+    return 1;
   }
+  const discovery::AdminPolicy& policy = sources->policy;
   discovery::SysfsReader sysfs(options.sysfs_root);
-  auto names = discovery::PciNames::Open({options.sysfs_root, options.pci_ids, false});
-  if (!names.ok()) {
-    std::cerr << "vfio-dra-plugin discover: device names unavailable: " << names.error().message
-              << std::endl;
-  }
-  discovery::Inventory inventory =
-      discovery::ScanInventory(sysfs, names.ok() ? names->get() : nullptr);
-  if (names.ok() && !(*names)->LoadError().empty()) {
-    inventory.warnings.push_back("device names unavailable: " + (*names)->LoadError());
-  }
+  discovery::Inventory inventory = discovery::ScanInventory(sysfs, sources->names.get());
+  inventory.warnings.insert(inventory.warnings.end(), sources->warnings.begin(),
+                            sources->warnings.end());
   const discovery::DeviceSelection selection = discovery::SelectDevices(inventory, policy);
   const discovery::DiscoverContext context{options.sysfs_root, policy.source};
   if (options.output == "json") {

@@ -4,6 +4,7 @@
 #include "discovery/change_probe.h"
 #include "discovery/node_scan.h"
 #include "plugin/device_health.h"
+#include "plugin/device_sources.h"
 
 namespace vfio_dra::plugin {
 
@@ -31,18 +32,12 @@ Result<std::unique_ptr<ServeDaemon>> ServeDaemon::Build(const ServeOptions& opti
 }
 
 Status ServeDaemon::BuildDiscovery() {
-  if (!options_.config_file.empty()) {
-    auto loaded = discovery::LoadAdminPolicy(options_.config_file);
-    if (!loaded.ok()) return loaded.error().Wrap("the admin policy is invalid");
-    policy_ = std::move(*loaded);
-  }
+  auto sources = OpenDeviceSources(options_.config_file, options_.sysfs_root, options_.pci_ids);
+  if (!sources.ok()) return sources.error().Wrap("the admin policy is invalid");
+  for (const std::string& warning : sources->warnings) log_.Warn(warning, {});
+  policy_ = std::move(sources->policy);
+  names_ = std::move(sources->names);
   sysfs_.emplace(options_.sysfs_root);
-  auto names = discovery::PciNames::Open({options_.sysfs_root, options_.pci_ids, false});
-  if (names.ok()) {
-    names_ = std::move(*names);
-  } else {
-    log_.Warn("device names unavailable", {{"error", names.error().message}});
-  }
   return Status::Ok();
 }
 

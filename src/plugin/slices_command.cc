@@ -9,6 +9,7 @@
 #include "base/k8s_names.h"
 #include "discovery/admin_policy.h"
 #include "discovery/node_scan.h"
+#include "plugin/device_sources.h"
 #include "slicepublisher/server_profile.h"
 #include "slicepublisher/slice_builder.h"
 #include "slicepublisher/slice_json.h"
@@ -68,15 +69,13 @@ int RunSlices(SlicesOptions options) {
               << std::endl;
     return 2;
   }
-  discovery::AdminPolicy policy;
-  if (!options.config_file.empty()) {
-    auto loaded = discovery::LoadAdminPolicy(options.config_file);
-    if (!loaded.ok()) return Fail(loaded.error().message);
-    policy = std::move(*loaded);
+  auto sources = OpenDeviceSources(options.config_file, options.sysfs_root, options.pci_ids);
+  if (!sources.ok()) return Fail(sources.error().message);
+  for (const std::string& warning : sources->warnings) {
+    std::cerr << "warning: " << warning << std::endl;
   }
   discovery::SysfsReader sysfs(options.sysfs_root);
-  auto names = discovery::PciNames::Open({options.sysfs_root, options.pci_ids, false});
-  auto scan = discovery::ScanNode(sysfs, names.ok() ? names->get() : nullptr, policy);
+  auto scan = discovery::ScanNode(sysfs, sources->names.get(), sources->policy);
   for (const std::string& warning : scan->inventory.warnings) {
     std::cerr << "warning: " << warning << std::endl;
   }
