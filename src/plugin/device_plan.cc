@@ -247,10 +247,12 @@ Result<std::vector<PlannedDevice>> PlanFromRecord(
   auto describe = [](const std::string& request, const std::string& pool,
                      const std::string& device) { return request + "=" + pool + "/" + device; };
   std::vector<std::string> allocated;
+  allocated.reserve(ours.size());
   for (const auto& result : ours) {
     allocated.push_back(describe(result.request, result.pool, result.device));
   }
   std::vector<std::string> prepared;
+  prepared.reserve(record.devices.size());
   for (const RecordedDevice& d : record.devices) {
     prepared.push_back(describe(d.request, d.pool, d.device));
   }

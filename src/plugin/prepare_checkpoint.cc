@@ -254,8 +254,9 @@ std::string MoveAside(const std::string& path, const std::string& reason,
 
 std::string PciIdentity::Display() const {
   std::string out = vendor + ":" + device;
-  if (!subsystem_vendor.empty())
+  if (!subsystem_vendor.empty()) {
     out += " (subsystem " + subsystem_vendor + ":" + subsystem_device + ")";
+  }
   return out;
 }
 

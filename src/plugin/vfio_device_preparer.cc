@@ -202,6 +202,7 @@ Status VfioDevicePreparer::RecordStart(const kube::ResourceClaim& claim,
   }
   if (record.state == PrepareState::kPrepareStarted) {
     std::vector<RecordedDevice> devices;
+    devices.reserve(plan.size());
     for (const PlannedDevice& device : plan) devices.push_back(RecordOf(device));
     if (devices != record.devices || !record.replayable) {
       record.devices = std::move(devices);
