@@ -50,7 +50,7 @@ Result<std::optional<int>> ReadGroupLink(const SysfsReader& sysfs, const std::st
 }
 
 Result<PciFunction> ReadFunction(const SysfsReader& sysfs, const std::string& entry,
-                                 const std::string& address) {
+                                 const std::string& address, bool lock_taking_reads) {
   PciFunction fn;
   fn.address = address;
   const std::string link = "bus/pci/devices/" + entry;
@@ -89,7 +89,10 @@ Result<PciFunction> ReadFunction(const SysfsReader& sysfs, const std::string& en
   } else if (auto driver_link = dir.LinkBaseName("driver"); driver_link.ok()) {
     fn.driver = *driver_link;
   }
-  if (auto override_text = dir.Read("driver_override"); override_text.ok()) {
+  if (!lock_taking_reads) {
+    // Left unread: driver_override only shows in reports, and a busy function is one vfio-dra
+    // manages, whose override it set itself.
+  } else if (auto override_text = dir.Read("driver_override"); override_text.ok()) {
     fn.driver_override = ParseDriverOverride(*override_text);
   }
   auto group = GroupFromLink(dir.LinkBaseName("iommu_group"), dir.Path("iommu_group"));
@@ -105,7 +108,8 @@ Result<PciFunction> ReadFunction(const SysfsReader& sysfs, const std::string& en
     auto total_value = ParseDecimalAttribute(*total);
     if (!total_value.ok()) return total_value.error().Wrap(dir.Path("sriov_totalvfs"));
     pf.total_vfs = static_cast<int>(*total_value);
-    if (auto num = dir.Read("sriov_numvfs"); num.ok()) {
+    if (auto num = lock_taking_reads ? dir.Read("sriov_numvfs") : Result<std::string>("0");
+        num.ok()) {
       auto value = ParseDecimalAttribute(*num);
       if (!value.ok()) return value.error().Wrap(dir.Path("sriov_numvfs"));
       pf.num_vfs = static_cast<int>(*value);
@@ -192,10 +196,10 @@ Result<PciFunction> ReadPciFunction(const SysfsReader& sysfs, const std::string&
     return MakeError(ErrorKind::kNotFound, "PCI device " + address + " is not present (no " +
                                                sysfs.Path("bus/pci/devices/" + address) + ")");
   }
-  return ReadFunction(sysfs, address, address);
+  return ReadFunction(sysfs, address, address, true);
 }
 
-Inventory ScanInventory(const SysfsReader& sysfs, PciNames* names) {
+Inventory ScanInventory(const SysfsReader& sysfs, PciNames* names, const DeviceBusy& busy) {
   Inventory inventory;
   std::map<std::string, int> unreadable_groups;
   auto entries = sysfs.List("bus/pci/devices");
@@ -215,7 +219,7 @@ Inventory ScanInventory(const SysfsReader& sysfs, PciNames* names) {
           continue;
         }
         addresses[i] = *address;
-        read[i] = ReadFunction(sysfs, (*entries)[i], *address);
+        read[i] = ReadFunction(sysfs, (*entries)[i], *address, !busy || !busy(*address));
       }
     };
     const size_t threads =

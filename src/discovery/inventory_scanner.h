@@ -1,7 +1,13 @@
 // ScanInventory: reads the node's PCI functions, IOMMU groups, SR-IOV relations and mediated
 // device parents from a sysfs tree. Read only. A function or mdev entry that cannot be read or
 // parsed is skipped with one warning naming the path; the scan itself never fails on bad entries.
+// Attributes whose reads take the kernel's device lock (driver_override, sriov_numvfs) are not
+// read for devices `busy` names: an unbind blocked on such a device (a VM still holds it) would
+// block the scan too.
 #pragma once
+
+#include <functional>
+#include <string>
 
 #include "discovery/inventory.h"
 #include "discovery/pci_names.h"
@@ -9,8 +15,11 @@
 
 namespace vfio_dra::discovery {
 
-// `names` may be null (no names are filled in).
-Inventory ScanInventory(const SysfsReader& sysfs, PciNames* names);
+// True for a PCI function whose kernel lock an operation of this daemon is blocked in.
+using DeviceBusy = std::function<bool(const std::string& address)>;
+
+// `names` may be null (no names are filled in); so may `busy` (no device is busy).
+Inventory ScanInventory(const SysfsReader& sysfs, PciNames* names, const DeviceBusy& busy = {});
 
 // One PCI function, read now (no names): what device preparation re-checks before it touches a
 // device. kNotFound when the device is gone.

@@ -6,9 +6,9 @@
 namespace vfio_dra::discovery {
 
 std::shared_ptr<const NodeScan> ScanNode(const SysfsReader& sysfs, PciNames* names,
-                                         const AdminPolicy& policy) {
+                                         const AdminPolicy& policy, const DeviceBusy& busy) {
   auto scan = std::make_shared<NodeScan>();
-  scan->inventory = ScanInventory(sysfs, names);
+  scan->inventory = ScanInventory(sysfs, names, busy);
   scan->selection = SelectDevices(scan->inventory, policy);
   return scan;
 }

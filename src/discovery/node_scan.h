@@ -8,6 +8,7 @@
 #include "discovery/admin_policy.h"
 #include "discovery/device_selection.h"
 #include "discovery/inventory.h"
+#include "discovery/inventory_scanner.h"
 #include "discovery/pci_names.h"
 #include "discovery/sysfs_reader.h"
 
@@ -18,9 +19,9 @@ struct NodeScan {
   DeviceSelection selection;
 };
 
-// Scans the node under `policy`; `names` may be null.
+// Scans the node under `policy`; `names` and `busy` may be null (see ScanInventory).
 std::shared_ptr<const NodeScan> ScanNode(const SysfsReader& sysfs, PciNames* names,
-                                         const AdminPolicy& policy);
+                                         const AdminPolicy& policy, const DeviceBusy& busy = {});
 
 // A stable summary of what matters to publishing (published devices, their attributes and the
 // mdev types with their counts); two scans with equal fingerprints publish the same slices.

@@ -35,8 +35,16 @@ std::optional<uint32_t> HexAttribute(const slicepublisher::SliceDevice& device,
 }
 
 // The functions of `group` that must be bound with the device: every PCI function but bridges.
-Result<std::vector<std::string>> GroupFunctions(const discovery::SysfsReader& sysfs, int group,
+// An error when `address` is held by a blocked operation of ours.
+Status CheckNotBusy(const PlanContext& context, const std::string& address) {
+  if (!context.busy) return Status::Ok();
+  if (auto busy = context.busy(address)) return MakeError(ErrorKind::kUnavailable, *busy);
+  return Status::Ok();
+}
+
+Result<std::vector<std::string>> GroupFunctions(const PlanContext& context, int group,
                                                 const std::string& device) {
+  const discovery::SysfsReader& sysfs = context.sysfs;
   const std::string dir = "kernel/iommu_groups/" + std::to_string(group) + "/devices";
   auto entries = sysfs.List(dir);
   if (!entries.ok()) {
@@ -46,6 +54,9 @@ Result<std::vector<std::string>> GroupFunctions(const discovery::SysfsReader& sy
   for (const std::string& entry : *entries) {
     auto address = discovery::CanonicalBdf(entry);
     if (!address.ok() || *address == device) continue;
+    if (Status s = CheckNotBusy(context, *address); !s.ok()) {
+      return s.error().Wrap("IOMMU group " + std::to_string(group) + " of " + device);
+    }
     auto fn = discovery::ReadPciFunction(sysfs, *address);
     if (!fn.ok()) {
       return fn.error().Wrap("IOMMU group " + std::to_string(group) + " of " + device +
@@ -78,6 +89,9 @@ Result<PlannedDevice> PlanPci(PlannedDevice planned, const PlanContext& context)
     return MakeError(ErrorKind::kInternal, "published device " + name + " has no " + kPciBusId);
   }
   planned.address = *address;
+  if (Status s = CheckNotBusy(context, *address); !s.ok()) {
+    return s.error().Wrap("device " + name);
+  }
   auto fn = discovery::ReadPciFunction(context.sysfs, *address);
   if (!fn.ok()) {
     if (fn.error().kind == ErrorKind::kNotFound) {
@@ -123,7 +137,7 @@ Result<PlannedDevice> PlanPci(PlannedDevice planned, const PlanContext& context)
   }
   if (fn->iommu_group) {
     planned.iommu_group = *fn->iommu_group;
-    auto functions = GroupFunctions(context.sysfs, *fn->iommu_group, *address);
+    auto functions = GroupFunctions(context, *fn->iommu_group, *address);
     if (!functions.ok()) return functions.error();
     planned.functions = std::move(*functions);
   } else {
@@ -149,6 +163,7 @@ Result<PlannedDevice> PlanMdev(PlannedDevice planned, const PlanContext& context
   planned.kind = PlannedKind::kMdev;
   planned.mdev = {*parent, *type, *uuid};
   planned.mdev_created_by_driver = name != slicepublisher::ForeignMdevDeviceName(*uuid);
+  if (Status s = CheckNotBusy(context, *parent); !s.ok()) return s.error().Wrap("device " + name);
   if (!context.sysfs.Exists("class/mdev_bus/" + *parent)) {
     return MakeError(ErrorKind::kFailedPrecondition,
                      "device " + name + ": the mdev parent " + *parent +

@@ -6,6 +6,7 @@
 // a group with a function left on a host driver cannot be opened.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -43,6 +44,9 @@ struct PlanContext {
   std::string node_name;
   const slicepublisher::PublishedDevices& published;
   const discovery::SysfsReader& sysfs;
+  // Why a PCI function cannot be touched now (an earlier operation on it is blocked in the
+  // kernel); its attributes are not even read then, since the reads would block too. May be null.
+  std::function<std::optional<std::string>(const std::string& address)> busy;
 };
 
 // One entry per result, in the order of `ours`; the first problem fails the whole claim.

@@ -113,16 +113,21 @@ void ServeDaemon::BuildPublishing() {
 
   discovery::DeviceWatcherOptions watch_options;
   watch_options.rescan_interval = std::chrono::seconds(options_.rescan_interval_seconds);
-  watcher_.emplace([this] { return discovery::ScanNode(*sysfs_, names_.get(), policy_); },
-                   [this](const std::shared_ptr<const discovery::NodeScan>& scan) {
-                     log_.Info("node devices",
-                               {{"pci_devices", std::to_string(scan->selection.devices.size())},
-                                {"mdev_types", std::to_string(scan->selection.mdev_types.size())},
-                                {"policy", policy_.source}});
-                     reconciler_->SetScan(scan);
-                   },
-                   watch_options, root_.WithComponent("discovery"),
-                   [this] { return discovery::ProbeDeviceState(*sysfs_); });
+  watcher_.emplace(
+      [this] {
+        return discovery::ScanNode(
+            *sysfs_, names_.get(), policy_,
+            [this](const std::string& address) { return preparer_->DeviceBusy(address); });
+      },
+      [this](const std::shared_ptr<const discovery::NodeScan>& scan) {
+        log_.Info("node devices",
+                  {{"pci_devices", std::to_string(scan->selection.devices.size())},
+                   {"mdev_types", std::to_string(scan->selection.mdev_types.size())},
+                   {"policy", policy_.source}});
+        reconciler_->SetScan(scan);
+      },
+      watch_options, root_.WithComponent("discovery"),
+      [this] { return discovery::ProbeDeviceState(*sysfs_); });
 }
 
 void ServeDaemon::BuildKubeletServices() {

@@ -58,8 +58,9 @@ VfioDevicePreparer::VfioDevicePreparer(PreparerOptions options, const discovery:
       sysfs_(sysfs),
       published_(published),
       checkpoint_(std::move(checkpoint)),
-      binder_(sysfs, writer, vfio::BinderOptions{options_.unbind_timeout}),
-      mdevs_(sysfs, writer),
+      gate_(writer),
+      binder_(sysfs, gate_, vfio::BinderOptions{options_.unbind_timeout, options_.dev_root}),
+      mdevs_(sysfs, writer, gate_, options_.unbind_timeout),
       nodes_(sysfs, options_.dev_root),
       cdi_(options_.cdi_dir),
       metadata_(options_.plugin_data_dir, cdi::SpecDirectory(options_.cdi_dir),
@@ -163,7 +164,7 @@ Result<PciIdentity> VfioDevicePreparer::ReadIdentity(const std::string& address)
 
 Status VfioDevicePreparer::RecordStart(const kube::ResourceClaim& claim,
                                        const std::vector<PlannedDevice>& plan, ClaimRecord& record,
-                                       bool& changed) {
+                                       bool& changed, Deadline deadline) {
   record.uid = claim.uid;
   record.namespace_ = claim.namespace_;
   record.name = claim.name;
@@ -175,7 +176,7 @@ Status VfioDevicePreparer::RecordStart(const kube::ResourceClaim& claim,
     if (device.kind == PlannedKind::kPci) {
       for (const std::string& address : device.functions) {
         if (!recorded.insert(address).second) continue;
-        auto original = binder_.Inspect(address);
+        auto original = binder_.Inspect(address, deadline);
         if (!original.ok()) return original.error();
         auto identity = ReadIdentity(address);
         if (!identity.ok()) return identity.error();
@@ -383,7 +384,8 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Apply(const kube::Resour
       for (const std::string& address : device.functions) {
         if (deadline.Expired()) return out_of_time("binding " + address);
         Step("bind:" + address);
-        if (Status s = Timed("bind", [&] { return binder_.BindToVfio(address); }); !s.ok()) {
+        if (Status s = Timed("bind", [&] { return binder_.BindToVfio(address, deadline); });
+            !s.ok()) {
           return s.error().Wrap("device " + device.result.device);
         }
       }
@@ -429,6 +431,11 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Prepare(
   if (!IsObjectUid(claim.uid)) {
     return MakeError(ErrorKind::kInvalidArgument, who + ": uid is not a valid object UID");
   }
+  if (deadline.Expired()) {
+    return MakeError(ErrorKind::kDeadlineExceeded,
+                     who + ": not started: the kubelet's deadline for this call has passed; its "
+                           "retry prepares the claim");
+  }
   const CheckpointView view = LoadView();
   if (view.listing_error) {
     // Without every record, a device held by another claim could be handed out twice.
@@ -444,8 +451,10 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Prepare(
   auto plan =
       was_completed && existing->replayable
           ? PlanFromRecord(*existing, ours)
-          : PlanClaim(claim, ours,
-                      PlanContext{options_.driver_name, options_.node_name, published_, sysfs_});
+          : PlanClaim(
+                claim, ours,
+                PlanContext{options_.driver_name, options_.node_name, published_, sysfs_,
+                            [this](const std::string& address) { return binder_.Busy(address); }});
   if (!plan.ok()) return plan.error().Wrap(who);
   if (Status s = CheckOverlap(view, claim.uid, *plan); !s.ok()) return s.error().Wrap(who);
   if (earlier_boot) {
@@ -455,7 +464,7 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Prepare(
   ClaimRecord record = existing != nullptr ? *existing : ClaimRecord{};
   if (!was_completed) record.state = PrepareState::kPrepareStarted;
   bool changed = existing == nullptr || earlier_boot;
-  if (Status s = RecordStart(claim, *plan, record, changed); !s.ok()) {
+  if (Status s = RecordStart(claim, *plan, record, changed, deadline); !s.ok()) {
     return s.error().Wrap(who + ": cannot record the prepare in the checkpoint");
   }
   if (changed) {
@@ -529,7 +538,8 @@ Status VfioDevicePreparer::Undo(const ClaimRecord& record, Deadline deadline) {
     }
     if (out_of_time("removing mdev " + it->uuid)) break;
     Step("mdev-remove:" + it->uuid);
-    if (Status s = Timed("mdev_remove", [&] { return mdevs_.Remove(it->uuid); }); !s.ok()) {
+    if (Status s = Timed("mdev_remove", [&] { return mdevs_.Remove(it->uuid, deadline); });
+        !s.ok()) {
       note(s.error());
     }
   }
@@ -547,7 +557,7 @@ Status VfioDevicePreparer::Undo(const ClaimRecord& record, Deadline deadline) {
     }
     if (out_of_time("restoring " + it->address)) break;
     Step("restore:" + it->address);
-    auto warning = Timed("restore", [&] { return binder_.Restore(it->Binding()); });
+    auto warning = Timed("restore", [&] { return binder_.Restore(it->Binding(), deadline); });
     if (!warning.ok()) {
       note(warning.error());
     } else if (!warning->empty()) {

@@ -38,6 +38,7 @@
 #include "plugin/device_preparer.h"
 #include "plugin/prepare_checkpoint.h"
 #include "slicepublisher/published_devices.h"
+#include "vfio/device_lock_gate.h"
 #include "vfio/mdev_lifecycle.h"
 #include "vfio/sysfs_writer.h"
 #include "vfio/vfio_nodes.h"
@@ -92,6 +93,9 @@ class VfioDevicePreparer final : public DevicePreparer {
   std::shared_ptr<const std::vector<PreparedTarget>> Prepared() const;
   // Address -> original driver of every function a claim holds; safe from any thread (discovery).
   std::shared_ptr<const std::map<std::string, std::string>> ManagedOriginalDrivers() const;
+  // True while an operation of ours on the PCI function is blocked in the kernel holding its
+  // device lock; safe from any thread (rescans skip its lock-taking attributes).
+  bool DeviceBusy(const std::string& address) const { return gate_.Held(address).has_value(); }
 
  private:
   VfioDevicePreparer(PreparerOptions options, const discovery::SysfsReader& sysfs,
@@ -104,7 +108,7 @@ class VfioDevicePreparer final : public DevicePreparer {
   void Note(const CheckpointView& view);
   // Adds what `plan` needs to `record`; sets `changed` when something was added.
   Status RecordStart(const kube::ResourceClaim& claim, const std::vector<PlannedDevice>& plan,
-                     ClaimRecord& record, bool& changed);
+                     ClaimRecord& record, bool& changed, Deadline deadline);
   Result<PciIdentity> ReadIdentity(const std::string& address) const;
   // A device another claim holds (a function, an mdev, or the parent of either) is refused.
   Status CheckOverlap(const CheckpointView& view, const std::string& uid,
@@ -128,6 +132,7 @@ class VfioDevicePreparer final : public DevicePreparer {
   const discovery::SysfsReader& sysfs_;
   const slicepublisher::PublishedDevices& published_;
   PrepareCheckpoint checkpoint_;
+  vfio::DeviceLockGate gate_;
   vfio::VfioPciBinder binder_;
   vfio::MdevLifecycle mdevs_;
   vfio::VfioNodes nodes_;

@@ -2,7 +2,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
+#include "base/file_io.h"
 #include "discovery/sysfs_parse.h"
 
 namespace vfio_dra::vfio {
@@ -80,13 +82,22 @@ Result<bool> MdevLifecycle::Create(const MdevIdentity& mdev) {
   return true;
 }
 
-Status MdevLifecycle::Remove(const std::string& uuid) {
+Status MdevLifecycle::Remove(const std::string& uuid, Deadline deadline) {
   if (!Exists(uuid)) return Status::Ok();
-  const int err = writer_.Write(sysfs_.Path(InstancePath(uuid) + "/remove"), "1");
-  if (err != 0 && Exists(uuid)) {
+  auto real = sysfs_.RealPath(InstancePath(uuid));
+  if (!real.ok()) return real.error().Wrap("cannot find the parent of mdev " + uuid);
+  // The instance lives in its parent's directory; the parent's lock is the one that can be held.
+  const std::string parent = std::filesystem::path(*real).parent_path().filename().string();
+  auto err = gate_.Write(parent, sysfs_.Path(InstancePath(uuid) + "/remove"), "1",
+                         deadline.RemainingOr(timeout_));
+  if (!err.ok()) {
+    return err.error().Wrap("removing mdev " + uuid +
+                            " (it is probably still in use by a VM; retry once it is let go)");
+  }
+  if (*err != 0 && Exists(uuid)) {
     return MakeError(ErrorKind::kFailedPrecondition,
-                     "removing mdev " + uuid + " failed: " + std::strerror(err) +
-                         (err == EBUSY ? " (it is still in use by a VM)" : ""));
+                     "removing mdev " + uuid + " failed: " + ErrnoText(*err) +
+                         (*err == EBUSY ? " (it is still in use by a VM)" : ""));
   }
   return Status::Ok();
 }

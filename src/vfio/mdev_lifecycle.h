@@ -7,8 +7,10 @@
 
 #include <string>
 
+#include "base/deadline.h"
 #include "base/result.h"
 #include "discovery/sysfs_reader.h"
+#include "vfio/device_lock_gate.h"
 #include "vfio/sysfs_writer.h"
 
 namespace vfio_dra::vfio {
@@ -22,13 +24,15 @@ struct MdevIdentity {
 
 class MdevLifecycle {
  public:
-  MdevLifecycle(const discovery::SysfsReader& sysfs, SysfsWriter& writer)
-      : sysfs_(sysfs), writer_(writer) {}
+  // Removes go through `gate`: an mdev's remove takes its parent's device lock.
+  MdevLifecycle(const discovery::SysfsReader& sysfs, SysfsWriter& writer, DeviceLockGate& gate,
+                std::chrono::milliseconds timeout)
+      : sysfs_(sysfs), writer_(writer), gate_(gate), timeout_(timeout) {}
 
   // Ok(true) when this call created the instance, Ok(false) when it existed already.
   Result<bool> Create(const MdevIdentity& mdev);
-  // Removing an instance that does not exist succeeds.
-  Status Remove(const std::string& uuid);
+  // Removing an instance that does not exist succeeds; waits at most until `deadline`.
+  Status Remove(const std::string& uuid, Deadline deadline = {});
   bool Exists(const std::string& uuid) const;
   // The instance's own IOMMU group (its /dev/vfio/<group> node is what the VM opens).
   Result<int> IommuGroup(const std::string& uuid) const;
@@ -38,6 +42,8 @@ class MdevLifecycle {
 
   const discovery::SysfsReader& sysfs_;
   SysfsWriter& writer_;
+  DeviceLockGate& gate_;
+  std::chrono::milliseconds timeout_;
 };
 
 }  // namespace vfio_dra::vfio

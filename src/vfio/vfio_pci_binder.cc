@@ -1,9 +1,13 @@
 #include "vfio/vfio_pci_binder.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstring>
 
+#include "base/file_io.h"
 #include "discovery/sysfs_parse.h"
+#include "vfio/device_holders.h"
 
 namespace vfio_dra::vfio {
 namespace {
@@ -16,15 +20,48 @@ std::string DriverFile(const std::string& driver, const std::string& name) {
   return "bus/pci/drivers/" + driver + "/" + name;
 }
 
-std::string Errno(int err) {
-  return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")";
-}
-
 }  // namespace
 
-VfioPciBinder::VfioPciBinder(const discovery::SysfsReader& sysfs, SysfsWriter& writer,
+VfioPciBinder::VfioPciBinder(const discovery::SysfsReader& sysfs, DeviceLockGate& gate,
                              BinderOptions options)
-    : sysfs_(sysfs), writer_(writer), deadline_writer_(writer), options_(options) {}
+    : sysfs_(sysfs), gate_(gate), options_(std::move(options)) {}
+
+std::chrono::milliseconds VfioPciBinder::Wait(Deadline deadline) const {
+  return deadline.RemainingOr(options_.unbind_timeout);
+}
+
+std::string VfioPciBinder::Holders(const std::string& address) const {
+  // The function's group node and its vfio-dev cdevs are what a VMM holds open.
+  std::vector<dev_t> devices;
+  auto add = [&](const std::string& node) {
+    struct stat st {};
+    if (::stat(node.c_str(), &st) == 0 && S_ISCHR(st.st_mode)) devices.push_back(st.st_rdev);
+  };
+  if (auto group = sysfs_.LinkBaseName(DeviceAttribute(address, "iommu_group")); group.ok()) {
+    add(options_.dev_root + "/vfio/" + *group);
+    add(options_.dev_root + "/vfio/noiommu-" + *group);
+  }
+  if (auto cdevs = sysfs_.List(DeviceAttribute(address, "vfio-dev")); cdevs.ok()) {
+    for (const std::string& cdev : *cdevs) add(options_.dev_root + "/vfio/devices/" + cdev);
+  }
+  return DescribeHolders(FindDeviceHolders(options_.proc_root, devices));
+}
+
+Error VfioPciBinder::InUse(const std::string& address, const Error& error) const {
+  return MakeError(error.kind,
+                   error.message +
+                       "; the device is probably still in use (a VM or a host "
+                       "process holds it): " +
+                       Holders(address) +
+                       ". The kernel finishes the unbind once it is let go; retry then");
+}
+
+std::optional<std::string> VfioPciBinder::Busy(const std::string& address) const {
+  auto held = gate_.Held(address);
+  if (!held) return std::nullopt;
+  return "PCI device " + address + " is busy: an earlier " + *held + " has not returned; " +
+         Holders(address);
+}
 
 Result<std::string> VfioPciBinder::CurrentDriver(const std::string& address) const {
   if (!sysfs_.Exists("bus/pci/devices/" + address)) {
@@ -37,18 +74,27 @@ Result<std::string> VfioPciBinder::CurrentDriver(const std::string& address) con
   return driver.error().Wrap("cannot read the driver of " + address);
 }
 
-Result<std::string> VfioPciBinder::CurrentOverride(const std::string& address) const {
-  auto text = sysfs_.Read(DeviceAttribute(address, "driver_override"));
-  if (!text.ok()) return text.error().Wrap("cannot read driver_override of " + address);
+Result<std::string> VfioPciBinder::CurrentOverride(const std::string& address,
+                                                   Deadline deadline) const {
+  auto text =
+      gate_.Read(address, sysfs_.Path(DeviceAttribute(address, "driver_override")), Wait(deadline));
+  if (!text.ok()) {
+    if (text.error().kind == ErrorKind::kDeadlineExceeded ||
+        text.error().kind == ErrorKind::kUnavailable) {
+      return InUse(address, text.error());
+    }
+    return text.error().Wrap("cannot read driver_override of " + address);
+  }
   return discovery::ParseDriverOverride(*text);
 }
 
-Result<OriginalBinding> VfioPciBinder::Inspect(const std::string& address) const {
+Result<OriginalBinding> VfioPciBinder::Inspect(const std::string& address,
+                                               Deadline deadline) const {
   OriginalBinding binding;
   binding.address = address;
   auto driver = CurrentDriver(address);
   if (!driver.ok()) return driver.error();
-  auto override = CurrentOverride(address);
+  auto override = CurrentOverride(address, deadline);
   if (!override.ok()) return override.error();
   binding.driver = *driver;
   binding.override = *override;
@@ -56,43 +102,42 @@ Result<OriginalBinding> VfioPciBinder::Inspect(const std::string& address) const
   return binding;
 }
 
-Status VfioPciBinder::WriteAttribute(const std::string& relative, const std::string& value,
-                                     const std::string& what) const {
-  const int err = writer_.Write(sysfs_.Path(relative), value);
-  if (err != 0) {
+Status VfioPciBinder::WriteAttribute(const std::string& address, const std::string& relative,
+                                     const std::string& value, const std::string& what,
+                                     Deadline deadline) const {
+  auto err = gate_.Write(address, sysfs_.Path(relative), value, Wait(deadline));
+  if (!err.ok()) return InUse(address, err.error().Wrap(what));
+  if (*err != 0) {
     return MakeError(ErrorKind::kFailedPrecondition, what + ": writing \"" + value + "\" to " +
                                                          sysfs_.Path(relative) +
-                                                         " failed: " + Errno(err));
+                                                         " failed: " + ErrnoText(*err));
   }
   return Status::Ok();
 }
 
-Status VfioPciBinder::Unbind(const std::string& address, const std::string& driver) {
+Status VfioPciBinder::Unbind(const std::string& address, const std::string& driver,
+                             Deadline deadline) {
   const std::string path = sysfs_.Path(DriverFile(driver, "unbind"));
-  const int err = deadline_writer_.Write(path, address, options_.unbind_timeout);
-  if (err == 0) return Status::Ok();
-  if (err == ETIMEDOUT || err == EINPROGRESS) {
-    return MakeError(
-        ErrorKind::kDeadlineExceeded,
-        "unbinding " + address + " from " + driver + " did not finish within " +
-            std::to_string(options_.unbind_timeout.count()) +
-            " ms; the device is probably still in use (a VM or a host process holds it). The "
-            "unbind keeps waiting in the kernel; retry once the user has let go");
+  auto err = gate_.Write(address, path, address, Wait(deadline));
+  if (!err.ok()) {
+    return InUse(address, MakeError(err.error().kind, "unbinding " + address + " from " + driver +
+                                                          ": " + err.error().message));
   }
+  if (*err == 0) return Status::Ok();
   // ENODEV: the driver let go in the meantime, which is what we wanted.
-  if (err == ENODEV) {
+  if (*err == ENODEV) {
     auto now = CurrentDriver(address);
     if (now.ok() && now->empty()) return Status::Ok();
   }
-  return MakeError(ErrorKind::kFailedPrecondition, "unbinding " + address + " from " + driver +
-                                                       " (" + path + ") failed: " + Errno(err));
+  return MakeError(
+      ErrorKind::kFailedPrecondition,
+      "unbinding " + address + " from " + driver + " (" + path + ") failed: " + ErrnoText(*err));
 }
 
-bool VfioPciBinder::UnbindPending(const std::string& address, const std::string& driver) const {
-  return deadline_writer_.Blocked(sysfs_.Path(DriverFile(driver, "unbind")), address);
-}
-
-Status VfioPciBinder::BindToVfio(const std::string& address) {
+Status VfioPciBinder::BindToVfio(const std::string& address, Deadline deadline) {
+  // An earlier operation still blocked in the kernel holds the device lock: refuse now, before
+  // anything reads the driver link (the kernel removed it when the unbind began).
+  if (auto busy = Busy(address)) return MakeError(ErrorKind::kUnavailable, *busy);
   auto driver = CurrentDriver(address);
   if (!driver.ok()) return driver.error();
   if (*driver == kVfioPciDriver) return Status::Ok();
@@ -103,19 +148,23 @@ Status VfioPciBinder::BindToVfio(const std::string& address) {
                          sysfs_.Path("bus/pci/drivers/vfio-pci") +
                          " is missing); load it on the node with `modprobe vfio-pci`");
   }
-  auto override = CurrentOverride(address);
+  auto override = CurrentOverride(address, deadline);
   if (!override.ok()) return override.error();
   if (*override != kVfioPciDriver) {
-    if (Status s = WriteAttribute(DeviceAttribute(address, "driver_override"), kVfioPciDriver,
-                                  "cannot reserve " + address + " for vfio-pci");
+    if (Status s =
+            WriteAttribute(address, DeviceAttribute(address, "driver_override"), kVfioPciDriver,
+                           "cannot reserve " + address + " for vfio-pci", deadline);
         !s.ok()) {
       return s;
     }
   }
   if (!driver->empty()) {
-    if (Status s = Unbind(address, *driver); !s.ok()) return s;
+    if (Status s = Unbind(address, *driver, deadline); !s.ok()) return s;
   }
-  const int err = writer_.Write(sysfs_.Path(DriverFile(kVfioPciDriver, "bind")), address);
+  auto bound = gate_.Write(address, sysfs_.Path(DriverFile(kVfioPciDriver, "bind")), address,
+                           Wait(deadline));
+  if (!bound.ok()) return InUse(address, bound.error().Wrap("binding " + address + " to vfio-pci"));
+  const int err = *bound;
   auto now = CurrentDriver(address);
   if (!now.ok()) return now.error();
   if (*now == kVfioPciDriver) return Status::Ok();
@@ -125,7 +174,7 @@ Status VfioPciBinder::BindToVfio(const std::string& address) {
     if (err == EINVAL) hint = " (vfio-pci refuses bridges)";
     return MakeError(
         ErrorKind::kFailedPrecondition,
-        "binding " + address + " to vfio-pci failed: " + Errno(err) + hint +
+        "binding " + address + " to vfio-pci failed: " + ErrnoText(err) + hint +
             (now->empty() ? "; it is left without a driver" : "; it is now on " + *now));
   }
   return MakeError(
@@ -134,9 +183,15 @@ Status VfioPciBinder::BindToVfio(const std::string& address) {
           (now->empty() ? std::string("not bound to any driver") : "bound to " + *now));
 }
 
-Result<std::string> VfioPciBinder::Restore(const OriginalBinding& original) {
+Result<std::string> VfioPciBinder::Restore(const OriginalBinding& original, Deadline deadline) {
   const std::string& address = original.address;
   if (original.was_on_vfio) return std::string();
+  // Restoring while an earlier unbind is blocked would be undone when it completes, and every
+  // access would block behind it: keep the record and let a later unprepare finish the job.
+  if (auto busy = Busy(address)) {
+    return MakeError(ErrorKind::kUnavailable,
+                     *busy + "; it is restored once the device is released (unprepare retries)");
+  }
   auto driver = CurrentDriver(address);
   if (!driver.ok()) {
     if (driver.error().kind == ErrorKind::kNotFound) {
@@ -144,28 +199,20 @@ Result<std::string> VfioPciBinder::Restore(const OriginalBinding& original) {
     }
     return driver.error();
   }
-  if (!driver->empty() && UnbindPending(address, *driver)) {
-    // Restoring now would be undone when the blocked unbind completes: keep the record and let
-    // a later unprepare finish the job.
-    return MakeError(ErrorKind::kUnavailable,
-                     "an earlier unbind of " + address + " from " + *driver +
-                         " is still blocked in the kernel; cannot restore it until the device is "
-                         "released");
-  }
-  auto override = CurrentOverride(address);
+  auto override = CurrentOverride(address, deadline);
   if (!override.ok()) return override.error();
   if (*override != original.override) {
     // An empty override is cleared by writing a newline.
     const std::string value = original.override.empty() ? "\n" : original.override;
-    if (Status s = WriteAttribute(DeviceAttribute(address, "driver_override"), value,
-                                  "cannot restore driver_override of " + address);
+    if (Status s = WriteAttribute(address, DeviceAttribute(address, "driver_override"), value,
+                                  "cannot restore driver_override of " + address, deadline);
         !s.ok()) {
       return s.error();
     }
   }
   if (*driver == original.driver) return std::string();
   if (*driver == kVfioPciDriver) {
-    if (Status s = Unbind(address, kVfioPciDriver); !s.ok()) return s.error();
+    if (Status s = Unbind(address, kVfioPciDriver, deadline); !s.ok()) return s.error();
   } else if (!driver->empty()) {
     return "PCI device " + address + " is now bound to " + *driver + ", not to " + kVfioPciDriver +
            "; it is left there (it was on " +
@@ -177,12 +224,17 @@ Result<std::string> VfioPciBinder::Restore(const OriginalBinding& original) {
            " is left without a driver; load the module and bind it (echo " + address +
            " > /sys/bus/pci/drivers/" + original.driver + "/bind)";
   }
-  const int err = writer_.Write(sysfs_.Path(DriverFile(original.driver, "bind")), address);
+  auto bound = gate_.Write(address, sysfs_.Path(DriverFile(original.driver, "bind")), address,
+                           Wait(deadline));
+  if (!bound.ok()) {
+    return InUse(address, bound.error().Wrap("binding " + address + " back to " + original.driver));
+  }
+  const int err = *bound;
   auto now = CurrentDriver(address);
   if (!now.ok()) return now.error();
   if (*now == original.driver) return std::string();
   return "binding " + address + " back to " + original.driver + " failed" +
-         (err != 0 ? ": " + Errno(err) : std::string()) + "; it is left " +
+         (err != 0 ? ": " + ErrnoText(err) : std::string()) + "; it is left " +
          (now->empty() ? std::string("without a driver") : "on " + *now);
 }
 

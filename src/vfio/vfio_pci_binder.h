@@ -4,16 +4,20 @@
 // afterwards (the kernel reports success for a probe that bound nothing). Restoring returns a
 // function to exactly the driver and driver_override it had before, recorded by Inspect before
 // anything was touched. A function that was on vfio-pci already is used as it is and left there.
-// Every write goes to the function's own attributes or its drivers' bind/unbind files.
+// Every write goes to the function's own attributes or its drivers' bind/unbind files, and every
+// read or write that can take the kernel's device lock goes through the DeviceLockGate, bounded
+// by the caller's deadline: a function whose earlier unbind is still blocked (a VM holds it) is
+// refused at once, with the processes that hold it, instead of blocking the caller.
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 
+#include "base/deadline.h"
 #include "base/result.h"
 #include "discovery/sysfs_reader.h"
-#include "vfio/deadline_writer.h"
-#include "vfio/sysfs_writer.h"
+#include "vfio/device_lock_gate.h"
 
 namespace vfio_dra::vfio {
 
@@ -29,35 +33,42 @@ struct OriginalBinding {
 };
 
 struct BinderOptions {
-  // How long an unbind may block before the claim fails (the device is probably still in use).
+  // How long an unbind (or any lock-taking access) may block before the claim fails (the device
+  // is probably still in use); the caller's deadline shortens it.
   std::chrono::milliseconds unbind_timeout{std::chrono::seconds(20)};
+  std::string dev_root = "/dev";    // where the /dev/vfio nodes are, to find who holds them
+  std::string proc_root = "/proc";  // the processes to look through
 };
 
 class VfioPciBinder {
  public:
-  VfioPciBinder(const discovery::SysfsReader& sysfs, SysfsWriter& writer, BinderOptions options);
+  VfioPciBinder(const discovery::SysfsReader& sysfs, DeviceLockGate& gate, BinderOptions options);
 
   // The function's binding now. kNotFound when the device is gone.
-  Result<OriginalBinding> Inspect(const std::string& address) const;
+  Result<OriginalBinding> Inspect(const std::string& address, Deadline deadline = {}) const;
   // Binds the function to vfio-pci; does nothing when it is bound there already.
-  Status BindToVfio(const std::string& address);
+  Status BindToVfio(const std::string& address, Deadline deadline = {});
   // Returns the function to `original`. Problems that retrying cannot fix (the original driver
   // is not loaded, or refuses the device) leave the function unbound and come back as a warning
   // (empty when everything went back); a blocked unbind is an error, to be retried.
-  Result<std::string> Restore(const OriginalBinding& original);
+  Result<std::string> Restore(const OriginalBinding& original, Deadline deadline = {});
+  // Why the function cannot be touched now (an earlier operation on it is still blocked in the
+  // kernel), naming the processes that hold it; nothing when it can.
+  std::optional<std::string> Busy(const std::string& address) const;
 
  private:
   Result<std::string> CurrentDriver(const std::string& address) const;
-  Result<std::string> CurrentOverride(const std::string& address) const;
-  Status WriteAttribute(const std::string& relative, const std::string& value,
-                        const std::string& what) const;
-  Status Unbind(const std::string& address, const std::string& driver);
-  // An earlier unbind of the function missed its deadline and is still blocked in the kernel.
-  bool UnbindPending(const std::string& address, const std::string& driver) const;
+  Result<std::string> CurrentOverride(const std::string& address, Deadline deadline) const;
+  Status WriteAttribute(const std::string& address, const std::string& relative,
+                        const std::string& value, const std::string& what, Deadline deadline) const;
+  Status Unbind(const std::string& address, const std::string& driver, Deadline deadline);
+  std::chrono::milliseconds Wait(Deadline deadline) const;
+  // Turns a gate refusal or timeout into the error the kubelet shows, with who holds the device.
+  Error InUse(const std::string& address, const Error& error) const;
+  std::string Holders(const std::string& address) const;
 
   const discovery::SysfsReader& sysfs_;
-  SysfsWriter& writer_;
-  DeadlineWriter deadline_writer_;
+  DeviceLockGate& gate_;
   BinderOptions options_;
 };
 

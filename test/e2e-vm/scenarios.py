@@ -344,7 +344,7 @@ def scenario_refused():
 
 
 class Inotify:
-    """Just enough inotify to see the checkpoint being replaced."""
+    """Just enough inotify to see a checkpoint record being written."""
     IN_MOVED_TO = 0x80
 
     def __init__(self, directory):
@@ -371,19 +371,19 @@ def scenario_crash():
     originals = {a: driver(a) for a in ("0000:01:00.0", "0000:01:00.1", "0000:02:00.0")}
     node.start()
     wait_for(lambda: node.slices(), "slices published")
-    os.makedirs(WORK + "/data", exist_ok=True)
-    watch = Inotify(WORK + "/data")
+    os.makedirs(WORK + "/data/claims", exist_ok=True)
+    watch = Inotify(WORK + "/data/claims")
     prepare = subprocess.Popen([BUILD + "/test/kubelet-sim", "prepare", "--registrar-dir",
                                 WORK + "/registry", "--claim", f"vms/vm/{uid}"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    watch.wait("checkpoint.json")  # PrepareStarted is on disk: the daemon is now binding
+    watch.wait(uid + ".json")  # PrepareStarted is on disk: the daemon is now binding
     node.kill()
     prepare.wait()
     midway = {a: driver(a) for a in originals}
     print(f"killed mid-prepare; drivers then: {midway}")
     node.start()
-    checkpoint = json.load(open(WORK + "/data/checkpoint.json"))
-    entry = checkpoint["claims"].get(uid)
+    record = f"{WORK}/data/claims/{uid}.json"
+    entry = json.load(open(record))["claim"] if os.path.exists(record) else None
     now = {a: driver(a) for a in originals}
     if entry is None:
         check(now == originals, f"rolled back at restart: {now}")

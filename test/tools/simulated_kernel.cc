@@ -1,7 +1,9 @@
 #include "simulated_kernel.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -273,10 +275,92 @@ int SimulatedKernel::Write(const std::string& path, std::string_view value) {
   return result;
 }
 
+std::string SimulatedKernel::TargetDevice(const std::vector<std::string>& parts,
+                                          const std::string& rel, const std::string& arg) const {
+  if (rel == "bus/pci/drivers_probe") return arg;
+  if (parts.size() == 5 && parts[0] == "bus" && parts[1] == "pci" && parts[2] == "drivers") {
+    return arg;
+  }
+  if (parts.size() >= 5 && parts[0] == "bus" && parts[1] == "pci" && parts[2] == "devices") {
+    return parts[3];
+  }
+  if (parts.size() == 5 && parts[0] == "bus" && parts[1] == "mdev" && parts[2] == "devices") {
+    // An mdev's remove takes its parent's lock too.
+    std::error_code ec;
+    const fs::path real = fs::canonical(Abs("bus/mdev/devices/" + parts[3]), ec);
+    if (!ec) return real.parent_path().filename().string();
+  }
+  return "";
+}
+
+bool SimulatedKernel::DeviceLocked(const std::string& address) const {
+  struct stat st {};
+  return !address.empty() &&
+         ::lstat(Abs("bus/pci/devices/" + address + "/driver_override").c_str(), &st) == 0 &&
+         S_ISFIFO(st.st_mode);
+}
+
+void SimulatedKernel::LockDevice(const std::string& address) {
+  const std::string dir = DeviceDir(address);
+  std::vector<HeldAttribute> held;
+  for (const char* name : {"driver_override", "sriov_numvfs"}) {
+    const std::string path = Abs(dir + "/" + name);
+    if (!fs::is_regular_file(path)) continue;
+    HeldAttribute attribute{name, ReadText(path), -1};
+    fs::remove(path);
+    if (::mkfifo(path.c_str(), 0644) != 0) {
+      throw std::runtime_error("simulated kernel: mkfifo " + path + ": " + std::strerror(errno));
+    }
+    attribute.fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    held.push_back(std::move(attribute));
+  }
+  locked_[address] = std::move(held);
+}
+
+void SimulatedKernel::UnlockDevice(const std::string& address) {
+  auto it = locked_.find(address);
+  if (it == locked_.end()) return;
+  const std::string dir = DeviceDir(address);
+  for (HeldAttribute& attribute : it->second) {
+    // The file comes back first (new opens see it), then blocked readers get the value.
+    const std::string path = Abs(dir + "/" + attribute.name);
+    WriteText(path + ".unlocked", attribute.content);
+    fs::rename(path + ".unlocked", path);
+    if (attribute.fd >= 0) {
+      (void)!::write(attribute.fd, attribute.content.data(), attribute.content.size());
+      ::close(attribute.fd);
+    }
+  }
+  locked_.erase(it);
+}
+
+void SimulatedKernel::WaitWhileLocked(const std::string& address,
+                                      std::unique_lock<std::mutex>& lock) {
+  while (DeviceLocked(address)) {
+    const std::string path = Abs("bus/pci/devices/" + address + "/driver_override");
+    lock.unlock();
+    // Blocks until the holder (here or in another process) lets go: it writes and closes. A
+    // FIFO nobody holds any more (its holder was killed) reads end of file at once.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    ssize_t n = -1;
+    if (fd >= 0) {
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+      char buffer[256];
+      n = ::read(fd, buffer, sizeof buffer);
+      ::close(fd);
+    }
+    lock.lock();
+    // A holder that lets go puts the file back before it writes and closes; a FIFO still there
+    // after end of file, held by no one here, was left by a holder that was killed.
+    if (n <= 0 && DeviceLocked(address) && locked_.count(address) == 0) return;
+  }
+}
+
 int SimulatedKernel::Apply(const std::string& rel, const std::string& value,
                            std::unique_lock<std::mutex>& lock) {
   const std::vector<std::string> parts = Split(rel);
   const std::string arg = Trim(value);
+  WaitWhileLocked(TargetDevice(parts, rel, arg), lock);
   if (rel == "bus/pci/drivers_probe") return Probe(arg);
   if (parts.size() == 5 && parts[0] == "bus" && parts[1] == "pci" && parts[2] == "drivers") {
     if (!fs::exists(Abs(rel))) return ENOENT;
@@ -366,11 +450,18 @@ int SimulatedKernel::Unbind(const std::string& driver, const std::string& addres
                             std::unique_lock<std::mutex>& lock) {
   if (DeviceDir(address).empty() || DriverOf(address) != driver) return ENODEV;
   if (hang_unbind_.count(address) != 0 && !released_) {
+    // As __device_release_driver: the driver links go, then the driver's remove() waits for the
+    // VFIO user with the device lock held.
+    const std::string dir = DeviceDir(address);
+    fs::remove(Abs(dir + "/driver"));
+    fs::remove(Abs("bus/pci/drivers/" + driver + "/" + address));
+    LockDevice(address);
     ++hanging_;
     cv_.notify_all();
     cv_.wait(lock, [&] { return released_; });
     --hanging_;
-    if (DeviceDir(address).empty() || DriverOf(address) != driver) return ENODEV;
+    UnlockDevice(address);
+    if (DeviceDir(address).empty()) return 0;
   }
   DoUnbind(driver, address);
   return 0;

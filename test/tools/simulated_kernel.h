@@ -8,6 +8,16 @@
 // every write, so tests can check that nothing outside the managed devices' attributes was
 // written. What the tree cannot hold (which host driver matches a device) is kept next to it in
 // "<sysfs root>.sim.json", so a restarted daemon process sees the same kernel.
+//
+// The device lock, as the kernel has it during an unbind that waits for a VFIO user: the driver
+// links go first (driver_sysfs_remove runs before the driver's remove()), then the device lock is
+// held until the user lets go. While it is held, reads of the device's lock-taking attributes
+// (driver_override, sriov_numvfs) block, and so do writes to them, binds, unbinds and probes of
+// the device and removes of its mdevs. Reads block through the file system, for any process: the
+// attributes are replaced by FIFOs that the holder keeps open, so open() succeeds and read()
+// waits; on release the files come back and a blocked reader gets the value (or, when several
+// wait, end of file: the one difference from the kernel, which gives each the value). A FIFO at
+// driver_override is the lock as other simulated kernels (other processes) see it.
 #pragma once
 
 #include <condition_variable>
@@ -77,6 +87,16 @@ class SimulatedKernel final : public vfio::SysfsWriter {
   int RemoveMdev(const std::string& uuid);
   int SetNumVfs(const std::string& address, const std::string& value);
 
+  // The device lock (see the header comment). Called with mu_ held.
+  void LockDevice(const std::string& address);
+  void UnlockDevice(const std::string& address);
+  bool DeviceLocked(const std::string& address) const;
+  // Waits, with mu_ released, until `address` is not locked (by this or another process).
+  void WaitWhileLocked(const std::string& address, std::unique_lock<std::mutex>& lock);
+  // The PCI device a write to `rel` with `arg` acts on ("" when none).
+  std::string TargetDevice(const std::vector<std::string>& parts, const std::string& rel,
+                           const std::string& arg) const;
+
   void AddBootTimeNodes();
   void DoBind(const std::string& driver, const std::string& address);
   void DoUnbind(const std::string& driver, const std::string& address);
@@ -107,6 +127,12 @@ class SimulatedKernel final : public vfio::SysfsWriter {
   int hanging_ = 0;
   int in_flight_ = 0;
   int fail_mdev_create_ = 0;
+  struct HeldAttribute {
+    std::string name;     // relative to the device directory
+    std::string content;  // what the attribute read before the lock
+    int fd = -1;          // the FIFO, held open read-write so readers' open() never blocks
+  };
+  std::map<std::string, std::vector<HeldAttribute>> locked_;  // address -> its FIFOs
   std::vector<SimWrite> writes_;
 };
 

@@ -77,6 +77,7 @@ class PrepareTest : public ::testing::Test {
     options.dev_root = DevRoot();
     options.unbind_timeout = unbind_timeout_;
     options.boot_id_file = node_->dir() + "/boot_id";
+    options.before_step = step_hook_;
     fs::create_directories(DataDir());
     fs::create_directories(CdiDir());
     auto opened =
@@ -170,6 +171,7 @@ class PrepareTest : public ::testing::Test {
   slicepublisher::MdevCapacityMemory capacity_;
   slicepublisher::PublishedDevices published_;
   std::unique_ptr<plugin::VfioDevicePreparer> preparer_;
+  std::function<void(const std::string&)> step_hook_;
   std::chrono::milliseconds unbind_timeout_{std::chrono::seconds(5)};
 };
 
@@ -544,7 +546,7 @@ TEST_F(PrepareTest, AnUnbindThatHangsFailsTheClaimAtTheDeadlineAndUnprepareFinis
   EXPECT_TRUE(CdiFiles().empty());
   Status blocked = Unprepare();
   ASSERT_FALSE(blocked.ok());
-  EXPECT_THAT(blocked.error().message, HasSubstr("still blocked in the kernel"));
+  EXPECT_THAT(blocked.error().message, HasSubstr("has not returned"));
   kernel_->ReleaseHangs();
   kernel_->WaitIdle();
   // The blocked unbind completes once released; unprepare then returns the function home. (The
@@ -840,19 +842,35 @@ TEST_F(PrepareTest, TwoInstancesOnOneDataDirSeeEachOthersWork) {
   EXPECT_TRUE(preparer_->checkpoint().Load().claims.empty());
 }
 
-// When the kubelet's deadline has passed, nothing more is started: the record stays so the retry
-// (or the unprepare) finishes the job, and no half-done prepare is rolled back behind its back.
+// When the kubelet's deadline has passed, nothing more is started: a claim whose turn comes too
+// late is not touched at all; one that runs out of time midway keeps its record so the retry (or
+// the unprepare) finishes the job, and is not rolled back behind the kubelet's back.
 TEST_F(PrepareTest, AnExpiredDeadlineStartsNoDeviceWorkAndKeepsTheRecordForTheRetry) {
   Use("workstation");
-  const Deadline passed(std::chrono::steady_clock::now() - std::chrono::seconds(1));
   auto claim = Claim({{"gpu", "gpu-0000-01-00-0"}});
+  const Deadline passed(std::chrono::steady_clock::now() - std::chrono::seconds(1));
   auto late = preparer_->Prepare(claim, claim.allocation->results, passed);
   ASSERT_FALSE(late.ok());
   EXPECT_EQ(late.error().kind, ErrorKind::kDeadlineExceeded);
-  EXPECT_THAT(late.error().message, HasSubstr("deadline"));
+  EXPECT_THAT(late.error().message, HasSubstr("not started"));
+  EXPECT_FALSE(Recorded(kUid).has_value());
+  EXPECT_TRUE(kernel_->Writes().empty());
+
+  // The deadline passes while the record is being written (the hook waits it out).
+  const Deadline soon = Deadline::After(std::chrono::milliseconds(50));
+  step_hook_ = [soon](const std::string& step) {
+    if (step != "checkpoint:started") return;
+    while (!soon.Expired()) std::this_thread::yield();
+  };
+  Open();
+  auto midway = preparer_->Prepare(claim, claim.allocation->results, soon);
+  ASSERT_FALSE(midway.ok());
+  EXPECT_EQ(midway.error().kind, ErrorKind::kDeadlineExceeded);
   EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
   ASSERT_TRUE(Recorded(kUid).has_value());
   EXPECT_EQ(Recorded(kUid)->state, plugin::PrepareState::kPrepareStarted);
+  step_hook_ = nullptr;
+  Open();
   auto retry = Prepare(claim);
   ASSERT_TRUE(retry.ok()) << retry.error().message;
   EXPECT_EQ(Driver("0000:01:00.0"), "vfio-pci");
