@@ -84,10 +84,25 @@ Status WriteFileAtomically(const std::string& path, const std::string& contents,
     return MakeError(ErrorKind::kUnavailable,
                      "cannot rename " + tmp + " to " + path + ": " + ErrnoText(err));
   }
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
+  // The rename is durable only once the directory is: a failure here is a failure of the write.
+  if (Status s = SyncDirectory(dir); !s.ok()) {
+    return s.error().Wrap("wrote " + path + " but cannot make it durable");
+  }
+  return Status::Ok();
+}
+
+Status SyncDirectory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    return MakeError(ErrorKind::kUnavailable,
+                     "cannot open directory " + dir + " to fsync it: " + ErrnoText(errno));
+  }
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) {
+    return MakeError(ErrorKind::kUnavailable,
+                     "cannot fsync directory " + dir + ": " + ErrnoText(err));
   }
   return Status::Ok();
 }

@@ -14,8 +14,12 @@ namespace vfio_dra {
 // Reads a whole file; refuses files larger than `max_bytes` so a bad path cannot exhaust memory.
 Result<std::string> ReadFileToString(const std::string& path, size_t max_bytes = 16 << 20);
 
-// Writes `contents` to `path` atomically with file mode `mode`.
+// Writes `contents` to `path` atomically with file mode `mode`; an error unless the new file and
+// its directory entry are both on disk.
 Status WriteFileAtomically(const std::string& path, const std::string& contents, mode_t mode);
+
+// Makes the entries of `dir` durable (after a rename or unlink in it).
+Status SyncDirectory(const std::string& dir);
 
 // Describes errno as "<strerror> (errno N)".
 std::string ErrnoText(int err);

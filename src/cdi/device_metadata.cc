@@ -64,8 +64,8 @@ Status MetadataStore::CheckNames(const RequestMetadata& metadata) const {
 }
 
 std::string MetadataStore::HostPath(const RequestMetadata& metadata) const {
-  return plugin_data_dir_ + "/dra-device-metadata/" + metadata.claim_namespace + "_" +
-         metadata.claim_name + "/" + metadata.request + "/metadata.json";
+  return plugin_data_dir_ + "/dra-device-metadata/" + metadata.claim_uid + "/" + metadata.request +
+         "/metadata.json";
 }
 
 std::string MetadataStore::ContainerPath(const RequestMetadata& metadata) const {
@@ -118,10 +118,27 @@ Status MetadataStore::RemoveClaim(const std::string& claim_namespace, const std:
     if (Status s = cdi_.Remove(file); !s.ok()) return s;
   }
   std::error_code ec;
-  const std::string dir =
-      plugin_data_dir_ + "/dra-device-metadata/" + claim_namespace + "_" + claim_name;
+  const std::string base = plugin_data_dir_ + "/dra-device-metadata/";
+  const std::string dir = base + claim_uid;
   std::filesystem::remove_all(dir, ec);
   if (ec) return MakeError(ErrorKind::kUnavailable, "cannot remove " + dir + ": " + ec.message());
+  // The earlier layout kept a claim's files under <namespace>_<claim>; that name may now be a
+  // re-created claim's, so the directory goes only when every file in it is this UID's.
+  const std::string legacy = base + claim_namespace + "_" + claim_name;
+  if (!std::filesystem::is_directory(legacy, ec)) return Status::Ok();
+  for (const auto& request : std::filesystem::directory_iterator(legacy, ec)) {
+    auto text = ReadFileToString((request.path() / "metadata.json").string(), 1 << 20);
+    if (!text.ok()) continue;
+    const auto json = nlohmann::json::parse(*text, nullptr, false);
+    if (json.is_discarded() || !json.contains("metadata") || !json["metadata"].is_object() ||
+        json["metadata"].value("uid", "") != claim_uid) {
+      return Status::Ok();
+    }
+  }
+  std::filesystem::remove_all(legacy, ec);
+  if (ec) {
+    return MakeError(ErrorKind::kUnavailable, "cannot remove " + legacy + ": " + ec.message());
+  }
   return Status::Ok();
 }
 

@@ -1,7 +1,9 @@
 // The per-request device metadata file of KEP-5304 that KubeVirt's virt-launcher (v1.8.3+) reads
 // to find a device's PCI address or mdev UUID, and the CDI spec that bind-mounts it into the
 // container:
-//   host:      <plugin-data-dir>/dra-device-metadata/<namespace>_<claim>/<request>/metadata.json
+//   host:      <plugin-data-dir>/dra-device-metadata/<claimUID>/<request>/metadata.json (by UID:
+//              a claim deleted and re-created under the same name is another claim, and
+//              neither may overwrite or remove the other's file)
 //   container: /var/run/kubernetes.io/dra-device-attributes/resourceclaims/<claim>/<request>/
 //              <driver>-metadata.json (resourceclaimtemplates/<podClaimName>/... for template
 //              claims)
@@ -63,6 +65,8 @@ class MetadataStore {
   // CDI device ID to append to the request's first device.
   Result<std::string> Write(const RequestMetadata& metadata) const;
   // Removes every metadata file and metadata CDI spec of the claim; succeeds when none exist.
+  // A directory of the earlier layout (<namespace>_<claim>) is removed only when the files in it
+  // belong to this claim's UID.
   Status RemoveClaim(const std::string& claim_namespace, const std::string& claim_name,
                      const std::string& claim_uid) const;
 

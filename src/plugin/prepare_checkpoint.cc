@@ -222,22 +222,6 @@ ClaimRecord RecordFromVersion1(const std::string& uid, const std::string& boot_i
   return r;
 }
 
-Status SyncDirectory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) {
-    return MakeError(ErrorKind::kUnavailable, "cannot open directory " + dir +
-                                                  " to make a change durable: " + ErrnoText(errno));
-  }
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) {
-    return MakeError(ErrorKind::kUnavailable,
-                     "cannot fsync directory " + dir + ": " + ErrnoText(err));
-  }
-  return Status::Ok();
-}
-
 // Moves an unusable file aside; returns the problem text for the log.
 std::string MoveAside(const std::string& path, const std::string& reason,
                       const std::string& consequence) {

@@ -433,8 +433,9 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Prepare(
   }
   if (deadline.Expired()) {
     return MakeError(ErrorKind::kDeadlineExceeded,
-                     who + ": not started: the kubelet's deadline for this call has passed; its "
-                           "retry prepares the claim");
+                     who +
+                         ": not started: the kubelet's deadline for this call has passed; its "
+                         "retry prepares the claim");
   }
   const CheckpointView view = LoadView();
   if (view.listing_error) {

@@ -242,7 +242,7 @@ TEST_F(PrepareDaemonTest, AClaimOfEachKindIsPreparedAndUnpreparedThroughTheKubel
               std::string(kDriver) + "/metadata=" + c.uid + "_" + c.request);
     for (const std::string& f : c.bound) EXPECT_EQ(Driver(f), "vfio-pci") << f;
     EXPECT_TRUE(fs::exists(dir_ + "/cdi/vfio.dra.io-vfio_" + c.uid + ".json"));
-    EXPECT_TRUE(fs::exists(dir_ + "/data/dra-device-metadata/vms_" + c.name + "/" + c.request +
+    EXPECT_TRUE(fs::exists(dir_ + "/data/dra-device-metadata/" + c.uid + "/" + c.request +
                            "/metadata.json"));
   }
   EXPECT_EQ(Driver("0000:3b:00.0"), "nvidia");

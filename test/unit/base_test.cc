@@ -70,5 +70,17 @@ TEST(ReadFileToString, ReportsMissingFileAndSizeCap) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(FileIo, DurabilityFailuresAreErrorsNamingThePath) {
+  Status missing = SyncDirectory("/nonexistent-vfio-dra-dir");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message.find("/nonexistent-vfio-dra-dir"), std::string::npos);
+  Status not_a_dir = SyncDirectory("/proc/self/status");
+  EXPECT_FALSE(not_a_dir.ok());
+  char tmpl[] = "/tmp/vfio-dra-sync-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  EXPECT_TRUE(SyncDirectory(dir).ok());
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace vfio_dra

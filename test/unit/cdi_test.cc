@@ -126,7 +126,8 @@ TEST_F(CdiTest, MetadataFileAndItsCdiMountFollowTheKep5304Layout) {
   auto id = store.Write(m);
   ASSERT_TRUE(id.ok()) << id.error().message;
   EXPECT_EQ(*id, "vfio.dra.io/metadata=5d7e1c0a-0000-4000-8000-000000000001_gpu");
-  const std::string host = dir_ + "/plugin/dra-device-metadata/vms_vm1-gpu-x7k2p/gpu/metadata.json";
+  const std::string host =
+      dir_ + "/plugin/dra-device-metadata/5d7e1c0a-0000-4000-8000-000000000001/gpu/metadata.json";
   ASSERT_EQ(store.HostPath(m), host);
   const std::string text = ReadAll(host);
   ASSERT_FALSE(text.empty());
@@ -143,7 +144,8 @@ TEST_F(CdiTest, MetadataFileAndItsCdiMountFollowTheKep5304Layout) {
         "resource.kubernetes.io/pcieRoot": {"string": "pci0000:3a"},
         "type": {"string": "gpu"}}}]}]})"));
   EXPECT_EQ(Mode(host), 0644u);
-  EXPECT_EQ(Mode(dir_ + "/plugin/dra-device-metadata/vms_vm1-gpu-x7k2p/gpu"), 0755u);
+  EXPECT_EQ(Mode(dir_ + "/plugin/dra-device-metadata/5d7e1c0a-0000-4000-8000-000000000001/gpu"),
+            0755u);
   const std::string spec_file =
       dir_ + "/cdi/vfio.dra.io_metadata_5d7e1c0a-0000-4000-8000-000000000001_gpu.json";
   EXPECT_EQ(nlohmann::json::parse(ReadAll(spec_file)), nlohmann::json::parse(R"({
@@ -177,7 +179,8 @@ TEST_F(CdiTest, RemovingAClaimRemovesItsFilesAndIsIdempotent) {
   ASSERT_TRUE(store.Write(nic).ok());
   ASSERT_TRUE(store.Write(other).ok());
   ASSERT_TRUE(store.RemoveClaim("vms", gpu.claim_name, gpu.claim_uid).ok());
-  EXPECT_FALSE(fs::exists(dir_ + "/plugin/dra-device-metadata/vms_vm1-gpu-x7k2p"));
+  EXPECT_FALSE(
+      fs::exists(dir_ + "/plugin/dra-device-metadata/5d7e1c0a-0000-4000-8000-000000000001"));
   EXPECT_EQ(FilesUnder(dir_ + "/cdi"), 1u);  // only the other claim's spec remains
   EXPECT_TRUE(fs::exists(store.HostPath(other)));
   EXPECT_TRUE(store.RemoveClaim("vms", gpu.claim_name, gpu.claim_uid).ok());

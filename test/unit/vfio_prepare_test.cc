@@ -208,7 +208,7 @@ TEST_F(PrepareTest, GpuWithItsAudioFunctionIsBoundAsAGroupAndRestoredExactly) {
   EXPECT_EQ(st.st_mode & 0777, 0644u);
 
   const std::string host_metadata =
-      DataDir() + "/dra-device-metadata/vms_gpu-claim/gpu/metadata.json";
+      DataDir() + "/dra-device-metadata/" + kUid + "/gpu/metadata.json";
   EXPECT_EQ(
       CdiSpec(metadata_spec), json::parse(R"({"cdiVersion":"0.5.0","kind":"vfio.dra.io/metadata",
               "devices":[{"name":")" + std::string(kUid) +
@@ -253,7 +253,7 @@ TEST_F(PrepareTest, GpuWithItsAudioFunctionIsBoundAsAGroupAndRestoredExactly) {
   EXPECT_EQ(Override("0000:01:00.0"), "(null)\n");
   EXPECT_EQ(Override("0000:01:00.1"), "(null)\n");
   EXPECT_TRUE(CdiFiles().empty());
-  EXPECT_FALSE(fs::exists(DataDir() + "/dra-device-metadata/vms_gpu-claim"));
+  EXPECT_FALSE(fs::exists(DataDir() + "/dra-device-metadata/" + kUid));
   EXPECT_EQ(Recorded(kUid), std::nullopt);
   EXPECT_FALSE(fs::exists(DevRoot() + "/vfio/10"));
   ExpectWritesConfinedTo({"0000:01:00.0", "0000:01:00.1"});
@@ -305,7 +305,7 @@ TEST_F(PrepareTest, MdevIsCreatedWithItsPublishedUuidAndRemovedAtUnprepare) {
   const json spec = CdiSpec(std::string("vfio.dra.io-vfio_") + kUid + ".json");
   EXPECT_EQ(spec["devices"][0]["containerEdits"]["deviceNodes"][0]["path"], "/dev/vfio/" + *group);
   const json metadata =
-      json::parse(Slurp(DataDir() + "/dra-device-metadata/vms_gpu-claim/vgpu/metadata.json"));
+      json::parse(Slurp(DataDir() + "/dra-device-metadata/" + kUid + "/vgpu/metadata.json"));
   EXPECT_EQ(metadata["requests"][0]["devices"][0]["attributes"]["mdevUUID"],
             json({{"string", uuid}}));
 
@@ -393,7 +393,7 @@ TEST_F(PrepareTest, FilesAreCreatedWithTheirDocumentedModes) {
   EXPECT_EQ(mode(DataDir() + "/claims"), 0700u);
   EXPECT_EQ(mode(DataDir() + "/claims/" + kUid + ".json"), 0600u);
   for (const std::string& file : CdiFiles()) EXPECT_EQ(mode(CdiDir() + "/" + file), 0644u) << file;
-  const std::string metadata_dir = DataDir() + "/dra-device-metadata/vms_gpu-claim/gpu";
+  const std::string metadata_dir = DataDir() + "/dra-device-metadata/" + kUid + "/gpu";
   EXPECT_EQ(mode(metadata_dir), 0755u);
   EXPECT_EQ(mode(metadata_dir + "/metadata.json"), 0644u);
 }
@@ -410,7 +410,7 @@ TEST_F(PrepareTest, AHostileRequestNameFailsTheClaimAndTouchesNothing) {
     EXPECT_THAT(prepared.error().message, HasSubstr("request"));
     EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
     EXPECT_TRUE(CdiFiles().empty());
-    EXPECT_FALSE(fs::exists(DataDir() + "/dra-device-metadata/vms_gpu-claim"));
+    EXPECT_FALSE(fs::exists(DataDir() + "/dra-device-metadata/" + kUid));
     EXPECT_TRUE(preparer_->checkpoint().Load().claims.empty());
     EXPECT_TRUE(kernel_->Writes().empty()) << "refused before the node is touched";
   }
@@ -650,8 +650,8 @@ TEST_F(PrepareTest, TemplateClaimsGetTheirMetadataUnderThePodClaimName) {
   EXPECT_EQ(spec["devices"][0]["containerEdits"]["mounts"][0]["containerPath"],
             "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/nic/nic/"
             "vfio.dra.io-metadata.json");
-  const json metadata = json::parse(
-      Slurp(DataDir() + "/dra-device-metadata/vms_virt-launcher-vm1-nic-x7k2p/nic/metadata.json"));
+  const json metadata =
+      json::parse(Slurp(DataDir() + "/dra-device-metadata/" + kUid + "/nic/metadata.json"));
   EXPECT_EQ(metadata["podClaimName"], "nic");
   EXPECT_EQ(metadata["requests"][0]["devices"].size(), 2u);
   ASSERT_TRUE(Unprepare(kUid, "virt-launcher-vm1-nic-x7k2p").ok());
@@ -899,6 +899,31 @@ TEST_F(PrepareTest, AnUnreadableRecordFailsItsClaimAndNothingElse) {
   ASSERT_FALSE(corrupt.ok());
   EXPECT_THAT(corrupt.error().message, HasSubstr("checked and returned by hand"));
   EXPECT_TRUE(Unprepare().ok());
+}
+
+// A claim deleted and re-created under the same name is another claim (another UID): while both
+// are prepared neither overwrites the other's KubeVirt metadata file, and unpreparing the old one
+// leaves the new one's file alone. A directory of the earlier <namespace>_<name> layout goes only
+// with the claim that wrote it.
+TEST_F(PrepareTest, AClaimRecreatedUnderTheSameNameKeepsItsOwnMetadata) {
+  Use("workstation");
+  ASSERT_TRUE(Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}, kUid, "vm-gpu")).ok());
+  ASSERT_TRUE(Prepare(Claim({{"gpu", "gpu-0000-02-00-0"}}, Uid(2), "vm-gpu")).ok());
+  const std::string old_file = DataDir() + "/dra-device-metadata/" + kUid + "/gpu/metadata.json";
+  const std::string new_file = DataDir() + "/dra-device-metadata/" + Uid(2) + "/gpu/metadata.json";
+  EXPECT_EQ(json::parse(Slurp(old_file))["metadata"]["uid"], kUid);
+  EXPECT_EQ(json::parse(Slurp(new_file))["metadata"]["uid"], Uid(2));
+  // The earlier layout, as a previous version left it for the new claim: it must survive.
+  const std::string legacy = DataDir() + "/dra-device-metadata/vms_vm-gpu/gpu";
+  fs::create_directories(legacy);
+  std::ofstream(legacy + "/metadata.json") << Slurp(new_file);
+  ASSERT_TRUE(Unprepare(kUid, "vm-gpu").ok());
+  EXPECT_FALSE(fs::exists(old_file));
+  EXPECT_TRUE(fs::exists(new_file)) << "the re-created claim keeps its file";
+  EXPECT_TRUE(fs::exists(legacy + "/metadata.json")) << "not the old claim's to remove";
+  ASSERT_TRUE(Unprepare(Uid(2), "vm-gpu").ok());
+  EXPECT_FALSE(fs::exists(new_file));
+  EXPECT_FALSE(fs::exists(DataDir() + "/dra-device-metadata/vms_vm-gpu")) << "its own, removed";
 }
 
 }  // namespace
