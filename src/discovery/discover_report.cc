@@ -121,6 +121,7 @@ nlohmann::json DiscoverJson(const Inventory& inventory, const DeviceSelection& s
                   {"vendorName", fn.vendor_name},
                   {"deviceName", fn.device_name},
                   {"driver", fn.driver},
+                  {"boundByVfioDra", fn.bound_by_vfio_dra},
                   {"driverOverride", fn.driver_override},
                   {"pcieRoot", fn.pcie_root},
                   {"netdevs", fn.netdevs},

@@ -35,8 +35,12 @@ struct PciFunction {
   uint32_t revision = 0;
   std::string vendor_name;  // from pci.ids; empty when unknown
   std::string device_name;
-  std::string driver;           // bound driver, empty when none
-  std::string driver_override;  // empty when unset
+  // The bound driver, empty when none. For a function vfio-dra has bound to vfio-pci for a
+  // claim, the driver it had before (selectors and safety rules judge it by what it was, so it
+  // neither drops out of the slices nor blocks its own IOMMU group while prepared).
+  std::string driver;
+  bool bound_by_vfio_dra = false;  // `driver` is the original one; vfio-pci holds it now
+  std::string driver_override;     // empty when unset
   std::optional<int> iommu_group;
   std::optional<int> numa_node;  // absent when the kernel reports -1 or nothing
   std::string pcie_root;         // "pci0000:00", from the device's real path

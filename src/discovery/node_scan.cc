@@ -6,9 +6,16 @@
 namespace vfio_dra::discovery {
 
 std::shared_ptr<const NodeScan> ScanNode(const SysfsReader& sysfs, PciNames* names,
-                                         const AdminPolicy& policy, const DeviceBusy& busy) {
+                                         const AdminPolicy& policy, const ScanContext& context) {
   auto scan = std::make_shared<NodeScan>();
-  scan->inventory = ScanInventory(sysfs, names, busy);
+  scan->inventory = ScanInventory(sysfs, names, context.busy);
+  for (const auto& [address, original] : context.managed_original_drivers) {
+    auto it = scan->inventory.functions.find(address);
+    // Only while vfio-pci holds it: after a reboot the function is back on its own driver.
+    if (it == scan->inventory.functions.end() || it->second.driver != "vfio-pci") continue;
+    it->second.driver = original;
+    it->second.bound_by_vfio_dra = true;
+  }
   scan->selection = SelectDevices(scan->inventory, policy);
   return scan;
 }

@@ -2,6 +2,7 @@
 // daemon keeps the latest one; the slice publisher and device preparation read it.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -19,9 +20,18 @@ struct NodeScan {
   DeviceSelection selection;
 };
 
-// Scans the node under `policy`; `names` and `busy` may be null (see ScanInventory).
+// What the daemon knows beyond sysfs when it scans.
+struct ScanContext {
+  // Functions whose kernel lock an operation of ours is blocked in (see ScanInventory).
+  DeviceBusy busy;
+  // Functions vfio-dra has bound for prepared claims -> the driver each had before ("" for none).
+  std::map<std::string, std::string> managed_original_drivers;
+};
+
+// Scans the node under `policy`; `names` may be null.
 std::shared_ptr<const NodeScan> ScanNode(const SysfsReader& sysfs, PciNames* names,
-                                         const AdminPolicy& policy, const DeviceBusy& busy = {});
+                                         const AdminPolicy& policy,
+                                         const ScanContext& context = {});
 
 // A stable summary of what matters to publishing (published devices, their attributes and the
 // mdev types with their counts); two scans with equal fingerprints publish the same slices.

@@ -115,9 +115,13 @@ void ServeDaemon::BuildPublishing() {
   watch_options.rescan_interval = std::chrono::seconds(options_.rescan_interval_seconds);
   watcher_.emplace(
       [this] {
-        return discovery::ScanNode(
-            *sysfs_, names_.get(), policy_,
-            [this](const std::string& address) { return preparer_->DeviceBusy(address); });
+        discovery::ScanContext context;
+        context.busy = [this](const std::string& address) {
+          return preparer_->DeviceBusy(address);
+        };
+        preparer_->Refresh();
+        context.managed_original_drivers = *preparer_->ManagedOriginalDrivers();
+        return discovery::ScanNode(*sysfs_, names_.get(), policy_, context);
       },
       [this](const std::shared_ptr<const discovery::NodeScan>& scan) {
         log_.Info("node devices",

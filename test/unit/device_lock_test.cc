@@ -160,7 +160,7 @@ TEST_F(DeviceLockTest, ARescanSkipsTheHeldDeviceAndKeepsItPublished) {
   auto unbind = HangingUnbind();
   const auto during =
       discovery::ScanNode(*sysfs_, nullptr, discovery::AdminPolicy{},
-                          [](const std::string& address) { return address == kAudio; });
+                          {[](const std::string& address) { return address == kAudio; }, {}});
   EXPECT_EQ(during->inventory.functions.count(kAudio), 1u);
   EXPECT_EQ(during->selection.devices.size(), before->selection.devices.size());
   kernel_->ReleaseHangs();

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "discovery/node_scan.h"
 #include "unit/fixture_node.h"
 
 namespace vfio_dra::discovery {
@@ -256,6 +257,37 @@ TEST(DeviceSelection, DevicesBehindVmdAreNeverManaged) {
   EXPECT_THAT(s.functions.at("10000:01:00.0").reason,
               HasSubstr("behind a VMD controller (PCI domain 10000)"));
   EXPECT_NE(Published(s, "0000:65:00.0"), nullptr);
+}
+
+// While vfio-dra holds a prepared function on vfio-pci, the policy and the safety rules judge it by
+// the driver it had before: a `driver:` selector keeps matching (the device stays published, so
+// the kubelet's retry of the completed claim finds it) and a driverless group member bound along
+// with it does not block its own group.
+TEST(ManagedFunctions, AreJudgedByTheDriverTheyHadBefore) {
+  testing::FixtureNode node("");
+  testing::SysfsFixture fx(node.sysfs_root());
+  fx.AddPci(testing::MakePciSpec("0000:06:00.0", 0x144d, 0xa808, 0x010802, "vfio-pci", 60));
+  fx.AddPci(testing::MakePciSpec("0000:06:00.1", 0x144d, 0xa809, 0x088000, "vfio-pci", 60));
+  auto policy = ParseAdminPolicy(R"(version: v1
+select:
+  - kind: hostdev
+    driver: nvme
+)",
+                                 "policy.yaml");
+  ASSERT_TRUE(policy.ok()) << policy.error().message;
+  SysfsReader sysfs(node.sysfs_root());
+  const auto unaware = ScanNode(sysfs, nullptr, *policy);
+  EXPECT_FALSE(unaware->selection.functions.at("0000:06:00.0").published)
+      << "on vfio-pci, the function no longer matches `driver: nvme`";
+
+  ScanContext context;
+  context.managed_original_drivers = {{"0000:06:00.0", "nvme"}, {"0000:06:00.1", ""}};
+  const auto scan = ScanNode(sysfs, nullptr, *policy, context);
+  const auto& decision = scan->selection.functions.at("0000:06:00.0");
+  EXPECT_TRUE(decision.published) << decision.reason;
+  EXPECT_EQ(scan->inventory.functions.at("0000:06:00.0").driver, "nvme");
+  EXPECT_TRUE(scan->inventory.functions.at("0000:06:00.0").bound_by_vfio_dra);
+  EXPECT_EQ(scan->selection.devices.size(), 1u);
 }
 
 }  // namespace
