@@ -97,9 +97,15 @@ if [ "$REFRESH" = 1 ] || [ ! -f "$BASE/done" ]; then
   log "building the Debian 12 root file system with mmdebstrap (Essential + ${#PACKAGES[@]}" \
     "runtime packages; about a minute, most of it downloading about 35 MB)"
   started=$(date +%s)
-  # Device nodes stay out of the layer: the container runtime makes /dev.
-  SOURCE_DATE_EPOCH=$(date -u -d 2025-01-01 +%s) "${MMDEBSTRAP[@]}" 2> >(sed 's/^/  /' >&2) |
-    mmtarfilter --path-exclude='/dev/*' >"$WORK/rootfs.tar"
+  # Device nodes stay out of the layer: the container runtime makes /dev. mmdebstrap's own
+  # progress lines (I:/W:/E:) are shown as it goes; its whole log only when it fails.
+  if ! SOURCE_DATE_EPOCH=$(date -u -d 2025-01-01 +%s) "${MMDEBSTRAP[@]}" \
+    2> >(tee "$WORK/mmdebstrap.log" | grep --line-buffered -E '^[IWE]:' | sed 's/^/  /' >&2) |
+    mmtarfilter --path-exclude='/dev/*' >"$WORK/rootfs.tar"; then
+    log "mmdebstrap failed; its log:"
+    tail -n 40 "$WORK/mmdebstrap.log" >&2
+    exit 1
+  fi
   log "root file system built in $(($(date +%s) - started)) s: $(du -m "$WORK/rootfs.tar" | cut -f1) MB"
   mkdir "$WORK/status"
   tar -xOf "$WORK/rootfs.tar" ./var/lib/dpkg/status >"$WORK/status/status"
@@ -133,7 +139,9 @@ if [ ! -f "$FINAL" ]; then
     --config.label org.opencontainers.image.base.name=debian:12
   umoci rm --image "$WORK/oci:base"
   umoci gc --layout "$WORK/oci"
-  skopeo copy --quiet "oci:$WORK/oci:$VERSION" "oci-archive:$WORK/image.oci.tar:$VERSION"
+  # The archive names the image as the DaemonSet does (`podman load` then finds it as that).
+  skopeo copy --quiet "oci:$WORK/oci:$VERSION" \
+    "oci-archive:$WORK/image.oci.tar:vfio-dra-plugin:$VERSION"
   mv "$WORK/image.oci.tar" "$FINAL"
   ls -t "$CACHE"/final-*.oci.tar | tail -n +6 | xargs -r rm -f
 else
@@ -147,6 +155,5 @@ unpacked=$(($(cat "$BASE/unpacked-bytes") + $(du -b "$WORK/vfio-dra-plugin" | cu
 printf 'compressed %d MB (the archive), unpacked %d MB, %d Debian packages\n' \
   $((compressed / 1000000)) $((unpacked / 1000000)) "$(wc -l <"$OUTPUT.packages")" \
   | tee "$OUTPUT.size" >&2
-skopeo inspect --format 'image.sh: {{.Digest}} ({{len .Layers}} layers)' \
-  "oci-archive:$OUTPUT:$VERSION" >&2
+skopeo inspect --format 'image.sh: {{.Digest}} ({{len .Layers}} layers)' "oci-archive:$OUTPUT" >&2
 echo "$OUTPUT"
