@@ -1,6 +1,8 @@
-# vfio-dra-plugin image: built on Debian 12 from this repository, run on Debian 12 slim with only
-# the shared libraries the binary links (test/image/check_runtime_packages.py keeps the runtime
-# list in step with `ldd`).
+# vfio-dra-plugin image for people with Docker: built on Debian 12 from this repository, run on
+# Debian 12 slim with only the shared libraries the binary links. Without Docker, hack/image.sh
+# builds the image from Debian packages (and CI runs it with podman). The runtime-packages block
+# below is the one package list of both: image.sh reads it, and
+# test/image/check_runtime_packages.py keeps it in step with `ldd`.
 #
 #   docker build -t <registry>/vfio-dra-plugin:0.1.0 .
 #

@@ -9,10 +9,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./hack/install-deps.sh
-./hack/build.sh >/dev/null
+echo "Building vfio-dra in build/: a first build compiles about 130 files, several minutes on 2"
+echo "cores; later builds take seconds (ninja and ccache). Ninja's [done/total] lines are the progress:"
+./hack/build.sh 2>&1 | sed -u 's/^/  /'
 OUT=$(mktemp -d /tmp/vfio-dra-demo.XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
-echo "Preparing the VM node (kernel, initramfs, mtty sample driver)..."
+echo "Preparing the VM node (kernel, initramfs, mtty sample driver): the first run installs QEMU,"
+echo "downloads the kernel packages and builds the driver (several minutes); later runs reuse them..."
 ./test/e2e-vm/prepare-vm.sh >/dev/null
 started=$(date +%s%N)
 ./test/e2e-vm/run-vm.sh "$OUT" test/e2e-vm/scenarios.py demo 2> >(grep -v 'has no peer' >&2)

@@ -18,6 +18,8 @@ TEST_PACKAGES=(
   clang-format clang-tidy clang libclang-rt-14-dev
   # tests
   libgtest-dev libgmock-dev libbenchmark-dev curl openssl python3 python3-yaml
+  # the container image (hack/image.sh) and its test with a real container engine
+  mmdebstrap umoci skopeo podman
 )
 
 if [ "${1:-}" != "--build-only" ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi

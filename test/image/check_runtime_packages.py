@@ -2,12 +2,17 @@
 """Checks that the Dockerfile's runtime stage installs every shared library the plugin links.
 
 Usage: check_runtime_packages.py DOCKERFILE PLUGIN_BINARY
+       check_runtime_packages.py --list DOCKERFILE
+
 
 For every library `ldd` resolves for the binary, the Debian package that owns it must be one the
 runtime stage installs, or a dependency (Depends/Pre-Depends, recursively) of one, or part of the
-debian:12-slim base. Also every listed package must exist in the apt cache. This machine has no
-container engine, so the image itself is not built here; this is what keeps its package list
-honest when a new library is linked.
+debian:12-slim base. Also every listed package must exist in the apt cache. This is what keeps
+the package list honest when a new library is linked; test/image/run_image_test.py then runs the
+image itself.
+
+The Dockerfile's runtime-packages block is the one list of the image's packages: --list prints
+it, one package a line, for hack/image.sh, which builds the same image without Docker.
 """
 import re
 import subprocess
@@ -75,6 +80,11 @@ def closure(packages):
 
 
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--list":
+        print("\n".join(sorted(runtime_packages(sys.argv[2]))))
+        return 0
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
     dockerfile, binary = sys.argv[1:3]
     listed = runtime_packages(dockerfile)
     problems = []
