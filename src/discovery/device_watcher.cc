@@ -36,6 +36,9 @@ void DeviceWatcher::RescanAndPublish() {
   ++full_scans_;
   trimmed_since_scan_ = false;
   auto scan = scanner_();
+  // A scan that could not read everything (a device half-way through appearing, say) is not a
+  // base the probe may vouch for: the next periodic check scans in full again.
+  last_scan_complete_ = scan->inventory.warnings.empty();
   const std::string fingerprint = Fingerprint(*scan);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -59,7 +62,7 @@ void DeviceWatcher::RescanAndPublish() {
 }
 
 void DeviceWatcher::PeriodicCheck() {
-  if (probe_ &&
+  if (probe_ && last_scan_complete_ &&
       std::chrono::steady_clock::now() - last_full_scan_ < options_.full_rescan_interval &&
       probe_() == last_probe_) {
     ++skipped_scans_;

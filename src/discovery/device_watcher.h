@@ -70,6 +70,7 @@ class DeviceWatcher {
   std::atomic<int> full_scans_{0};
   std::atomic<int> skipped_scans_{0};
   bool trimmed_since_scan_ = false;  // only touched by the watching thread
+  bool last_scan_complete_ = false;  // the last full scan had no warnings
   Logger log_;
   int wake_fd_ = -1;  // eventfd: Trigger and Stop
   std::atomic<bool> stopping_{false};
