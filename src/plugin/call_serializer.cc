@@ -61,23 +61,39 @@ Status CallSerializer::LockFile(Deadline deadline) {
 
 Result<CallSerializer::Guard> CallSerializer::Acquire(Deadline deadline) {
   const auto start = std::chrono::steady_clock::now();
-  std::unique_lock<std::timed_mutex> lock(mu_, std::defer_lock);
-  if (!deadline.IsSet()) {
-    lock.lock();
-  } else if (!lock.try_lock_until(deadline.at())) {
-    return LockTimeout("this instance's device work", start);
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    const auto free = [this] { return !busy_; };
+    if (!deadline.IsSet()) {
+      released_.wait(lock, free);
+    } else if (!released_.wait_until(lock, deadline.at(), free)) {
+      return LockTimeout("this instance's device work", start);
+    }
+    busy_ = true;
   }
-  if (Status s = LockFile(deadline); !s.ok()) return s.error();
-  return Guard(this, std::move(lock));
+  if (Status s = LockFile(deadline); !s.ok()) {
+    Release();
+    return s.error();
+  }
+  return Guard(this);
 }
 
-CallSerializer::Guard::Guard(Guard&& other) noexcept
-    : owner_(other.owner_), lock_(std::move(other.lock_)) {
+void CallSerializer::Release() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = false;
+  }
+  released_.notify_one();
+}
+
+CallSerializer::Guard::Guard(Guard&& other) noexcept : owner_(other.owner_) {
   other.owner_ = nullptr;
 }
 
 CallSerializer::Guard::~Guard() {
-  if (owner_ != nullptr) ::flock(owner_->fd_, LOCK_UN);
+  if (owner_ == nullptr) return;
+  ::flock(owner_->fd_, LOCK_UN);
+  owner_->Release();
 }
 
 }  // namespace vfio_dra::plugin

@@ -5,6 +5,7 @@
 // caller's deadline, and a flock failure is an error, never work done without the lock.
 #pragma once
 
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -33,10 +34,8 @@ class CallSerializer {
 
    private:
     friend class CallSerializer;
-    Guard(CallSerializer* owner, std::unique_lock<std::timed_mutex> lock)
-        : owner_(owner), lock_(std::move(lock)) {}
+    explicit Guard(CallSerializer* owner) : owner_(owner) {}
     CallSerializer* owner_;
-    std::unique_lock<std::timed_mutex> lock_;
   };
 
   // Waits for the lock until `deadline` (kDeadlineExceeded, saying how long it waited). A flock
@@ -46,7 +45,13 @@ class CallSerializer {
  private:
   CallSerializer(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
   Status LockFile(Deadline deadline);
-  std::timed_mutex mu_;
+  void Release();
+  // A flag under a plain mutex rather than std::timed_mutex: its timed wait is a
+  // pthread_mutex_clocklock that ThreadSanitizer does not intercept, which made every bounded
+  // wait look like an unlock of an unlocked mutex.
+  std::mutex mu_;
+  std::condition_variable released_;
+  bool busy_ = false;
   int fd_;
   std::string path_;
 };
