@@ -59,8 +59,8 @@ Error VfioPciBinder::InUse(const std::string& address, const Error& error) const
 std::optional<std::string> VfioPciBinder::Busy(const std::string& address) const {
   auto held = gate_.Held(address);
   if (!held) return std::nullopt;
-  return "PCI device " + address + " is busy: an earlier " + *held + " has not returned; " +
-         Holders(address);
+  return "PCI device " + address + " is still in use: an earlier " + *held +
+         " has not returned; " + Holders(address);
 }
 
 Result<std::string> VfioPciBinder::CurrentDriver(const std::string& address) const {

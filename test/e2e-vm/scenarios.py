@@ -117,10 +117,23 @@ def claim(name, uid, results, annotations=None):
 
 
 class Node:
-    """The plugin daemon with the API server and kubelet stand-ins, in WORK."""
+    """The plugin daemon with the API server and kubelet stand-ins, in WORK. A second instance of
+    a rolling update is a Node made with `api=` the first one (it shares the API server) and its
+    own `label` and `pod_uid`; every instance gets its own registrar directory, so the kubelet
+    stand-in (which takes the first registration socket it finds) talks to that instance alone,
+    while the plugin data and CDI directories are shared."""
 
-    def __init__(self, claims):
-        os.makedirs(WORK + "/registry", exist_ok=True)
+    def __init__(self, claims, api=None, label="", pod_uid=None, extra_args=()):
+        os.makedirs(WORK, exist_ok=True)
+        self.label = label
+        self.registry = WORK + "/registry" + (f"-{label}" if label else "")
+        os.makedirs(self.registry, exist_ok=True)
+        self.args = (["--pod-uid", pod_uid] if pod_uid else []) + list(extra_args)
+        self.daemon = None
+        self.starts = 0
+        if api is not None:
+            self.api, self.kubeconfig, self.server = None, api.kubeconfig, api.server
+            return
         with open(WORK + "/policy.yaml", "w") as f:
             f.write(POLICY)
         with open(WORK + "/claims.json", "w") as f:
@@ -131,19 +144,20 @@ class Node:
             stdout=subprocess.PIPE, text=True)
         self.kubeconfig = self.api.stdout.readline().strip()
         self.server = re.search(r"server: (\S+)", read(self.kubeconfig)).group(1)
-        self.daemon = None
-        self.starts = 0
+
+    def log_path(self, start):
+        return f"{WORK}/daemon-{self.label + '-' if self.label else ''}{start}.log"
 
     def start(self):
         self.starts += 1
-        for entry in os.listdir(WORK + "/registry"):
-            os.unlink(os.path.join(WORK + "/registry", entry))
-        log = open(f"{WORK}/daemon-{self.starts}.log", "w")
+        for entry in os.listdir(self.registry):
+            os.unlink(os.path.join(self.registry, entry))
+        log = open(self.log_path(self.starts), "w")
         self.daemon = subprocess.Popen(
             [PLUGIN, "serve", "--node-name", NODE, "--kubeconfig", self.kubeconfig,
-             "--registrar-dir", WORK + "/registry", "--plugin-data-dir", WORK + "/data",
+             "--registrar-dir", self.registry, "--plugin-data-dir", WORK + "/data",
              "--cdi-dir", WORK + "/cdi", "--config", WORK + "/policy.yaml", "-v", "2",
-             "--metrics-address", "127.0.0.1:0"],
+             "--metrics-address", "127.0.0.1:0"] + self.args,
             stdout=log, stderr=subprocess.STDOUT)
         self.kubelet("register")
 
@@ -151,25 +165,36 @@ class Node:
         self.daemon.send_signal(signal.SIGKILL)
         self.daemon.wait()
 
-    def stop(self):
+    def stop_daemon(self, timeout=20):
+        """SIGTERM; True when the daemon exited within the timeout."""
         if self.daemon and self.daemon.poll() is None:
             self.daemon.send_signal(signal.SIGTERM)
-            self.daemon.wait(timeout=20)
-        self.api.send_signal(signal.SIGTERM)
-        self.api.wait(timeout=20)
+            try:
+                self.daemon.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return False
+        return True
 
-    def kubelet(self, verb, *claims):
-        args = [BUILD + "/test/kubelet-sim", verb, "--registrar-dir", WORK + "/registry",
+    def stop(self):
+        check(self.stop_daemon(), f"daemon {self.label + ' ' if self.label else ''}exits within "
+              "20 s of SIGTERM")
+        if self.api:
+            self.api.send_signal(signal.SIGTERM)
+            self.api.wait(timeout=20)
+
+    def kubelet_args(self, verb, *claims):
+        args = [BUILD + "/test/kubelet-sim", verb, "--registrar-dir", self.registry,
                 "--wait", "30"]
         for c in claims:
             args += ["--claim", c]
-        result = subprocess.run(args, capture_output=True, text=True)
-        if verb == "register":
-            return {} if result.returncode == 0 else {"rpc_error": result.stderr.strip()}
-        try:  # exit code 1 with an answer: some claim failed, the answer says which
-            return json.loads(result.stdout)
-        except json.JSONDecodeError:
-            return {"rpc_error": result.stderr.strip() or f"exit code {result.returncode}"}
+        return args
+
+    def kubelet(self, verb, *claims):
+        return self.kubelet_call(verb, *claims).answer()
+
+    def kubelet_call(self, verb, *claims):
+        """Starts a kubelet call in the background; .answer() waits for it."""
+        return KubeletCall(self.kubelet_args(verb, *claims), verb)
 
     def prepare(self, *claims):
         return self.kubelet("prepare", *claims)
@@ -189,7 +214,29 @@ class Node:
         return None
 
     def log(self):
-        return "".join(read(f"{WORK}/daemon-{i}.log") + "\n" for i in range(1, self.starts + 1))
+        return "".join(read(self.log_path(i)) + "\n" for i in range(1, self.starts + 1))
+
+
+class KubeletCall:
+    """One kubelet-sim run (its gRPC deadline is the kubelet's 45 s); `seconds` is its wall time,
+    process start and registration included."""
+
+    def __init__(self, args, verb):
+        self.verb = verb
+        self.started = time.monotonic()
+        self.process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True)
+        self.seconds = None
+
+    def answer(self):
+        stdout, stderr = self.process.communicate()
+        self.seconds = time.monotonic() - self.started
+        if self.verb == "register":
+            return {} if self.process.returncode == 0 else {"rpc_error": stderr.strip()}
+        try:  # exit code 1 with an answer: some claim failed, the answer says which
+            return json.loads(stdout)
+        except json.JSONDecodeError:
+            return {"rpc_error": stderr.strip() or f"exit code {self.process.returncode}"}
 
 
 def claim_error(response, uid):
@@ -403,6 +450,279 @@ def scenario_crash():
     node.stop()
 
 
+class Vmm:
+    """A VMM in the node: QEMU (nested TCG, stopped with -S so its guest never runs) holding PCI
+    function `address` through vfio-pci, controlled over QMP on a unix socket."""
+
+    def __init__(self, address, device_id):
+        self.socket_path = WORK + "/qmp.sock"
+        self.log_path = WORK + "/vmm.log"
+        if os.path.exists(self.socket_path):
+            os.unlink(self.socket_path)
+        self.process = subprocess.Popen(
+            ["qemu-system-x86_64", "-S", "-nodefaults", "-display", "none", "-m", "64",
+             "-machine", "q35", "-accel", "tcg,tb-size=64",
+             "-device", f"vfio-pci,host={address},id={device_id}",
+             "-qmp", f"unix:{self.socket_path},server=on,wait=off"],
+            stdin=subprocess.DEVNULL, stdout=open(self.log_path, "w"), stderr=subprocess.STDOUT)
+        self.qmp = None
+        self.buffer = b""
+
+    def connect(self, timeout=60.0):
+        """Waits for QMP (QEMU has realized its devices by then); False if QEMU exited first."""
+        import socket
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.process.poll() is None:
+            if os.path.exists(self.socket_path):
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    sock.connect(self.socket_path)
+                except OSError:
+                    sock.close()
+                else:
+                    sock.settimeout(timeout)
+                    self.qmp = sock
+                    self.receive()  # the greeting
+                    return "return" in self.command("qmp_capabilities")
+            time.sleep(0.1)
+        return False
+
+    def receive(self):
+        while b"\n" not in self.buffer:
+            chunk = self.qmp.recv(65536)
+            if not chunk:
+                raise ConnectionError("QMP connection closed")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def command(self, name, **arguments):
+        message = {"execute": name}
+        if arguments:
+            message["arguments"] = arguments
+        self.qmp.sendall(json.dumps(message).encode() + b"\n")
+        while True:
+            reply = self.receive()
+            if "event" not in reply:
+                return reply
+
+    def pci_device_ids(self):
+        ids = []
+
+        def walk(devices):
+            for d in devices:
+                ids.append(d.get("qdev_id", ""))
+                walk(d.get("pci_bridge", {}).get("devices", []))
+        for bus in self.command("query-pci").get("return", []):
+            walk(bus.get("devices", []))
+        return ids
+
+    def open_vfio_nodes(self):
+        nodes = set()
+        for fd in os.listdir(f"/proc/{self.process.pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{self.process.pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("/dev/vfio/"):
+                nodes.add(target)
+        return sorted(nodes)
+
+    def quit(self, timeout=60.0):
+        """QMP quit (or SIGKILL if QMP is not up); True when QEMU exited within the timeout."""
+        if self.process.poll() is None:
+            try:
+                if self.qmp is None:
+                    raise ConnectionError("no QMP connection")
+                self.command("quit")
+            except (OSError, ValueError):
+                self.process.kill()
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def log(self):
+        return read(self.log_path)
+
+
+def timed_answer(call, uid, what):
+    response = call.answer()
+    error = claim_error(response, uid)
+    print(f"{what}: answered in {call.seconds:.2f} s: {error or 'success'}", flush=True)
+    return error
+
+
+def scenario_vmm_holds():
+    """A VM still holds its device at unprepare: every unprepare answers within the unbind
+    timeout with a clear error, other claims keep flowing, and once the VMM exits a retry gives
+    the device back to its host driver."""
+    unbind_timeout = 3
+    # An answer may take the unbind timeout plus the daemon's own work plus kubelet-sim's start
+    # and registration, all under TCG: this is a bound, not a benchmark.
+    bound = unbind_timeout + 7
+    held_address = "0000:02:00.0"
+    subprocess.run(["modprobe", "-d", CACHE + "/kernel", "-S", KVER, "vfio_iommu_type1"],
+                   check=True)
+    vfs = enable_vfs()
+    held_uid = "e2e00000-0000-4000-8000-000000000006"
+    other_uid = "e2e00000-0000-4000-8000-000000000007"
+    held = f"vms/vm-held/{held_uid}"
+    other = f"vms/vm-other/{other_uid}"
+    node = Node([claim("vm-held", held_uid, [("nic", "hostdev-0000-02-00-0")]),
+                 claim("vm-other", other_uid,
+                       [("nic", "vf-" + vfs[0].replace(":", "-").replace(".", "-"))])],
+                extra_args=["--unbind-timeout", str(unbind_timeout)])
+    before = {a: driver(a) for a in (held_address, vfs[0])}
+    check(before == {held_address: "e1000e", vfs[0]: ""}, f"drivers before: {before}")
+    node.start()
+    wait_for(lambda: node.slices(), "slices published")
+    call = node.kubelet_call("prepare", held)
+    if not check(timed_answer(call, held_uid, "prepare of the held claim") == "",
+                 "the held claim is prepared"):
+        node.stop()
+        return
+    check(driver(held_address) == "vfio-pci", f"{held_address} is on vfio-pci")
+    g = group(held_address)
+    vmm = Vmm(held_address, "held")
+    try:
+        started = time.monotonic()
+        if not check(vmm.connect(), "the VMM in the node is up (QMP answers)"):
+            print("--- vmm.log\n" + vmm.log())
+            return
+        print(f"VMM (pid {vmm.process.pid}) up in {time.monotonic() - started:.2f} s")
+        check("held" in vmm.pci_device_ids(), f"the VMM has {held_address} as device 'held'")
+        open_nodes = vmm.open_vfio_nodes()
+        check(f"/dev/vfio/{g}" in open_nodes, f"the VMM holds /dev/vfio/{g} open: {open_nodes}")
+        info = vmm.command("human-monitor-command", **{"command-line": "info pci"})
+        print("VMM info pci:\n" + info.get("return", str(info)))
+
+        # The first unprepare, then two retries as the kubelet makes them; the other claim is
+        # prepared during the first retry and unprepared during the second (both calls start
+        # together: whichever the daemon takes first, neither may wait on the held device).
+        errors = []
+        call = node.kubelet_call("unprepare", held)
+        errors.append(timed_answer(call, held_uid, "unprepare"))
+        seconds = [call.seconds]
+        for retry, (verb, what) in enumerate((("prepare", "prepare of the other claim"),
+                                              ("unprepare", "unprepare of the other claim")), 1):
+            held_call = node.kubelet_call("unprepare", held)
+            other_call = node.kubelet_call(verb, other)
+            other_error = timed_answer(other_call, other_uid, f"{what} (during retry {retry})")
+            check(other_error == "", f"{what} succeeds while the VMM holds {held_address}: "
+                  f"{other_error}")
+            check(other_call.seconds <= bound, f"{what} answers within {bound} s (at most one "
+                  f"unbind timeout behind the held claim): took {other_call.seconds:.2f} s")
+            errors.append(timed_answer(held_call, held_uid, f"unprepare retry {retry}"))
+            seconds.append(held_call.seconds)
+            if verb == "prepare" and not other_error:
+                check(driver(vfs[0]) == "vfio-pci", f"the other claim's VF {vfs[0]} is on vfio-pci")
+        for i, (error, took) in enumerate(zip(errors, seconds)):
+            what = "unprepare" if i == 0 else f"unprepare retry {i}"
+            check(took <= bound, f"{what} answers within --unbind-timeout {unbind_timeout} s + "
+                  f"slack ({bound} s): took {took:.2f} s")
+            check(error != "" and "in use" in error,
+                  f"{what} fails with an error saying the device is still in use: "
+                  f"{error or '(it succeeded)'}")
+            check("vms/vm-held" in error, f"{what}'s error names the claim")
+            if str(vmm.process.pid) not in error:
+                print(f"note: {what}'s error does not name the VMM's pid {vmm.process.pid}")
+        check(driver(vfs[0]) == "", f"the other claim's VF {vfs[0]} is back without a driver")
+        check(vmm.process.poll() is None, "the VMM still runs (nothing took its device)")
+    finally:
+        started = time.monotonic()
+        check(vmm.quit(), "the VMM quits on QMP quit within 60 s")
+        print(f"VMM exited in {time.monotonic() - started:.2f} s; its log:\n{vmm.log()}")
+
+    call = node.kubelet_call("unprepare", held)
+    error = timed_answer(call, held_uid, "unprepare retry after the VMM exited")
+    check(error == "", f"the retry after the VMM exited succeeds: {error}")
+    restored = wait_for(lambda: driver(held_address) == "e1000e", f"{held_address} back on e1000e",
+                        timeout=30)
+    check(restored is not None, f"{held_address} is back on e1000e: driver now "
+          f"{driver(held_address) or '(none)'}")
+    check(read(f"{SYS}/{held_address}/driver_override") == "(null)",
+          f"{held_address}'s driver_override is cleared")
+    check_nothing_left(node)
+    node.stop()
+
+
+def checkpoint_claims():
+    """Claim UIDs the plugin data dir still records: entries of checkpoint.json (if it exists)
+    and files in a claims/ directory (if it exists; the one-file-per-claim layout)."""
+    left = []
+    checkpoint = WORK + "/data/checkpoint.json"
+    if os.path.exists(checkpoint):
+        left += [f"checkpoint.json: {uid}" for uid in json.load(open(checkpoint)).get("claims", {})]
+    claims_dir = WORK + "/data/claims"
+    if os.path.isdir(claims_dir):
+        left += [f"claims/{name}" for name in os.listdir(claims_dir)]
+    return left
+
+
+def files_under(directory):
+    found = []
+    for root, _, files in os.walk(directory):
+        found += [os.path.relpath(os.path.join(root, f), directory) for f in files]
+    return sorted(found)
+
+
+def check_nothing_left(node):
+    left = checkpoint_claims()
+    check(not left, f"no claim left in the checkpoint: {left}")
+    metadata = files_under(WORK + "/data/dra-device-metadata")
+    check(not metadata, f"no metadata file left: {metadata}")
+    specs = [f for f in os.listdir(WORK + "/cdi") if f.startswith(DRIVER)] \
+        if os.path.isdir(WORK + "/cdi") else []
+    check(not specs, f"no CDI spec of ours left: {specs}")
+
+
+def scenario_two_instances():
+    """A rolling update: instances A and B (different --pod-uid) share one plugin data dir. A
+    prepares claim 1, B claim 2, A stops, B unprepares both: the node is as it was."""
+    uid1 = "e2e00000-0000-4000-8000-000000000008"
+    uid2 = "e2e00000-0000-4000-8000-000000000009"
+    claim1 = f"vms/vm1-gpu/{uid1}"
+    claim2 = f"vms/vm2-nic/{uid2}"
+    functions = ("0000:01:00.0", "0000:01:00.1", "0000:02:00.0")
+    originals = {a: (driver(a), read(f"{SYS}/{a}/driver_override")) for a in functions}
+    check(originals == {"0000:01:00.0": ("", "(null)"), "0000:01:00.1": ("snd_hda_intel", "(null)"),
+                        "0000:02:00.0": ("e1000e", "(null)")}, f"drivers before: {originals}")
+    a = Node([claim("vm1-gpu", uid1, [("gpu", "gpu-0000-01-00-0")]),
+              claim("vm2-nic", uid2, [("nic", "hostdev-0000-02-00-0")])],
+             label="a", pod_uid="aaaaaaaa-0000-4000-8000-00000000000a")
+    b = Node(None, api=a, label="b", pod_uid="bbbbbbbb-0000-4000-8000-00000000000b")
+    a.start()
+    b.start()
+    wait_for(lambda: a.slices(), "slices published")
+    check(sorted(os.path.basename(p) for p in os.listdir(WORK + "/data") if p.endswith(".sock"))
+          == ["dra-aaaaaaaa-0000-4000-8000-00000000000a.sock",
+              "dra-bbbbbbbb-0000-4000-8000-00000000000b.sock"],
+          "each instance has its own DRA socket in the shared data dir")
+    call = a.kubelet_call("prepare", claim1)
+    check(timed_answer(call, uid1, "A prepares claim 1") == "", "A prepares claim 1")
+    call = b.kubelet_call("prepare", claim2)
+    check(timed_answer(call, uid2, "B prepares claim 2") == "", "B prepares claim 2")
+    prepared = {f: driver(f) for f in functions}
+    check(all(d == "vfio-pci" for d in prepared.values()), f"all on vfio-pci: {prepared}")
+    recorded = checkpoint_claims()
+    for uid, what in ((uid1, "claim 1 (prepared by A)"), (uid2, "claim 2 (prepared by B)")):
+        check(any(uid in entry for entry in recorded),
+              f"the shared checkpoint records {what}: recorded {recorded}")
+    check(a.stop_daemon(), "A exits within 20 s of SIGTERM")
+    for uid, c, what in ((uid1, claim1, "claim 1 (A's)"), (uid2, claim2, "claim 2 (B's own)")):
+        call = b.kubelet_call("unprepare", c)
+        check(timed_answer(call, uid, f"B unprepares {what}") == "", f"B unprepares {what}")
+    final = {f: (driver(f), read(f"{SYS}/{f}/driver_override")) for f in functions}
+    for f in functions:
+        check(final[f] == originals[f], f"{f} back to driver {originals[f][0] or '(none)'}, "
+              f"driver_override {originals[f][1]}: now {final[f]}")
+    check_nothing_left(b)
+    b.stop()
+    a.stop()
+
+
 def step(title):
     print(f"\n\033[1m== {title}\033[0m", flush=True)
 
@@ -471,6 +791,8 @@ SCENARIOS = {
     "mdev": scenario_mdev,
     "refused": scenario_refused,
     "crash": scenario_crash,
+    "vmm-holds": scenario_vmm_holds,
+    "two-instances": scenario_two_instances,
 }
 
 if __name__ == "__main__":

@@ -131,11 +131,11 @@ TEST_F(DeviceLockTest, AHeldDeviceIsRefusedAtOnceNamingItsHolders) {
     auto again = binder.Restore(original);
     ASSERT_FALSE(again.ok());
     EXPECT_EQ(again.error().kind, ErrorKind::kUnavailable);
-    EXPECT_THAT(again.error().message, HasSubstr("is busy"));
+    EXPECT_THAT(again.error().message, HasSubstr("0000:01:00.1 is still in use"));
     EXPECT_THAT(again.error().message, HasSubstr("held by pid " + std::to_string(::getpid())));
     auto bind = binder.BindToVfio(kAudio);
     ASSERT_FALSE(bind.ok());
-    EXPECT_THAT(bind.error().message, HasSubstr("is busy"));
+    EXPECT_THAT(bind.error().message, HasSubstr("0000:01:00.1 is still in use"));
     EXPECT_FALSE(binder.Inspect(kAudio).ok());
   }
   EXPECT_EQ(kernel_->Hanging(), 1) << "no second access is blocked in the kernel";

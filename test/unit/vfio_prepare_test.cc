@@ -546,6 +546,7 @@ TEST_F(PrepareTest, AnUnbindThatHangsFailsTheClaimAtTheDeadlineAndUnprepareFinis
   EXPECT_TRUE(CdiFiles().empty());
   Status blocked = Unprepare();
   ASSERT_FALSE(blocked.ok());
+  EXPECT_THAT(blocked.error().message, HasSubstr("0000:01:00.1 is still in use"));
   EXPECT_THAT(blocked.error().message, HasSubstr("has not returned"));
   kernel_->ReleaseHangs();
   kernel_->WaitIdle();
