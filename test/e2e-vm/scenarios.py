@@ -559,9 +559,6 @@ def scenario_vmm_holds():
     timeout with a clear error, other claims keep flowing, and once the VMM exits a retry gives
     the device back to its host driver."""
     unbind_timeout = 3
-    # An answer may take the unbind timeout plus the daemon's own work plus kubelet-sim's start
-    # and registration, all under TCG: this is a bound, not a benchmark.
-    bound = unbind_timeout + 7
     held_address = "0000:02:00.0"
     subprocess.run(["modprobe", "-d", CACHE + "/kernel", "-S", KVER, "vfio_iommu_type1"],
                    check=True)
@@ -583,6 +580,12 @@ def scenario_vmm_holds():
                  "the held claim is prepared"):
         node.stop()
         return
+    # An answer may take the unbind timeout plus what any call costs here (kubelet-sim's start
+    # and registration, the daemon's work, all under TCG on a machine that may be busy): the
+    # slack is measured on this prepare, so the bound holds under load yet stays far below the
+    # kubelet's 45 s, which a blocked retry used to exceed by minutes.
+    bound = unbind_timeout + 5 + 3 * call.seconds
+    print(f"bound for every answer below: {bound:.1f} s", flush=True)
     check(driver(held_address) == "vfio-pci", f"{held_address} is on vfio-pci")
     g = group(held_address)
     vmm = Vmm(held_address, "held")
@@ -612,7 +615,7 @@ def scenario_vmm_holds():
             other_error = timed_answer(other_call, other_uid, f"{what} (during retry {retry})")
             check(other_error == "", f"{what} succeeds while the VMM holds {held_address}: "
                   f"{other_error}")
-            check(other_call.seconds <= bound, f"{what} answers within {bound} s (at most one "
+            check(other_call.seconds <= bound, f"{what} answers within {bound:.1f} s (at most one "
                   f"unbind timeout behind the held claim): took {other_call.seconds:.2f} s")
             errors.append(timed_answer(held_call, held_uid, f"unprepare retry {retry}"))
             seconds.append(held_call.seconds)
@@ -621,7 +624,7 @@ def scenario_vmm_holds():
         for i, (error, took) in enumerate(zip(errors, seconds)):
             what = "unprepare" if i == 0 else f"unprepare retry {i}"
             check(took <= bound, f"{what} answers within --unbind-timeout {unbind_timeout} s + "
-                  f"slack ({bound} s): took {took:.2f} s")
+                  f"slack ({bound:.1f} s): took {took:.2f} s")
             check(error != "" and "in use" in error,
                   f"{what} fails with an error saying the device is still in use: "
                   f"{error or '(it succeeded)'}")
