@@ -42,7 +42,7 @@ const LargeNode& NodeOfSize(int functions) {
 
 void BM_DiscoverNode(benchmark::State& state) {
   const LargeNode& node = NodeOfSize(static_cast<int>(state.range(0)));
-  vfio_dra::discovery::SysfsReader sysfs(node.sysfs());
+  vfio_dra::sysfs::SysfsReader sysfs(node.sysfs());
   auto names = vfio_dra::discovery::PciNames::Open({node.sysfs(), node.pci_ids(), false});
   vfio_dra::discovery::AdminPolicy policy;
   size_t published = 0;

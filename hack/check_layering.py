@@ -12,12 +12,15 @@ import sys
 # The order data flows in: sysfs -> inventory -> slices; kubelet call -> claim -> device work.
 LAYERS = [
     "base",
+    "sysfs",
     "kube",
     "discovery",
     "cdi",
     "slicepublisher",
     "vfio",
-    "plugin",
+    "prepare",
+    "kubeletplugin",
+    "cmd",
 ]
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/[^"]+"')

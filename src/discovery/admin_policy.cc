@@ -3,7 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "base/file_io.h"
-#include "discovery/sysfs_parse.h"
+#include "sysfs/sysfs_parse.h"
 
 namespace vfio_dra::discovery {
 namespace {
@@ -38,7 +38,7 @@ Result<uint32_t> HexId(const std::string& path, const YAML::Node& node, const st
                        const std::string& text, int digits) {
   std::string body = text;
   if (body.rfind("0x", 0) == 0 || body.rfind("0X", 0) == 0) body = body.substr(2);
-  auto value = ParseBareHex(body, digits);
+  auto value = sysfs::ParseBareHex(body, digits);
   if (!value.ok() || body.size() != static_cast<size_t>(digits)) {
     return PolicyError(path, node, key,
                        "\"" + text + "\" is not " + std::to_string(digits) + " hex digits");
@@ -98,7 +98,7 @@ Result<DeviceSelector> ParseSelector(const std::string& path, const YAML::Node& 
         if (!id.ok()) return id.error();
         selector.classes.insert(body.size() == 6 ? (*id | 0x1000000u) : *id);
       } else if (key == "address" || key == "pf") {
-        auto bdf = CanonicalBdf(text);
+        auto bdf = sysfs::CanonicalBdf(text);
         if (!bdf.ok()) {
           return PolicyError(path, item, field,
                              "\"" + text +

@@ -50,7 +50,7 @@ int OpenDir(int at, const std::string& path) {
   return ::openat(at, path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 }
 
-void AddFunctions(const SysfsReader& sysfs, Digest& digest) {
+void AddFunctions(const sysfs::SysfsReader& sysfs, Digest& digest) {
   const int bus = ::open(sysfs.Path("bus/pci/devices").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (bus < 0) {
     digest.Add("no-pci-bus");
@@ -66,7 +66,7 @@ void AddFunctions(const SysfsReader& sysfs, Digest& digest) {
   ::close(bus);
 }
 
-void AddMdevTypes(const SysfsReader& sysfs, Digest& digest) {
+void AddMdevTypes(const sysfs::SysfsReader& sysfs, Digest& digest) {
   const int parents =
       ::open(sysfs.Path("class/mdev_bus").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (parents < 0) return;  // no mdev parents on this node
@@ -99,7 +99,7 @@ void AddMdevTypes(const SysfsReader& sysfs, Digest& digest) {
 
 }  // namespace
 
-uint64_t ProbeDeviceState(const SysfsReader& sysfs) {
+uint64_t ProbeDeviceState(const sysfs::SysfsReader& sysfs) {
   Digest digest;
   AddFunctions(sysfs, digest);
   digest.Add("mdev");

@@ -11,12 +11,12 @@
 
 #include <cstdint>
 
-#include "discovery/sysfs_reader.h"
+#include "sysfs/sysfs_reader.h"
 
 namespace vfio_dra::discovery {
 
 // A digest of the node's PCI functions, their drivers and the mdev types' state. Two equal
 // digests mean no device was added, removed, bound, unbound, and no mdev created or removed.
-uint64_t ProbeDeviceState(const SysfsReader& sysfs);
+uint64_t ProbeDeviceState(const sysfs::SysfsReader& sysfs);
 
 }  // namespace vfio_dra::discovery

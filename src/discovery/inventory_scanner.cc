@@ -5,7 +5,7 @@
 #include <set>
 #include <thread>
 
-#include "discovery/sysfs_parse.h"
+#include "sysfs/sysfs_parse.h"
 
 namespace vfio_dra::discovery {
 namespace {
@@ -14,18 +14,18 @@ namespace {
 bool ParseIdPair(const std::string& text, uint32_t& first, uint32_t& second) {
   const size_t colon = text.find(':');
   if (colon == std::string::npos) return false;
-  auto a = ParseBareHex(text.substr(0, colon), 4);
-  auto b = ParseBareHex(text.substr(colon + 1), 4);
+  auto a = sysfs::ParseBareHex(text.substr(0, colon), 4);
+  auto b = sysfs::ParseBareHex(text.substr(colon + 1), 4);
   if (!a.ok() || !b.ok()) return false;
   first = *a;
   second = *b;
   return true;
 }
 
-Result<uint32_t> ReadHexFile(const SysfsDir& dir, const std::string& name, int digits) {
+Result<uint32_t> ReadHexFile(const sysfs::SysfsDir& dir, const std::string& name, int digits) {
   auto text = dir.Read(name);
   if (!text.ok()) return text.error();
-  auto value = ParseHexAttribute(*text, digits);
+  auto value = sysfs::ParseHexAttribute(*text, digits);
   if (!value.ok()) return value.error().Wrap(dir.Path(name));
   return value;
 }
@@ -37,7 +37,7 @@ Result<std::optional<int>> GroupFromLink(const Result<std::string>& base_name,
     if (base_name.error().kind == ErrorKind::kNotFound) return std::optional<int>();
     return base_name.error();
   }
-  auto number = ParseDecimalAttribute(*base_name);
+  auto number = sysfs::ParseDecimalAttribute(*base_name);
   if (!number.ok() || *number < 0 || *number > 1000000) {
     return MakeError(ErrorKind::kInvalidArgument,
                      path + ": link target is not an IOMMU group number");
@@ -45,22 +45,24 @@ Result<std::optional<int>> GroupFromLink(const Result<std::string>& base_name,
   return std::optional<int>(static_cast<int>(*number));
 }
 
-Result<std::optional<int>> ReadGroupLink(const SysfsReader& sysfs, const std::string& path) {
+Result<std::optional<int>> ReadGroupLink(const sysfs::SysfsReader& sysfs, const std::string& path) {
   return GroupFromLink(sysfs.LinkBaseName(path), sysfs.Path(path));
 }
 
-Result<PciFunction> ReadFunction(const SysfsReader& sysfs, const std::string& entry,
+Result<PciFunction> ReadFunction(const sysfs::SysfsReader& sysfs, const std::string& entry,
                                  const std::string& address, bool lock_taking_reads) {
   PciFunction fn;
   fn.address = address;
   const std::string link = "bus/pci/devices/" + entry;
-  if (auto target = sysfs.ReadLink(link); target.ok()) fn.pcie_root = PcieRootFromPath(*target);
+  if (auto target = sysfs.ReadLink(link); target.ok()) {
+    fn.pcie_root = sysfs::PcieRootFromPath(*target);
+  }
   auto opened = sysfs.OpenDir(link);
   if (!opened.ok()) return opened.error();
-  const SysfsDir& dir = *opened;
+  const sysfs::SysfsDir& dir = *opened;
   auto uevent_text = dir.Read("uevent");
   if (!uevent_text.ok()) return uevent_text.error();
-  auto uevent = ParseUevent(*uevent_text);
+  auto uevent = sysfs::ParseUevent(*uevent_text);
   if (!uevent.ok()) return uevent.error().Wrap(dir.Path("uevent"));
 
   // IDs and class come from uevent (one read); the individual files are the fallback.
@@ -76,8 +78,9 @@ Result<PciFunction> ReadFunction(const SysfsReader& sysfs, const std::string& en
   if (auto sub = uevent->find("PCI_SUBSYS_ID"); sub != uevent->end()) {
     ParseIdPair(sub->second, fn.subsystem_vendor_id, fn.subsystem_device_id);
   }
-  if (auto cls = uevent->find("PCI_CLASS"); cls != uevent->end() && ParseBareHex(cls->second, 6)) {
-    fn.class_code = *ParseBareHex(cls->second, 6);
+  if (auto cls = uevent->find("PCI_CLASS");
+      cls != uevent->end() && sysfs::ParseBareHex(cls->second, 6)) {
+    fn.class_code = *sysfs::ParseBareHex(cls->second, 6);
   } else {
     auto cls_file = ReadHexFile(dir, "class", 6);
     if (!cls_file.ok()) return cls_file.error();
@@ -93,31 +96,31 @@ Result<PciFunction> ReadFunction(const SysfsReader& sysfs, const std::string& en
     // Left unread: driver_override only shows in reports, and a busy function is one vfio-dra
     // manages, whose override it set itself.
   } else if (auto override_text = dir.Read("driver_override"); override_text.ok()) {
-    fn.driver_override = ParseDriverOverride(*override_text);
+    fn.driver_override = sysfs::ParseDriverOverride(*override_text);
   }
   auto group = GroupFromLink(dir.LinkBaseName("iommu_group"), dir.Path("iommu_group"));
   if (!group.ok()) return group.error();
   fn.iommu_group = *group;
   if (auto numa_text = dir.Read("numa_node"); numa_text.ok()) {
-    if (auto numa = ParseDecimalAttribute(*numa_text); numa.ok() && *numa >= 0) {
+    if (auto numa = sysfs::ParseDecimalAttribute(*numa_text); numa.ok() && *numa >= 0) {
       fn.numa_node = static_cast<int>(*numa);
     }
   }
   if (auto total = dir.Read("sriov_totalvfs"); total.ok()) {
     SriovPf pf;
-    auto total_value = ParseDecimalAttribute(*total);
+    auto total_value = sysfs::ParseDecimalAttribute(*total);
     if (!total_value.ok()) return total_value.error().Wrap(dir.Path("sriov_totalvfs"));
     pf.total_vfs = static_cast<int>(*total_value);
     if (auto num = lock_taking_reads ? dir.Read("sriov_numvfs") : Result<std::string>("0");
         num.ok()) {
-      auto value = ParseDecimalAttribute(*num);
+      auto value = sysfs::ParseDecimalAttribute(*num);
       if (!value.ok()) return value.error().Wrap(dir.Path("sriov_numvfs"));
       pf.num_vfs = static_cast<int>(*value);
     }
     fn.sriov_pf = pf;
   }
   if (auto physfn = dir.LinkBaseName("physfn"); physfn.ok()) {
-    auto pf = CanonicalBdf(*physfn);
+    auto pf = sysfs::CanonicalBdf(*physfn);
     if (!pf.ok()) return pf.error().Wrap(dir.Path("physfn"));
     fn.sriov_vf = SriovVf{*pf, -1};
   }
@@ -125,14 +128,14 @@ Result<PciFunction> ReadFunction(const SysfsReader& sysfs, const std::string& en
   return fn;
 }
 
-void ScanMdevParents(const SysfsReader& sysfs, Inventory& inventory) {
+void ScanMdevParents(const sysfs::SysfsReader& sysfs, Inventory& inventory) {
   auto parents = sysfs.List("class/mdev_bus");
   if (!parents.ok()) return;  // no mdev-capable driver loaded
   for (const std::string& name : *parents) {
     const std::string base = "class/mdev_bus/" + name;
     MdevParent parent;
     parent.name = name;
-    if (auto bdf = CanonicalBdf(name); bdf.ok() && inventory.functions.count(*bdf)) {
+    if (auto bdf = sysfs::CanonicalBdf(name); bdf.ok() && inventory.functions.count(*bdf)) {
       parent.pci_address = *bdf;
     }
     auto types = sysfs.List(base + "/mdev_supported_types");
@@ -151,7 +154,7 @@ void ScanMdevParents(const SysfsReader& sysfs, Inventory& inventory) {
                                      (!api.ok() ? api.error() : available.error()).message);
         continue;
       }
-      auto count = ParseDecimalAttribute(*available);
+      auto count = sysfs::ParseDecimalAttribute(*available);
       if (!count.ok() || *count < 0) {
         inventory.warnings.push_back("skipping mdev type " + type_id + " of " + name + ": " +
                                      sysfs.Path(dir + "/available_instances") + ": not a count");
@@ -169,7 +172,7 @@ void ScanMdevParents(const SysfsReader& sysfs, Inventory& inventory) {
     }
     if (auto entries = sysfs.List(base); entries.ok()) {
       for (const std::string& entry : *entries) {
-        if (!IsMdevUuid(entry)) continue;
+        if (!sysfs::IsMdevUuid(entry)) continue;
         MdevInstance instance;
         instance.uuid = entry;
         auto type = sysfs.LinkBaseName(base + "/" + entry + "/mdev_type");
@@ -191,7 +194,7 @@ void ScanMdevParents(const SysfsReader& sysfs, Inventory& inventory) {
 
 }  // namespace
 
-Result<PciFunction> ReadPciFunction(const SysfsReader& sysfs, const std::string& address) {
+Result<PciFunction> ReadPciFunction(const sysfs::SysfsReader& sysfs, const std::string& address) {
   if (!sysfs.Exists("bus/pci/devices/" + address)) {
     return MakeError(ErrorKind::kNotFound, "PCI device " + address + " is not present (no " +
                                                sysfs.Path("bus/pci/devices/" + address) + ")");
@@ -199,7 +202,7 @@ Result<PciFunction> ReadPciFunction(const SysfsReader& sysfs, const std::string&
   return ReadFunction(sysfs, address, address, true);
 }
 
-Inventory ScanInventory(const SysfsReader& sysfs, PciNames* names, const DeviceBusy& busy) {
+Inventory ScanInventory(const sysfs::SysfsReader& sysfs, PciNames* names, const DeviceBusy& busy) {
   Inventory inventory;
   std::map<std::string, int> unreadable_groups;
   auto entries = sysfs.List("bus/pci/devices");
@@ -213,7 +216,7 @@ Inventory ScanInventory(const SysfsReader& sysfs, PciNames* names, const DeviceB
     std::vector<std::optional<std::string>> addresses(count);
     auto read_range = [&](size_t begin, size_t end) {
       for (size_t i = begin; i < end; ++i) {
-        auto address = CanonicalBdf((*entries)[i]);
+        auto address = sysfs::CanonicalBdf((*entries)[i]);
         if (!address.ok()) {
           read[i] = address.error();
           continue;
@@ -285,10 +288,10 @@ Inventory ScanInventory(const SysfsReader& sysfs, PciNames* names, const DeviceB
     std::map<int, std::string> by_index;
     for (const std::string& link : *links) {
       if (link.rfind("virtfn", 0) != 0) continue;
-      auto index = ParseDecimalAttribute(link.substr(6));
+      auto index = sysfs::ParseDecimalAttribute(link.substr(6));
       auto target = sysfs.LinkBaseName("bus/pci/devices/" + address + "/" + link);
       if (!index.ok() || !target.ok()) continue;
-      auto vf = CanonicalBdf(*target);
+      auto vf = sysfs::CanonicalBdf(*target);
       if (!vf.ok()) continue;
       by_index[static_cast<int>(*index)] = *vf;
     }

@@ -11,7 +11,7 @@
 
 #include "discovery/inventory.h"
 #include "discovery/pci_names.h"
-#include "discovery/sysfs_reader.h"
+#include "sysfs/sysfs_reader.h"
 
 namespace vfio_dra::discovery {
 
@@ -19,10 +19,11 @@ namespace vfio_dra::discovery {
 using DeviceBusy = std::function<bool(const std::string& address)>;
 
 // `names` may be null (no names are filled in); so may `busy` (no device is busy).
-Inventory ScanInventory(const SysfsReader& sysfs, PciNames* names, const DeviceBusy& busy = {});
+Inventory ScanInventory(const sysfs::SysfsReader& sysfs, PciNames* names,
+                        const DeviceBusy& busy = {});
 
 // One PCI function, read now (no names): what device preparation re-checks before it touches a
 // device. kNotFound when the device is gone.
-Result<PciFunction> ReadPciFunction(const SysfsReader& sysfs, const std::string& address);
+Result<PciFunction> ReadPciFunction(const sysfs::SysfsReader& sysfs, const std::string& address);
 
 }  // namespace vfio_dra::discovery

@@ -5,7 +5,7 @@
 
 namespace vfio_dra::discovery {
 
-std::shared_ptr<const NodeScan> ScanNode(const SysfsReader& sysfs, PciNames* names,
+std::shared_ptr<const NodeScan> ScanNode(const sysfs::SysfsReader& sysfs, PciNames* names,
                                          const AdminPolicy& policy, const ScanContext& context) {
   auto scan = std::make_shared<NodeScan>();
   scan->inventory = ScanInventory(sysfs, names, context.busy);

@@ -11,7 +11,7 @@
 #include "discovery/inventory.h"
 #include "discovery/inventory_scanner.h"
 #include "discovery/pci_names.h"
-#include "discovery/sysfs_reader.h"
+#include "sysfs/sysfs_reader.h"
 
 namespace vfio_dra::discovery {
 
@@ -29,7 +29,7 @@ struct ScanContext {
 };
 
 // Scans the node under `policy`; `names` may be null.
-std::shared_ptr<const NodeScan> ScanNode(const SysfsReader& sysfs, PciNames* names,
+std::shared_ptr<const NodeScan> ScanNode(const sysfs::SysfsReader& sysfs, PciNames* names,
                                          const AdminPolicy& policy,
                                          const ScanContext& context = {});
 

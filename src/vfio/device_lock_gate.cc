@@ -29,7 +29,7 @@ struct Completion {
 
 }  // namespace
 
-DeviceLockGate::DeviceLockGate(SysfsWriter& writer)
+DeviceLockGate::DeviceLockGate(sysfs::SysfsWriter& writer)
     : writer_(writer), registry_(std::make_shared<Registry>()) {}
 
 std::optional<std::string> DeviceLockGate::Held(const std::string& device) const {

@@ -18,7 +18,7 @@
 #include <string>
 
 #include "base/result.h"
-#include "vfio/sysfs_writer.h"
+#include "sysfs/sysfs_writer.h"
 
 namespace vfio_dra::vfio {
 
@@ -26,7 +26,7 @@ class DeviceLockGate {
  public:
   // `writer` must outlive every operation started here, including abandoned ones (in the daemon
   // it lives for the whole process).
-  explicit DeviceLockGate(SysfsWriter& writer);
+  explicit DeviceLockGate(sysfs::SysfsWriter& writer);
 
   // Writes `value` to the attribute at `path` on behalf of PCI device `device`. Ok(errno of the
   // write, 0 on success); kDeadlineExceeded when it was still blocked after `wait`; kUnavailable
@@ -46,7 +46,7 @@ class DeviceLockGate {
   Status Run(const std::string& device, const std::string& what, std::function<void()> op,
              std::chrono::milliseconds wait);
 
-  SysfsWriter& writer_;
+  sysfs::SysfsWriter& writer_;
   std::shared_ptr<Registry> registry_;
 };
 

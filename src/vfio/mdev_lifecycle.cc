@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "base/file_io.h"
-#include "discovery/sysfs_parse.h"
+#include "sysfs/sysfs_parse.h"
 
 namespace vfio_dra::vfio {
 namespace {
@@ -52,7 +52,7 @@ Result<bool> MdevLifecycle::Create(const MdevIdentity& mdev) {
                                                sysfs_.Path(type_dir) + ")");
   }
   if (auto available = sysfs_.Read(type_dir + "/available_instances"); available.ok()) {
-    if (auto count = discovery::ParseDecimalAttribute(*available); count.ok() && *count <= 0) {
+    if (auto count = sysfs::ParseDecimalAttribute(*available); count.ok() && *count <= 0) {
       return MakeError(ErrorKind::kFailedPrecondition,
                        Describe(mdev) +
                            ": no capacity left (available_instances is 0; another "
@@ -105,7 +105,7 @@ Status MdevLifecycle::Remove(const std::string& uuid, Deadline deadline) {
 Result<int> MdevLifecycle::IommuGroup(const std::string& uuid) const {
   auto group = sysfs_.LinkBaseName(InstancePath(uuid) + "/iommu_group");
   if (!group.ok()) return group.error().Wrap("mdev " + uuid + " has no IOMMU group");
-  auto number = discovery::ParseDecimalAttribute(*group);
+  auto number = sysfs::ParseDecimalAttribute(*group);
   if (!number.ok() || *number < 0) {
     return MakeError(ErrorKind::kInvalidArgument,
                      "mdev " + uuid + ": iommu_group link does not name a group: " + *group);

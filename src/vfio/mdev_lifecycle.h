@@ -9,9 +9,9 @@
 
 #include "base/deadline.h"
 #include "base/result.h"
-#include "discovery/sysfs_reader.h"
+#include "sysfs/sysfs_reader.h"
+#include "sysfs/sysfs_writer.h"
 #include "vfio/device_lock_gate.h"
-#include "vfio/sysfs_writer.h"
 
 namespace vfio_dra::vfio {
 
@@ -25,7 +25,7 @@ struct MdevIdentity {
 class MdevLifecycle {
  public:
   // Removes go through `gate`: an mdev's remove takes its parent's device lock.
-  MdevLifecycle(const discovery::SysfsReader& sysfs, SysfsWriter& writer, DeviceLockGate& gate,
+  MdevLifecycle(const sysfs::SysfsReader& sysfs, sysfs::SysfsWriter& writer, DeviceLockGate& gate,
                 std::chrono::milliseconds timeout)
       : sysfs_(sysfs), writer_(writer), gate_(gate), timeout_(timeout) {}
 
@@ -40,8 +40,8 @@ class MdevLifecycle {
  private:
   Status CheckExisting(const MdevIdentity& mdev) const;
 
-  const discovery::SysfsReader& sysfs_;
-  SysfsWriter& writer_;
+  const sysfs::SysfsReader& sysfs_;
+  sysfs::SysfsWriter& writer_;
   DeviceLockGate& gate_;
   std::chrono::milliseconds timeout_;
 };

@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "discovery/sysfs_parse.h"
+#include "sysfs/sysfs_parse.h"
 
 namespace vfio_dra::vfio {
 namespace {
@@ -23,8 +23,8 @@ Result<std::pair<int64_t, int64_t>> ParseDevNumbers(const std::string& text) {
   if (colon == std::string::npos) {
     return MakeError(ErrorKind::kInvalidArgument, "not \"major:minor\": \"" + trimmed + "\"");
   }
-  auto major = discovery::ParseDecimalAttribute(trimmed.substr(0, colon));
-  auto minor = discovery::ParseDecimalAttribute(trimmed.substr(colon + 1));
+  auto major = sysfs::ParseDecimalAttribute(trimmed.substr(0, colon));
+  auto minor = sysfs::ParseDecimalAttribute(trimmed.substr(colon + 1));
   if (!major.ok() || !minor.ok() || *major < 0 || *minor < 0) {
     return MakeError(ErrorKind::kInvalidArgument, "not \"major:minor\": \"" + trimmed + "\"");
   }

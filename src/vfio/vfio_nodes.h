@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "base/result.h"
-#include "discovery/sysfs_reader.h"
+#include "sysfs/sysfs_reader.h"
 
 namespace vfio_dra::vfio {
 
@@ -23,7 +23,7 @@ struct CharDeviceNode {
 
 class VfioNodes {
  public:
-  VfioNodes(const discovery::SysfsReader& sysfs, std::string dev_root)
+  VfioNodes(const sysfs::SysfsReader& sysfs, std::string dev_root)
       : sysfs_(sysfs), dev_root_(std::move(dev_root)) {}
 
   // /dev/vfio/vfio, the legacy container.
@@ -44,7 +44,7 @@ class VfioNodes {
                                   const std::string& dev_path) const;
   Status CheckNode(const CharDeviceNode& node) const;
 
-  const discovery::SysfsReader& sysfs_;
+  const sysfs::SysfsReader& sysfs_;
   std::string dev_root_;
 };
 

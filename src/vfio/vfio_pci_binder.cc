@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "base/file_io.h"
-#include "discovery/sysfs_parse.h"
+#include "sysfs/sysfs_parse.h"
 #include "vfio/device_holders.h"
 
 namespace vfio_dra::vfio {
@@ -22,7 +22,7 @@ std::string DriverFile(const std::string& driver, const std::string& name) {
 
 }  // namespace
 
-VfioPciBinder::VfioPciBinder(const discovery::SysfsReader& sysfs, DeviceLockGate& gate,
+VfioPciBinder::VfioPciBinder(const sysfs::SysfsReader& sysfs, DeviceLockGate& gate,
                              BinderOptions options)
     : sysfs_(sysfs), gate_(gate), options_(std::move(options)) {}
 
@@ -59,8 +59,8 @@ Error VfioPciBinder::InUse(const std::string& address, const Error& error) const
 std::optional<std::string> VfioPciBinder::Busy(const std::string& address) const {
   auto held = gate_.Held(address);
   if (!held) return std::nullopt;
-  return "PCI device " + address + " is still in use: an earlier " + *held +
-         " has not returned; " + Holders(address);
+  return "PCI device " + address + " is still in use: an earlier " + *held + " has not returned; " +
+         Holders(address);
 }
 
 Result<std::string> VfioPciBinder::CurrentDriver(const std::string& address) const {
@@ -85,7 +85,7 @@ Result<std::string> VfioPciBinder::CurrentOverride(const std::string& address,
     }
     return text.error().Wrap("cannot read driver_override of " + address);
   }
-  return discovery::ParseDriverOverride(*text);
+  return sysfs::ParseDriverOverride(*text);
 }
 
 Result<OriginalBinding> VfioPciBinder::Inspect(const std::string& address,

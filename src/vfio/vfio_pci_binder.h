@@ -16,7 +16,7 @@
 
 #include "base/deadline.h"
 #include "base/result.h"
-#include "discovery/sysfs_reader.h"
+#include "sysfs/sysfs_reader.h"
 #include "vfio/device_lock_gate.h"
 
 namespace vfio_dra::vfio {
@@ -42,7 +42,7 @@ struct BinderOptions {
 
 class VfioPciBinder {
  public:
-  VfioPciBinder(const discovery::SysfsReader& sysfs, DeviceLockGate& gate, BinderOptions options);
+  VfioPciBinder(const sysfs::SysfsReader& sysfs, DeviceLockGate& gate, BinderOptions options);
 
   // The function's binding now. kNotFound when the device is gone.
   Result<OriginalBinding> Inspect(const std::string& address, Deadline deadline = {}) const;
@@ -67,7 +67,7 @@ class VfioPciBinder {
   Error InUse(const std::string& address, const Error& error) const;
   std::string Holders(const std::string& address) const;
 
-  const discovery::SysfsReader& sysfs_;
+  const sysfs::SysfsReader& sysfs_;
   DeviceLockGate& gate_;
   BinderOptions options_;
 };

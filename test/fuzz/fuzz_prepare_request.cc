@@ -17,10 +17,10 @@
 
 #include "discovery/admin_policy.h"
 #include "discovery/node_scan.h"
-#include "plugin/call_serializer.h"
-#include "plugin/dra_grpc_service.h"
-#include "plugin/node_service.h"
-#include "plugin/vfio_device_preparer.h"
+#include "kubeletplugin/call_serializer.h"
+#include "kubeletplugin/dra_grpc_service.h"
+#include "kubeletplugin/node_service.h"
+#include "prepare/vfio_device_preparer.h"
 #include "simulated_kernel.h"
 #include "slicepublisher/slice_builder.h"
 #include "sysfs_fixture.h"
@@ -34,7 +34,7 @@ const std::vector<std::string> kDevices = {"gpu-0000-01-00-0", "vf-0000-5e-02-1"
                                            "hostdev-0000-06-00-0"};
 
 // Claims by namespace/name, filled from the input before each call.
-class FuzzedClaims final : public plugin::ClaimSource {
+class FuzzedClaims final : public kubeletplugin::ClaimSource {
  public:
   Result<kube::ResourceClaim> Get(const std::string& ns, const std::string& name,
                                   Deadline /*deadline*/) override {
@@ -47,14 +47,14 @@ class FuzzedClaims final : public plugin::ClaimSource {
 
 struct Harness {
   std::string dir;
-  std::unique_ptr<discovery::SysfsReader> sysfs;
+  std::unique_ptr<sysfs::SysfsReader> sysfs;
   std::unique_ptr<testing::SimulatedKernel> kernel;
   slicepublisher::PublishedDevices published;
-  std::unique_ptr<plugin::VfioDevicePreparer> preparer;
-  std::unique_ptr<plugin::CallSerializer> serializer;
+  std::unique_ptr<prepare::VfioDevicePreparer> preparer;
+  std::unique_ptr<kubeletplugin::CallSerializer> serializer;
   FuzzedClaims claims;
-  std::unique_ptr<plugin::DraNodeService> node;
-  std::unique_ptr<plugin::DraGrpcService<plugin::DraV1Api>> v1;
+  std::unique_ptr<kubeletplugin::DraNodeService> node;
+  std::unique_ptr<kubeletplugin::DraGrpcService<kubeletplugin::DraV1Api>> v1;
 };
 
 Harness& TheHarness() {
@@ -68,7 +68,7 @@ Harness& TheHarness() {
       std::filesystem::create_directories(harness->dir + sub);
     }
     std::ofstream(harness->dir + "/boot_id") << "fuzz\n";
-    harness->sysfs = std::make_unique<discovery::SysfsReader>(root);
+    harness->sysfs = std::make_unique<sysfs::SysfsReader>(root);
     harness->kernel = std::make_unique<testing::SimulatedKernel>(root, harness->dir + "/dev");
     discovery::AdminPolicy policy;
     auto parsed = discovery::ParseAdminPolicy(
@@ -79,25 +79,25 @@ Harness& TheHarness() {
     capacity.Observe(scan->inventory);
     harness->published.Set(slicepublisher::BuildDesiredPool(
         *scan, {"node1", slicepublisher::CounterLayout::kOwnSlice}, capacity));
-    plugin::PreparerOptions options;
+    prepare::PreparerOptions options;
     options.driver_name = "vfio.dra.io";
     options.node_name = "node1";
     options.plugin_data_dir = harness->dir + "/data";
     options.cdi_dir = harness->dir + "/cdi";
     options.dev_root = harness->dir + "/dev";
     options.boot_id_file = harness->dir + "/boot_id";
-    auto preparer = plugin::VfioDevicePreparer::Open(options, *harness->sysfs, *harness->kernel,
-                                                     harness->published, Logger::Discard());
+    auto preparer = prepare::VfioDevicePreparer::Open(options, *harness->sysfs, *harness->kernel,
+                                                      harness->published, Logger::Discard());
     if (!preparer.ok()) std::abort();
     harness->preparer = std::move(*preparer);
-    auto serializer = plugin::CallSerializer::Open(harness->dir + "/data/serialize.lock");
+    auto serializer = kubeletplugin::CallSerializer::Open(harness->dir + "/data/serialize.lock");
     if (!serializer.ok()) std::abort();
     harness->serializer = std::move(*serializer);
-    harness->node =
-        std::make_unique<plugin::DraNodeService>("vfio.dra.io", harness->claims, *harness->preparer,
-                                                 *harness->serializer, Logger::Discard());
-    harness->v1 = std::make_unique<plugin::DraGrpcService<plugin::DraV1Api>>(*harness->node,
-                                                                             Logger::Discard());
+    harness->node = std::make_unique<kubeletplugin::DraNodeService>(
+        "vfio.dra.io", harness->claims, *harness->preparer, *harness->serializer,
+        Logger::Discard());
+    harness->v1 = std::make_unique<kubeletplugin::DraGrpcService<kubeletplugin::DraV1Api>>(
+        *harness->node, Logger::Discard());
     return harness;
   }();
   return *h;

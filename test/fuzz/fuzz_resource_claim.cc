@@ -3,7 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kube/resource_claim.h"
-#include "plugin/vfio_config.h"
+#include "prepare/vfio_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto json = nlohmann::json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);
@@ -12,8 +12,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!claim.ok() || !claim->allocation) return 0;
   for (const auto& result : claim->allocation->results) {
     (void)vfio_dra::kube::BaseRequestName(result.request);
-    (void)vfio_dra::plugin::ConfigForRequest(claim->allocation->config, "vfio.dra.io",
-                                             result.request);
+    (void)vfio_dra::prepare::ConfigForRequest(claim->allocation->config, "vfio.dra.io",
+                                              result.request);
   }
   return 0;
 }

@@ -12,8 +12,8 @@
 #include "discovery/admin_policy.h"
 #include "discovery/inventory_scanner.h"
 #include "discovery/node_scan.h"
-#include "discovery/sysfs_parse.h"
-#include "discovery/sysfs_reader.h"
+#include "sysfs/sysfs_parse.h"
+#include "sysfs/sysfs_reader.h"
 #include "sysfs_fixture.h"
 
 namespace {
@@ -54,7 +54,9 @@ Node& TheNode() {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace vfio_dra::discovery;
+  using namespace vfio_dra::sysfs;
+  using vfio_dra::discovery::AdminPolicy;
+  using vfio_dra::discovery::ScanNode;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   (void)ParseHexAttribute(text, 4);
   (void)ParseHexAttribute(text, 6);

@@ -7,12 +7,12 @@
 #include <fstream>
 #include <thread>
 
+#include "cmd/serve_command.h"
 #include "fake_apiserver.h"
 #include "kube/api_client.h"
 #include "kube/claim_reader.h"
 #include "kube/client_config.h"
 #include "kube/curl_transport.h"
-#include "plugin/serve_command.h"
 
 namespace vfio_dra::kube {
 namespace {
@@ -46,7 +46,7 @@ class KubeClientTest : public ::testing::Test {
   void Connect(const std::string& token_file = "", int max_retries = 3) {
     auto config = LoadKubeconfigFile(server_->WriteKubeconfig(dir_, token_file));
     ASSERT_TRUE(config.ok()) << config.error().message;
-    auto transport = CurlTransport::Create(*config, plugin::UserAgent());
+    auto transport = CurlTransport::Create(*config, cmd::UserAgent());
     ASSERT_TRUE(transport.ok()) << transport.error().message;
     transport_ = std::move(*transport);
     tokens_ = std::make_unique<TokenSource>(config->token, config->token_file, RealClock());

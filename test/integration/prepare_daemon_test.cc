@@ -538,7 +538,7 @@ TEST_F(PrepareDaemonTest, SoakUnderApiFaultsLosesAndDoublesNothingAndSlicesConve
 
   // A quiet server: the slices converge to exactly the node's devices, in one consistent pool.
   server_->SetFaultMix(FaultMix{});
-  discovery::SysfsReader sysfs(dir_ + "/sys");
+  sysfs::SysfsReader sysfs(dir_ + "/sys");
   auto policy = discovery::LoadAdminPolicy(dir_ + "/policy.yaml");
   ASSERT_TRUE(policy.ok());
   auto scan = discovery::ScanNode(sysfs, nullptr, *policy);

@@ -46,7 +46,7 @@ class SliceReconcilerTest : public ::testing::Test {
   std::shared_ptr<const discovery::NodeScan> Scan(const std::string& fixture) {
     const std::string root = dir_ + "/" + fixture;
     if (!std::filesystem::exists(root)) vfio_dra::testing::BuildFixture(fixture, root);
-    discovery::SysfsReader sysfs(root);
+    sysfs::SysfsReader sysfs(root);
     auto names = discovery::PciNames::Open({root, dir_ + "/pci.ids", false});
     return discovery::ScanNode(sysfs, names.ok() ? names->get() : nullptr, {});
   }

@@ -13,7 +13,7 @@
 #include <fstream>
 #include <string>
 
-#include "plugin/cli.h"
+#include "cmd/cli.h"
 #include "simulated_kernel.h"
 
 namespace {
@@ -26,8 +26,8 @@ std::string Env(const char* name) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  using vfio_dra::plugin::ServeEnvironment;
-  using vfio_dra::plugin::ServeOptions;
+  using vfio_dra::cmd::ServeEnvironment;
+  using vfio_dra::cmd::ServeOptions;
   ServeEnvironment environment;
   environment.make_sysfs_writer = [](const ServeOptions& options) {
     auto kernel =
@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
     if (const std::string hang = Env("VFIO_DRA_SIM_HANG_UNBIND"); !hang.empty()) {
       kernel->HangUnbind(hang);
     }
-    return std::unique_ptr<vfio_dra::vfio::SysfsWriter>(std::move(kernel));
+    return std::unique_ptr<vfio_dra::sysfs::SysfsWriter>(std::move(kernel));
   };
   const std::string crash_at = Env("VFIO_DRA_SIM_CRASH_AT_STEP");
   const std::string step_log = Env("VFIO_DRA_SIM_STEP_LOG");
@@ -54,5 +54,5 @@ int main(int argc, char** argv) {
       if (n == target) ::raise(SIGKILL);
     };
   }
-  return vfio_dra::plugin::RunCli(argc, argv, environment);
+  return vfio_dra::cmd::RunCli(argc, argv, environment);
 }

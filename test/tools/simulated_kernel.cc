@@ -14,7 +14,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "discovery/sysfs_parse.h"
+#include "sysfs/sysfs_parse.h"
 #include "sysfs_fixture.h"
 
 namespace vfio_dra::testing {
@@ -206,7 +206,7 @@ std::string SimulatedKernel::DriverOf(const std::string& address) const {
 }
 
 std::string SimulatedKernel::OverrideOf(const std::string& address) const {
-  return discovery::ParseDriverOverride(
+  return sysfs::ParseDriverOverride(
       ReadText(Abs("bus/pci/devices/" + address + "/driver_override")));
 }
 
@@ -518,7 +518,7 @@ void SimulatedKernel::DoUnbind(const std::string& driver, const std::string& add
 
 int SimulatedKernel::CreateMdev(const std::string& parent_dir, const std::string& type,
                                 const std::string& uuid) {
-  if (!discovery::IsMdevUuid(uuid)) return EINVAL;
+  if (!sysfs::IsMdevUuid(uuid)) return EINVAL;
   if (fs::exists(Abs("bus/mdev/devices/" + uuid))) return EEXIST;
   if (fail_mdev_create_ != 0) {
     const int err = fail_mdev_create_;

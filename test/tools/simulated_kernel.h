@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "vfio/sysfs_writer.h"
+#include "sysfs/sysfs_writer.h"
 
 namespace vfio_dra::testing {
 
@@ -44,7 +44,7 @@ struct SimWrite {
 bool IsManagedWrite(const SimWrite& write, const std::set<std::string>& functions,
                     const std::set<std::string>& mdev_types = {});
 
-class SimulatedKernel final : public vfio::SysfsWriter {
+class SimulatedKernel final : public sysfs::SysfsWriter {
  public:
   // Creates <dev root>/vfio/vfio (10:196) and, on first use of a tree, records each function's
   // bound driver as the host driver that matches it. Throws when nodes cannot be made (mknod

@@ -35,7 +35,7 @@ class DeviceLockTest : public ::testing::Test {
  protected:
   void SetUp() override {
     node_ = std::make_unique<FixtureNode>("workstation");
-    sysfs_ = std::make_unique<discovery::SysfsReader>(node_->sysfs_root());
+    sysfs_ = std::make_unique<sysfs::SysfsReader>(node_->sysfs_root());
     kernel_ = std::make_unique<SimulatedKernel>(node_->sysfs_root(), node_->dir() + "/dev");
   }
   std::string Attr(const std::string& address, const std::string& name) const {
@@ -60,7 +60,7 @@ class DeviceLockTest : public ::testing::Test {
   }
 
   std::unique_ptr<FixtureNode> node_;
-  std::unique_ptr<discovery::SysfsReader> sysfs_;
+  std::unique_ptr<sysfs::SysfsReader> sysfs_;
   std::unique_ptr<SimulatedKernel> kernel_;
 };
 

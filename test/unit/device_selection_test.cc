@@ -275,7 +275,7 @@ select:
 )",
                                  "policy.yaml");
   ASSERT_TRUE(policy.ok()) << policy.error().message;
-  SysfsReader sysfs(node.sysfs_root());
+  sysfs::SysfsReader sysfs(node.sysfs_root());
   const auto unaware = ScanNode(sysfs, nullptr, *policy);
   EXPECT_FALSE(unaware->selection.functions.at("0000:06:00.0").published)
       << "on vfio-pci, the function no longer matches `driver: nvme`";

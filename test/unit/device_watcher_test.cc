@@ -17,7 +17,7 @@ using vfio_dra::testing::SysfsFixture;
 // Counts scans and handed-on results, and lets the test wait for either.
 class Recorder {
  public:
-  std::shared_ptr<const NodeScan> Scan(const SysfsReader& sysfs) {
+  std::shared_ptr<const NodeScan> Scan(const sysfs::SysfsReader& sysfs) {
     auto scan = ScanNode(sysfs, nullptr, AdminPolicy{});
     std::lock_guard<std::mutex> lock(mu_);
     ++scans_;
@@ -64,7 +64,7 @@ void AddGpu(const std::string& root, const std::string& address, int group) {
 
 TEST(DeviceWatcher, ATriggerHandsOnTheChangedNodeWithinTheQuietPeriod) {
   FixtureNode node("workstation");
-  SysfsReader sysfs(node.sysfs_root());
+  sysfs::SysfsReader sysfs(node.sysfs_root());
   Recorder recorder;
   DeviceWatcherOptions options;
   options.listen_for_uevents = false;
@@ -93,7 +93,7 @@ TEST(DeviceWatcher, ATriggerHandsOnTheChangedNodeWithinTheQuietPeriod) {
 
 TEST(DeviceWatcher, ThePeriodicRescanCatchesMissedEvents) {
   FixtureNode node("workstation");
-  SysfsReader sysfs(node.sysfs_root());
+  sysfs::SysfsReader sysfs(node.sysfs_root());
   Recorder recorder;
   DeviceWatcherOptions options;
   options.listen_for_uevents = false;
@@ -112,7 +112,7 @@ TEST(DeviceWatcher, ThePeriodicRescanCatchesMissedEvents) {
 // Counts probes and lets the test wait for them.
 class ProbeCounter {
  public:
-  uint64_t Probe(const SysfsReader& sysfs) {
+  uint64_t Probe(const sysfs::SysfsReader& sysfs) {
     const uint64_t digest = ProbeDeviceState(sysfs);
     std::lock_guard<std::mutex> lock(mu_);
     ++probes_;
@@ -134,7 +134,7 @@ class ProbeCounter {
 // change the probe sees is scanned and handed on.
 TEST(DeviceWatcher, ThePeriodicCheckProbesInsteadOfScanningWhileNothingChanges) {
   FixtureNode node("workstation");
-  SysfsReader sysfs(node.sysfs_root());
+  sysfs::SysfsReader sysfs(node.sysfs_root());
   Recorder recorder;
   ProbeCounter probes;
   DeviceWatcherOptions options;
@@ -161,7 +161,7 @@ TEST(DeviceWatcher, ThePeriodicCheckProbesInsteadOfScanningWhileNothingChanges) 
 // The probe is a filter, not the truth: a full scan still runs every full_rescan_interval.
 TEST(DeviceWatcher, AFullScanStillRunsAtTheFullRescanInterval) {
   FixtureNode node("workstation");
-  SysfsReader sysfs(node.sysfs_root());
+  sysfs::SysfsReader sysfs(node.sysfs_root());
   Recorder recorder;
   DeviceWatcherOptions options;
   options.listen_for_uevents = false;
@@ -177,7 +177,7 @@ TEST(DeviceWatcher, AFullScanStillRunsAtTheFullRescanInterval) {
 
 TEST(ChangeProbe, SeesBindingsDevicesAndMdevsAndNothingElse) {
   FixtureNode node("vgpu");
-  SysfsReader sysfs(node.sysfs_root());
+  sysfs::SysfsReader sysfs(node.sysfs_root());
   const uint64_t first = ProbeDeviceState(sysfs);
   EXPECT_EQ(ProbeDeviceState(sysfs), first) << "stable while nothing changes";
   // An attribute that is not part of the state (and may take the device lock) is not read.

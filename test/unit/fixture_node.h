@@ -30,7 +30,7 @@ class FixtureNode {
   const std::string& dir() const { return dir_; }
 
   discovery::Inventory Scan() const {
-    discovery::SysfsReader sysfs(sysfs_root());
+    sysfs::SysfsReader sysfs(sysfs_root());
     auto names = discovery::PciNames::Open({sysfs_root(), pci_ids(), false});
     return discovery::ScanInventory(sysfs, names.ok() ? names->get() : nullptr);
   }

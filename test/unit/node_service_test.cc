@@ -1,4 +1,4 @@
-#include "plugin/node_service.h"
+#include "kubeletplugin/node_service.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 #include <mutex>
 #include <thread>
 
-namespace vfio_dra::plugin {
+namespace vfio_dra::kubeletplugin {
 namespace {
 
 using ::testing::HasSubstr;
@@ -39,27 +39,28 @@ class FakeClaims final : public ClaimSource {
 };
 
 // Prepares every result as one device and checks that calls never overlap.
-class RecordingPreparer final : public DevicePreparer {
+class RecordingPreparer final : public prepare::DevicePreparer {
  public:
-  Result<std::vector<PreparedDevice>> Prepare(
+  Result<std::vector<prepare::PreparedDevice>> Prepare(
       const kube::ResourceClaim& claim,
       const std::vector<kube::DeviceRequestAllocationResult>& ours,
       Deadline /*deadline*/) override {
     if (in_call_.exchange(true)) overlapped_ = true;
-    std::vector<PreparedDevice> out;
+    std::vector<prepare::PreparedDevice> out;
     for (const auto& r : ours) {
       if (r.driver != kDriver) foreign_results_seen_ = true;
-      out.push_back(PreparedDevice{{r.request},
-                                   r.pool,
-                                   r.device,
-                                   {std::string(kDriver) + "/vfio=" + claim.uid + "-" + r.device},
-                                   std::nullopt});
+      out.push_back(
+          prepare::PreparedDevice{{r.request},
+                                  r.pool,
+                                  r.device,
+                                  {std::string(kDriver) + "/vfio=" + claim.uid + "-" + r.device},
+                                  std::nullopt});
     }
     ++prepares_;
     in_call_ = false;
     return out;
   }
-  Status Unprepare(const ClaimRef& /*claim*/, Deadline /*deadline*/) override {
+  Status Unprepare(const prepare::ClaimRef& /*claim*/, Deadline /*deadline*/) override {
     if (in_call_.exchange(true)) overlapped_ = true;
     ++unprepares_;
     in_call_ = false;
@@ -153,7 +154,7 @@ TEST_F(NodeServiceTest, MalformedRequestsAreWholeCallErrors) {
   auto duplicate = service_->Unprepare({{"vms", "a", "u"}, {"vms", "b", "u"}});
   ASSERT_FALSE(duplicate.ok());
   EXPECT_NE(duplicate.error().message.find("more than once"), std::string::npos);
-  std::vector<ClaimRef> many;
+  std::vector<prepare::ClaimRef> many;
   for (int i = 0; i < 10000; ++i) many.push_back({"vms", "c", "u-" + std::to_string(i)});
   auto too_many = service_->Prepare(many);
   ASSERT_FALSE(too_many.ok());
@@ -162,9 +163,10 @@ TEST_F(NodeServiceTest, MalformedRequestsAreWholeCallErrors) {
 }
 
 TEST_F(NodeServiceTest, BadNamesAreRefusedPerClaimWithoutAnyLookup) {
-  const std::vector<ClaimRef> bad = {{"vms", "a/b", "u-1"},  {"vms", "..", "u-2"},
-                                     {"../etc", "a", "u-3"}, {"vms", std::string("a\0b", 3), "u-4"},
-                                     {"vms", "ok", "u/5"},   {"vms", std::string(300, 'a'), "u-6"}};
+  const std::vector<prepare::ClaimRef> bad = {
+      {"vms", "a/b", "u-1"},  {"vms", "..", "u-2"},
+      {"../etc", "a", "u-3"}, {"vms", std::string("a\0b", 3), "u-4"},
+      {"vms", "ok", "u/5"},   {"vms", std::string(300, 'a'), "u-6"}};
   auto out = service_->Prepare(bad);
   ASSERT_TRUE(out.ok());
   ASSERT_EQ(out->size(), bad.size());
@@ -196,7 +198,7 @@ TEST_F(NodeServiceTest, ConcurrentCallsNeverOverlapInDeviceWork) {
   std::atomic<int> failures{0};
   for (int i = 0; i < 32; ++i) {
     threads.emplace_back([&, i] {
-      const ClaimRef ref{"vms", "c" + std::to_string(i), "u" + std::to_string(i)};
+      const prepare::ClaimRef ref{"vms", "c" + std::to_string(i), "u" + std::to_string(i)};
       auto prepared = service_->Prepare({ref});
       if (!prepared.ok() || !prepared->at(ref.uid).error.empty()) ++failures;
       auto unprepared = service_->Unprepare({ref});
@@ -249,4 +251,4 @@ TEST_F(NodeServiceTest, ClaimsWhoseTurnComesAfterTheDeadlineAreNotStarted) {
 }
 
 }  // namespace
-}  // namespace vfio_dra::plugin
+}  // namespace vfio_dra::kubeletplugin

@@ -14,7 +14,7 @@
 
 #include "cdi/cdi_spec.h"
 #include "cdi/device_metadata.h"
-#include "plugin/claim_ref.h"
+#include "prepare/claim_ref.h"
 
 namespace vfio_dra::testing {
 namespace {
@@ -85,16 +85,16 @@ class PathSafetyTest : public ::testing::Test {
 };
 
 TEST_F(PathSafetyTest, ClaimRefsWithHostileFieldsAreRefusedNamingTheField) {
-  ASSERT_TRUE(plugin::ValidateClaimRef({"vms", "vm-gpu", kUid}).ok());
+  ASSERT_TRUE(prepare::ValidateClaimRef({"vms", "vm-gpu", kUid}).ok());
   for (const std::string& bad : HostileNames()) {
     SCOPED_TRACE(::testing::PrintToString(bad));
-    Status ns = plugin::ValidateClaimRef({bad, "vm-gpu", kUid});
+    Status ns = prepare::ValidateClaimRef({bad, "vm-gpu", kUid});
     ASSERT_FALSE(ns.ok());
     EXPECT_THAT(ns.error().message, HasSubstr("invalid namespace"));
-    Status name = plugin::ValidateClaimRef({"vms", bad, kUid});
+    Status name = prepare::ValidateClaimRef({"vms", bad, kUid});
     ASSERT_FALSE(name.ok());
     EXPECT_THAT(name.error().message, HasSubstr("invalid name"));
-    Status uid = plugin::ValidateClaimRef({"vms", "vm-gpu", bad});
+    Status uid = prepare::ValidateClaimRef({"vms", "vm-gpu", bad});
     if (bad == "UPPER" || bad == "-leading") continue;  // letters, digits and '-' are UID-safe
     ASSERT_FALSE(uid.ok());
     EXPECT_THAT(uid.error().message, HasSubstr("invalid uid"));

@@ -1,4 +1,4 @@
-#include "plugin/prepare_checkpoint.h"
+#include "prepare/prepare_checkpoint.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-namespace vfio_dra::plugin {
+namespace vfio_dra::prepare {
 namespace {
 
 using ::testing::HasSubstr;
@@ -200,4 +200,4 @@ TEST(BootId, IsReadAndTrimmed) {
 }
 
 }  // namespace
-}  // namespace vfio_dra::plugin
+}  // namespace vfio_dra::prepare

@@ -1,11 +1,11 @@
-#include "plugin/serve_options.h"
+#include "cmd/serve_options.h"
 
 #include <gtest/gtest.h>
 
 #include "base/k8s_names.h"
-#include "plugin/plugin_server.h"
+#include "kubeletplugin/plugin_server.h"
 
-namespace vfio_dra::plugin {
+namespace vfio_dra::cmd {
 namespace {
 
 ServeOptions Valid() {
@@ -49,11 +49,13 @@ TEST(ServeOptions, RejectsBadValuesNamingTheFlag) {
 TEST(SocketLayout, UsesPodUidForRollingUpdates) {
   ServeOptions o = Valid();
   ASSERT_TRUE(FinalizeServeOptions(o).ok());
-  SocketLayout plain = SocketLayout::For(o);
+  kubeletplugin::SocketLayout plain = kubeletplugin::SocketLayout::For(
+      o.plugin_data_dir, o.registrar_dir, o.driver_name, o.pod_uid);
   EXPECT_EQ(plain.dra_socket, "/var/lib/kubelet/plugins/vfio.dra.io/dra.sock");
   EXPECT_EQ(plain.registration_socket, "/var/lib/kubelet/plugins_registry/vfio.dra.io-reg.sock");
   o.pod_uid = "1234-abcd";
-  SocketLayout rolling = SocketLayout::For(o);
+  kubeletplugin::SocketLayout rolling = kubeletplugin::SocketLayout::For(
+      o.plugin_data_dir, o.registrar_dir, o.driver_name, o.pod_uid);
   EXPECT_EQ(rolling.dra_socket, "/var/lib/kubelet/plugins/vfio.dra.io/dra-1234-abcd.sock");
   EXPECT_EQ(rolling.registration_socket,
             "/var/lib/kubelet/plugins_registry/vfio.dra.io-1234-abcd-reg.sock");
@@ -73,4 +75,4 @@ TEST(NameRules, DnsLabelAndSubdomain) {
 }
 
 }  // namespace
-}  // namespace vfio_dra::plugin
+}  // namespace vfio_dra::cmd

@@ -25,7 +25,7 @@ struct Built {
 };
 
 Built Build(const FixtureNode& node, CounterLayout layout) {
-  discovery::SysfsReader sysfs(node.sysfs_root());
+  sysfs::SysfsReader sysfs(node.sysfs_root());
   auto names = discovery::PciNames::Open({node.sysfs_root(), node.pci_ids(), false});
   auto scan = discovery::ScanNode(sysfs, names.ok() ? names->get() : nullptr, {});
   MdevCapacityMemory capacity;

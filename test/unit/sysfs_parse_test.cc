@@ -1,8 +1,8 @@
-#include "discovery/sysfs_parse.h"
+#include "sysfs/sysfs_parse.h"
 
 #include <gtest/gtest.h>
 
-namespace vfio_dra::discovery {
+namespace vfio_dra::sysfs {
 namespace {
 
 TEST(SysfsParse, HexAttributesInTheKernelsFormat) {
@@ -56,4 +56,4 @@ TEST(SysfsParse, MdevUuid) {
 }
 
 }  // namespace
-}  // namespace vfio_dra::discovery
+}  // namespace vfio_dra::sysfs

@@ -1,11 +1,11 @@
 // VfioConfig decoding: strict about versions, kinds, fields and values; scoped by driver and
 // request; later configs override earlier ones.
-#include "plugin/vfio_config.h"
+#include "prepare/vfio_config.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-namespace vfio_dra::plugin {
+namespace vfio_dra::prepare {
 namespace {
 
 using nlohmann::json;
@@ -94,4 +94,4 @@ TEST(VfioConfig, AnErrorNamesTheConfigEntry) {
 }
 
 }  // namespace
-}  // namespace vfio_dra::plugin
+}  // namespace vfio_dra::prepare

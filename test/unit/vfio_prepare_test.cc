@@ -15,8 +15,8 @@
 
 #include "discovery/admin_policy.h"
 #include "discovery/node_scan.h"
-#include "plugin/device_health.h"
-#include "plugin/vfio_device_preparer.h"
+#include "prepare/device_health.h"
+#include "prepare/vfio_device_preparer.h"
 #include "simulated_kernel.h"
 #include "slicepublisher/slice_builder.h"
 #include "unit/fixture_node.h"
@@ -26,7 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using plugin::PreparedDevice;
+using prepare::PreparedDevice;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -49,7 +49,7 @@ class PrepareTest : public ::testing::Test {
  protected:
   void Use(const std::string& fixture) {
     node_ = std::make_unique<FixtureNode>(fixture);
-    sysfs_ = std::make_unique<discovery::SysfsReader>(node_->sysfs_root());
+    sysfs_ = std::make_unique<sysfs::SysfsReader>(node_->sysfs_root());
     kernel_ = std::make_unique<SimulatedKernel>(node_->sysfs_root(), DevRoot());
     WriteBootId("boot-1");
     Publish();
@@ -69,7 +69,7 @@ class PrepareTest : public ::testing::Test {
   }
   void Open() {
     preparer_.reset();
-    plugin::PreparerOptions options;
+    prepare::PreparerOptions options;
     options.driver_name = kDriver;
     options.node_name = "node1";
     options.plugin_data_dir = DataDir();
@@ -80,8 +80,8 @@ class PrepareTest : public ::testing::Test {
     options.before_step = step_hook_;
     fs::create_directories(DataDir());
     fs::create_directories(CdiDir());
-    auto opened =
-        plugin::VfioDevicePreparer::Open(options, *sysfs_, *kernel_, published_, Logger::Discard());
+    auto opened = prepare::VfioDevicePreparer::Open(options, *sysfs_, *kernel_, published_,
+                                                    Logger::Discard());
     ASSERT_TRUE(opened.ok()) << opened.error().message;
     preparer_ = std::move(*opened);
   }
@@ -127,13 +127,13 @@ class PrepareTest : public ::testing::Test {
   Result<std::vector<PreparedDevice>> Prepare(const kube::ResourceClaim& claim) {
     return preparer_->Prepare(claim, claim.allocation->results, Deadline());
   }
-  std::optional<plugin::ClaimRecord> Recorded(const std::string& uid) const {
+  std::optional<prepare::ClaimRecord> Recorded(const std::string& uid) const {
     auto record = preparer_->checkpoint().Find(uid);
     EXPECT_TRUE(record.ok()) << record.error().message;
     return record.ok() ? *record : std::nullopt;
   }
   Status Unprepare(const std::string& uid = kUid, const std::string& name = "gpu-claim") {
-    return preparer_->Unprepare(plugin::ClaimRef{"vms", name, uid}, Deadline());
+    return preparer_->Unprepare(prepare::ClaimRef{"vms", name, uid}, Deadline());
   }
   std::string Driver(const std::string& address) const {
     auto link = sysfs_->LinkBaseName("bus/pci/devices/" + address + "/driver");
@@ -166,11 +166,11 @@ class PrepareTest : public ::testing::Test {
   }
 
   std::unique_ptr<FixtureNode> node_;
-  std::unique_ptr<discovery::SysfsReader> sysfs_;
+  std::unique_ptr<sysfs::SysfsReader> sysfs_;
   std::unique_ptr<SimulatedKernel> kernel_;
   slicepublisher::MdevCapacityMemory capacity_;
   slicepublisher::PublishedDevices published_;
-  std::unique_ptr<plugin::VfioDevicePreparer> preparer_;
+  std::unique_ptr<prepare::VfioDevicePreparer> preparer_;
   std::function<void(const std::string&)> step_hook_;
   std::chrono::milliseconds unbind_timeout_{std::chrono::seconds(5)};
 };
@@ -237,7 +237,7 @@ TEST_F(PrepareTest, GpuWithItsAudioFunctionIsBoundAsAGroupAndRestoredExactly) {
 
   const auto record = Recorded(kUid);
   ASSERT_TRUE(record.has_value());
-  EXPECT_EQ(record->state, plugin::PrepareState::kPrepareCompleted);
+  EXPECT_EQ(record->state, prepare::PrepareState::kPrepareCompleted);
   ASSERT_EQ(record->functions.size(), 2u);
   EXPECT_EQ(record->functions[0].Binding(),
             (vfio::OriginalBinding{"0000:01:00.0", "nvidia", "", false}));
@@ -325,8 +325,9 @@ TEST_F(PrepareTest, MdevIsCreatedWithItsPublishedUuidAndRemovedAtUnprepare) {
 TEST_F(PrepareTest, HealthFollowsWhatIsPreparedAndWhatTheKernelChanges) {
   Use("vm-host");
   auto health = [&] {
-    std::map<std::string, plugin::DeviceHealthStatus> out;
-    for (auto& s : plugin::CheckDeviceHealth(*sysfs_, published_.Current(), *preparer_->Prepared()))
+    std::map<std::string, prepare::DeviceHealthStatus> out;
+    for (auto& s :
+         prepare::CheckDeviceHealth(*sysfs_, published_.Current(), *preparer_->Prepared()))
       out[s.device] = s;
     return out;
   };
@@ -453,7 +454,7 @@ TEST(CheckpointUpgradeTest, AVersion1FileBecomesOneRecordPerClaim) {
                         {{{"requests", {"gpu"}}, {"pool", "node1"}, {"device", "gpu-0000-01-00-0"}},
                          {{"pool", 7}, {"device", json::array()}}}}}}}}};
   std::ofstream(dir + "/checkpoint.json") << v1.dump();
-  auto checkpoint = plugin::PrepareCheckpoint::Open(dir, "boot-1");
+  auto checkpoint = prepare::PrepareCheckpoint::Open(dir, "boot-1");
   ASSERT_TRUE(checkpoint.ok());
   std::string problem;
   auto moved = checkpoint->Upgrade(&problem);
@@ -461,13 +462,13 @@ TEST(CheckpointUpgradeTest, AVersion1FileBecomesOneRecordPerClaim) {
   EXPECT_EQ(*moved, 1);
   EXPECT_TRUE(problem.empty()) << problem;
   EXPECT_FALSE(fs::exists(dir + "/checkpoint.json"));
-  const plugin::CheckpointView view = checkpoint->Load();
+  const prepare::CheckpointView view = checkpoint->Load();
   ASSERT_EQ(view.claims.size(), 1u);
-  const plugin::ClaimRecord& record = view.claims.begin()->second;
+  const prepare::ClaimRecord& record = view.claims.begin()->second;
   EXPECT_EQ(record.boot_id, "boot-0") << "the old boot stays recorded, so a reboot is noticed";
   EXPECT_FALSE(record.replayable);
   EXPECT_EQ(record.functions[0].driver, "nvidia");
-  const auto targets = plugin::PreparedTargets(view);
+  const auto targets = prepare::PreparedTargets(view);
   ASSERT_EQ(targets.size(), 2u);
   EXPECT_EQ(targets[0].claim, "vms/old");
   EXPECT_THAT(targets[0].functions, ElementsAre("0000:01:00.0", "0000:01:00.1"));
@@ -713,7 +714,7 @@ TEST_F(PrepareTest, BadOpaqueConfigIsAClaimErrorNamingTheField) {
 TEST_F(PrepareTest, RecoverRollsBackAPrepareLeftStartedAndRemovesOrphanSpecs) {
   Use("workstation");
   // A claim recorded as started, with its first function already bound, as a crash leaves it.
-  plugin::ClaimRecord record;
+  prepare::ClaimRecord record;
   record.uid = kUid;
   record.namespace_ = "vms";
   record.name = "gpu-claim";
@@ -721,9 +722,9 @@ TEST_F(PrepareTest, RecoverRollsBackAPrepareLeftStartedAndRemovesOrphanSpecs) {
                       {"0000:01:00.1", "snd_hda_intel", "", false, {}}};
   record.cdi_files = {std::string("vfio.dra.io-vfio_") + kUid + ".json"};
   {
-    auto boot = plugin::ReadBootId(node_->dir() + "/boot_id");
+    auto boot = prepare::ReadBootId(node_->dir() + "/boot_id");
     ASSERT_TRUE(boot.ok());
-    auto checkpoint = plugin::PrepareCheckpoint::Open(DataDir(), *boot);
+    auto checkpoint = prepare::PrepareCheckpoint::Open(DataDir(), *boot);
     ASSERT_TRUE(checkpoint.ok());
     ASSERT_TRUE(checkpoint->Put(record).ok());
   }
@@ -821,7 +822,7 @@ TEST_F(PrepareTest, AfterARebootAnAddressThatNamesAnotherDeviceIsLeftAlone) {
 // lock, so B unprepares what A prepared, refuses what A holds, and recovers nothing A finished.
 TEST_F(PrepareTest, TwoInstancesOnOneDataDirSeeEachOthersWork) {
   Use("workstation");
-  std::unique_ptr<plugin::VfioDevicePreparer> instance_a = std::move(preparer_);
+  std::unique_ptr<prepare::VfioDevicePreparer> instance_a = std::move(preparer_);
   Open();  // instance B
   ASSERT_TRUE(instance_a
                   ->Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}),
@@ -869,13 +870,13 @@ TEST_F(PrepareTest, AnExpiredDeadlineStartsNoDeviceWorkAndKeepsTheRecordForTheRe
   EXPECT_EQ(midway.error().kind, ErrorKind::kDeadlineExceeded);
   EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
   ASSERT_TRUE(Recorded(kUid).has_value());
-  EXPECT_EQ(Recorded(kUid)->state, plugin::PrepareState::kPrepareStarted);
+  EXPECT_EQ(Recorded(kUid)->state, prepare::PrepareState::kPrepareStarted);
   step_hook_ = nullptr;
   Open();
   auto retry = Prepare(claim);
   ASSERT_TRUE(retry.ok()) << retry.error().message;
   EXPECT_EQ(Driver("0000:01:00.0"), "vfio-pci");
-  Status late_undo = preparer_->Unprepare(plugin::ClaimRef{"vms", "gpu-claim", kUid}, passed);
+  Status late_undo = preparer_->Unprepare(prepare::ClaimRef{"vms", "gpu-claim", kUid}, passed);
   ASSERT_FALSE(late_undo.ok());
   EXPECT_EQ(Driver("0000:01:00.0"), "vfio-pci") << "nothing restored after the deadline";
   ASSERT_TRUE(Unprepare().ok());

@@ -1,0 +1,35 @@
+#include "cmd/discover_command.h"
+
+#include <iostream>
+
+#include "cmd/device_sources.h"
+#include "discovery/admin_policy.h"
+#include "discovery/device_selection.h"
+#include "discovery/discover_report.h"
+#include "discovery/inventory_scanner.h"
+#include "discovery/pci_names.h"
+
+namespace vfio_dra::cmd {
+
+int RunDiscover(const DiscoverOptions& options) {
+  auto sources = OpenDeviceSources(options.config_file, options.sysfs_root, options.pci_ids);
+  if (!sources.ok()) {
+    std::cerr << "vfio-dra-plugin discover: " << sources.error().message << std::endl;
+    return 1;
+  }
+  const discovery::AdminPolicy& policy = sources->policy;
+  sysfs::SysfsReader sysfs(options.sysfs_root);
+  discovery::Inventory inventory = discovery::ScanInventory(sysfs, sources->names.get());
+  inventory.warnings.insert(inventory.warnings.end(), sources->warnings.begin(),
+                            sources->warnings.end());
+  const discovery::DeviceSelection selection = discovery::SelectDevices(inventory, policy);
+  const discovery::DiscoverContext context{options.sysfs_root, policy.source};
+  if (options.output == "json") {
+    std::cout << discovery::DiscoverJson(inventory, selection, context).dump(2) << std::endl;
+  } else {
+    std::cout << discovery::DiscoverTable(inventory, selection, context);
+  }
+  return 0;
+}
+
+}  // namespace vfio_dra::cmd

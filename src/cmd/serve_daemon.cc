@@ -1,0 +1,235 @@
+#include "cmd/serve_daemon.h"
+
+#include "base/clock.h"
+#include "cmd/device_sources.h"
+#include "discovery/change_probe.h"
+#include "discovery/node_scan.h"
+#include "prepare/device_health.h"
+
+namespace vfio_dra::cmd {
+
+ServeDaemon::ServeDaemon(const ServeOptions& options, const ServeEnvironment& environment,
+                         Logger root)
+    : options_(options),
+      environment_(environment),
+      root_(std::move(root)),
+      log_(root_.WithComponent("serve")),
+      layout_(kubeletplugin::SocketLayout::For(options.plugin_data_dir, options.registrar_dir,
+                                               options.driver_name, options.pod_uid)) {}
+
+ServeDaemon::~ServeDaemon() { Stop(); }
+
+Result<std::unique_ptr<ServeDaemon>> ServeDaemon::Build(const ServeOptions& options,
+                                                        const ServeEnvironment& environment,
+                                                        Logger root) {
+  std::unique_ptr<ServeDaemon> daemon(new ServeDaemon(options, environment, std::move(root)));
+  if (Status s = daemon->BuildDiscovery(); !s.ok()) return s.error();
+  if (Status s = daemon->BuildApiClients(); !s.ok()) return s.error();
+  if (Status s = daemon->BuildPreparation(); !s.ok()) return s.error();
+  daemon->BuildPublishing();
+  daemon->BuildKubeletServices();
+  daemon->DeclareMetrics();
+  return daemon;
+}
+
+Status ServeDaemon::BuildDiscovery() {
+  auto sources = OpenDeviceSources(options_.config_file, options_.sysfs_root, options_.pci_ids);
+  if (!sources.ok()) return sources.error().Wrap("the admin policy is invalid");
+  for (const std::string& warning : sources->warnings) log_.Warn(warning, {});
+  policy_ = std::move(sources->policy);
+  names_ = std::move(sources->names);
+  sysfs_.emplace(options_.sysfs_root);
+  return Status::Ok();
+}
+
+Status ServeDaemon::BuildApiClients() {
+  auto config = kube::ResolveClientConfig(options_.kubeconfig);
+  if (!config.ok()) return config.error().Wrap("cannot configure the Kubernetes API client");
+  client_config_ = std::move(*config);
+  auto transport = kube::CurlTransport::Create(*client_config_, UserAgent());
+  if (!transport.ok()) return transport.error().Wrap("cannot configure the Kubernetes API client");
+  transport_ = std::move(*transport);
+  tokens_.emplace(client_config_->token, client_config_->token_file, RealClock());
+  kube::ApiClientOptions api_options;
+  api_options.qps = options_.kube_api_qps;
+  api_options.burst = options_.kube_api_burst;
+  api_.emplace(*transport_, *tokens_, RealClock(), root_.WithComponent("kube"), api_options);
+  kube::ApiClientOptions claim_options;
+  claim_options.qps = options_.claim_api_qps;
+  claim_options.burst = options_.claim_api_burst;
+  claim_api_.emplace(*transport_, *tokens_, RealClock(), root_.WithComponent("kube"),
+                     claim_options);
+  claim_reader_.emplace(*claim_api_);
+  claims_.emplace(*claim_reader_);
+  log_.Info("Kubernetes API client ready",
+            {{"server", client_config_->server}, {"source", client_config_->source}});
+  return Status::Ok();
+}
+
+Status ServeDaemon::BuildPreparation() {
+  if (Status s = kubeletplugin::EnsureDirectory(options_.plugin_data_dir); !s.ok()) {
+    return s.error().Wrap("cannot prepare the plugin data directory");
+  }
+  auto serializer = kubeletplugin::CallSerializer::Open(layout_.lock_file);
+  if (!serializer.ok()) return serializer.error().Wrap("cannot set up call serialization");
+  serializer_ = std::move(*serializer);
+  if (Status s = kubeletplugin::EnsureDirectory(options_.cdi_dir); !s.ok()) {
+    return s.error().Wrap("cannot prepare the CDI spec directory");
+  }
+  sysfs_writer_ = environment_.make_sysfs_writer ? environment_.make_sysfs_writer(options_)
+                                                 : std::make_unique<sysfs::KernelSysfsWriter>();
+  prepare::PreparerOptions preparer_options;
+  preparer_options.metrics = &metrics_;
+  preparer_options.driver_name = options_.driver_name;
+  preparer_options.node_name = options_.node_name;
+  preparer_options.plugin_data_dir = options_.plugin_data_dir;
+  preparer_options.cdi_dir = options_.cdi_dir;
+  preparer_options.dev_root = options_.dev_root;
+  preparer_options.unbind_timeout = std::chrono::seconds(options_.unbind_timeout_seconds);
+  preparer_options.before_step = environment_.before_prepare_step;
+  auto preparer = prepare::VfioDevicePreparer::Open(preparer_options, *sysfs_, *sysfs_writer_,
+                                                    published_, root_.WithComponent("prepare"));
+  if (!preparer.ok()) return preparer.error().Wrap("cannot start device preparation");
+  preparer_ = std::move(*preparer);
+
+  // Another instance (a rolling update) may be working on the node: recover under its lock,
+  // from what is on disk then.
+  auto guard = serializer_->Acquire();
+  if (!guard.ok()) return guard.error().Wrap("cannot take the node lock for recovery");
+  if (Status s = preparer_->Recover(); !s.ok()) {
+    log_.Error(
+        "recovery from the prepare checkpoint is incomplete; affected claims are retried on "
+        "their next prepare or unprepare",
+        {{"error", s.error().message}});
+  }
+  return Status::Ok();
+}
+
+void ServeDaemon::BuildPublishing() {
+  slicepublisher::ReconcilerOptions reconciler_options;
+  reconciler_options.published = &published_;
+  reconciler_options.driver = options_.driver_name;
+  reconciler_options.node_name = options_.node_name;
+  reconciler_.emplace(*api_, reconciler_options, root_.WithComponent("slices"));
+
+  discovery::DeviceWatcherOptions watch_options;
+  watch_options.rescan_interval = std::chrono::seconds(options_.rescan_interval_seconds);
+  watcher_.emplace(
+      [this] {
+        discovery::ScanContext context;
+        context.busy = [this](const std::string& address) {
+          return preparer_->DeviceBusy(address);
+        };
+        preparer_->Refresh();
+        context.managed_original_drivers = *preparer_->ManagedOriginalDrivers();
+        return discovery::ScanNode(*sysfs_, names_.get(), policy_, context);
+      },
+      [this](const std::shared_ptr<const discovery::NodeScan>& scan) {
+        log_.Info("node devices",
+                  {{"pci_devices", std::to_string(scan->selection.devices.size())},
+                   {"mdev_types", std::to_string(scan->selection.mdev_types.size())},
+                   {"policy", policy_.source}});
+        reconciler_->SetScan(scan);
+      },
+      watch_options, root_.WithComponent("discovery"),
+      [this] { return discovery::ProbeDeviceState(*sysfs_); });
+}
+
+void ServeDaemon::BuildKubeletServices() {
+  node_.emplace(options_.driver_name, *claims_, *preparer_, *serializer_,
+                root_.WithComponent("node"), &metrics_);
+  v1_.emplace(*node_, root_.WithComponent("grpc"));
+  v1beta1_.emplace(*node_, root_.WithComponent("grpc"));
+  health_.emplace(
+      [this] {
+        // The other instance of a rolling update may have prepared or unprepared claims.
+        preparer_->Refresh();
+        return prepare::CheckDeviceHealth(*sysfs_, published_.Current(), *preparer_->Prepared());
+      },
+      std::chrono::seconds(options_.health_interval_seconds), root_.WithComponent("health"));
+  registration_.emplace(options_.driver_name, layout_.dra_socket,
+                        kubeletplugin::SupportedDraServices(), root_.WithComponent("registration"));
+}
+
+void ServeDaemon::DeclareMetrics() {
+  metrics_.DeclareGauge("vfio_dra_published_devices",
+                        "devices in this node's ResourceSlices, by kind");
+  metrics_.DeclareCounter("vfio_dra_slice_writes_total",
+                          "ResourceSlice writes, by operation (create, update, delete)");
+  metrics_.DeclareCounter("vfio_dra_slice_syncs_total",
+                          "ResourceSlice syncs, by result (ok, error)");
+  metrics_.DeclareGauge("vfio_dra_checkpoint_claims", "claims in the prepare checkpoint, by state");
+  metrics_.AddCollector([this](MetricsRegistry& m) {
+    for (const auto& [kind, count] : published_.CountByType()) {
+      m.Set("vfio_dra_published_devices", {{"kind", kind}}, count);
+    }
+    const slicepublisher::ReconcilerStats stats = reconciler_->Stats();
+    m.Set("vfio_dra_slice_writes_total", {{"operation", "create"}},
+          static_cast<double>(stats.creates));
+    m.Set("vfio_dra_slice_writes_total", {{"operation", "update"}},
+          static_cast<double>(stats.updates));
+    m.Set("vfio_dra_slice_writes_total", {{"operation", "delete"}},
+          static_cast<double>(stats.deletes));
+    m.Set("vfio_dra_slice_syncs_total", {{"result", "ok"}},
+          static_cast<double>(stats.syncs - stats.failed_syncs));
+    m.Set("vfio_dra_slice_syncs_total", {{"result", "error"}},
+          static_cast<double>(stats.failed_syncs));
+    const prepare::CheckpointCounts counts = preparer_->Counts();
+    m.Set("vfio_dra_checkpoint_claims", {{"state", "PrepareStarted"}}, counts.started);
+    m.Set("vfio_dra_checkpoint_claims", {{"state", "PrepareCompleted"}}, counts.completed);
+  });
+}
+
+HealthReport ServeDaemon::Health() const {
+  HealthReport report;
+  switch (registration_->state()) {
+    case kubeletplugin::RegistrationState::kPending:
+      report.registration = "pending (the kubelet has not called yet)";
+      break;
+    case kubeletplugin::RegistrationState::kRegistered:
+      report.registered = true;
+      report.registration = "registered";
+      break;
+    case kubeletplugin::RegistrationState::kRejected:
+      report.registration = "rejected: " + registration_->last_error();
+      break;
+  }
+  const slicepublisher::ReconcilerStats stats = reconciler_->Stats();
+  report.api_reachable = stats.last_error.empty() && stats.syncs > 0;
+  report.api = report.api_reachable       ? "ok"
+               : stats.last_error.empty() ? "no successful ResourceSlice sync yet"
+                                          : stats.last_error;
+  return report;
+}
+
+Status ServeDaemon::Start() {
+  started_ = true;
+  if (!options_.metrics_address.empty()) {
+    auto metrics_server = MetricsServer::Start(
+        options_.metrics_address, metrics_, [this] { return Health(); },
+        root_.WithComponent("metrics"));
+    if (!metrics_server.ok()) return metrics_server.error();
+    metrics_server_ = std::move(*metrics_server);
+  }
+  auto server = kubeletplugin::PluginServer::Start(layout_, {&*v1_, &*v1beta1_, &*health_},
+                                                   &*registration_, root_.WithComponent("server"));
+  if (!server.ok()) return server.error();
+  server_ = std::move(*server);
+  // The sockets come first, so the kubelet sees the plugin as soon as it can answer; the first
+  // scan and publish follow (a prepare that arrives before them waits for the first publish).
+  watcher_->Start();
+  reconciler_->Start();
+  return Status::Ok();
+}
+
+void ServeDaemon::Stop() {
+  if (!started_) return;
+  started_ = false;
+  health_->Shutdown();
+  if (server_) server_->Stop();
+  metrics_server_.reset();
+  watcher_->Stop();
+  reconciler_->Stop();
+}
+
+}  // namespace vfio_dra::cmd

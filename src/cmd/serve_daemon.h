@@ -1,0 +1,103 @@
+// ServeDaemon: the `serve` process as one object. Its parts are built in the order they depend on
+// each other (discovery, API clients, device preparation with start-up recovery, publishing, the
+// kubelet-facing services, metrics), started sockets first (the kubelet sees the plugin as soon
+// as it can answer; the first scan and publish follow), and stopped in the reverse order:
+// members are declared in build order, so destruction undoes construction too.
+// ResourceSlices are left in place on shutdown (the kubelet wipes a driver's slices only after it
+// stays away).
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "base/log.h"
+#include "base/metrics.h"
+#include "base/result.h"
+#include "cmd/metrics_server.h"
+#include "cmd/serve_command.h"
+#include "discovery/admin_policy.h"
+#include "discovery/device_watcher.h"
+#include "discovery/pci_names.h"
+#include "kube/api_client.h"
+#include "kube/claim_reader.h"
+#include "kube/client_config.h"
+#include "kube/curl_transport.h"
+#include "kube/token_source.h"
+#include "kubeletplugin/call_serializer.h"
+#include "kubeletplugin/dra_grpc_service.h"
+#include "kubeletplugin/health_grpc_service.h"
+#include "kubeletplugin/node_service.h"
+#include "kubeletplugin/plugin_server.h"
+#include "kubeletplugin/registration_service.h"
+#include "prepare/vfio_device_preparer.h"
+#include "slicepublisher/published_devices.h"
+#include "slicepublisher/slice_reconciler.h"
+#include "sysfs/sysfs_reader.h"
+
+namespace vfio_dra::cmd {
+
+class ServeDaemon {
+ public:
+  // Builds every part; the first failure comes back with what could not be set up.
+  static Result<std::unique_ptr<ServeDaemon>> Build(const ServeOptions& options,
+                                                    const ServeEnvironment& environment,
+                                                    Logger root);
+  ~ServeDaemon();
+  ServeDaemon(const ServeDaemon&) = delete;
+  ServeDaemon& operator=(const ServeDaemon&) = delete;
+
+  // Opens the metrics endpoint and the kubelet sockets, then starts discovery and publishing.
+  Status Start();
+  // Ends health streams, closes the sockets and the endpoint, stops discovery and publishing.
+  void Stop();
+
+ private:
+  ServeDaemon(const ServeOptions& options, const ServeEnvironment& environment, Logger root);
+  Status BuildDiscovery();
+  Status BuildApiClients();
+  Status BuildPreparation();
+  void BuildPublishing();
+  void BuildKubeletServices();
+  void DeclareMetrics();
+  HealthReport Health() const;
+
+  const ServeOptions& options_;
+  const ServeEnvironment& environment_;
+  Logger root_;
+  Logger log_;
+  bool started_ = false;
+
+  // Discovery.
+  discovery::AdminPolicy policy_;
+  std::optional<sysfs::SysfsReader> sysfs_;
+  std::unique_ptr<discovery::PciNames> names_;
+  // The API clients: one for slices, one (with its own rate budget) for claim reads.
+  std::optional<kube::ClientConfig> client_config_;
+  std::unique_ptr<kube::CurlTransport> transport_;
+  std::optional<kube::TokenSource> tokens_;
+  std::optional<kube::ApiClient> api_;
+  std::optional<kube::ApiClient> claim_api_;
+  std::optional<kube::ResourceClaimReader> claim_reader_;
+  std::optional<kubeletplugin::ApiClaimSource> claims_;
+  // Device preparation.
+  kubeletplugin::SocketLayout layout_;
+  std::unique_ptr<kubeletplugin::CallSerializer> serializer_;
+  std::unique_ptr<sysfs::SysfsWriter> sysfs_writer_;
+  slicepublisher::PublishedDevices published_;
+  MetricsRegistry metrics_;
+  std::unique_ptr<prepare::VfioDevicePreparer> preparer_;
+  // Publishing.
+  std::optional<slicepublisher::SliceReconciler> reconciler_;
+  std::optional<discovery::DeviceWatcher> watcher_;
+  // The kubelet-facing services.
+  std::optional<kubeletplugin::DraNodeService> node_;
+  std::optional<kubeletplugin::DraGrpcService<kubeletplugin::DraV1Api>> v1_;
+  std::optional<kubeletplugin::DraGrpcService<kubeletplugin::DraV1beta1Api>> v1beta1_;
+  std::optional<kubeletplugin::DeviceHealthService> health_;
+  std::optional<kubeletplugin::RegistrationService> registration_;
+  // Started last, stopped first.
+  std::unique_ptr<MetricsServer> metrics_server_;
+  std::unique_ptr<kubeletplugin::PluginServer> server_;
+};
+
+}  // namespace vfio_dra::cmd

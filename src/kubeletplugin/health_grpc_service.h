@@ -1,0 +1,48 @@
+// DeviceHealthService: the kubelet's device health stream (v1alpha1.DRAResourceHealth,
+// NodeWatchResources). Each stream gets the complete list at once and again every interval: the
+// kubelet treats every message as the whole truth for the driver and marks a device Unknown when
+// it has not heard of it for its timeout (30 s), so the list is re-sent even when nothing changed.
+// Streams end when the kubelet cancels them or the daemon shuts down (Shutdown), never blocking
+// the gRPC server's stop.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+#include "base/log.h"
+#include "dra_health_v1alpha1.grpc.pb.h"
+#include "prepare/device_health.h"
+
+namespace vfio_dra::kubeletplugin {
+
+class DeviceHealthService final : public v1alpha1::DRAResourceHealth::Service {
+ public:
+  using Source = std::function<std::vector<prepare::DeviceHealthStatus>()>;
+  DeviceHealthService(Source source, std::chrono::milliseconds interval, Logger log);
+
+  grpc::Status NodeWatchResources(
+      grpc::ServerContext* context, const v1alpha1::NodeWatchResourcesRequest* request,
+      grpc::ServerWriter<v1alpha1::NodeWatchResourcesResponse>* writer) override;
+
+  // Ends every open stream and refuses new ones; call before stopping the gRPC server.
+  void Shutdown();
+
+  // The message sent for `statuses` at `unix_seconds`.
+  static v1alpha1::NodeWatchResourcesResponse Message(
+      const std::vector<prepare::DeviceHealthStatus>& statuses, int64_t unix_seconds);
+
+ private:
+  Source source_;
+  std::chrono::milliseconds interval_;
+  Logger log_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+};
+
+}  // namespace vfio_dra::kubeletplugin

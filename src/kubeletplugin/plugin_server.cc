@@ -1,0 +1,137 @@
+#include "kubeletplugin/plugin_server.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+
+#include "base/file_io.h"
+
+namespace vfio_dra::kubeletplugin {
+namespace {
+
+// Owner-only: the kubelet connects as root, and nobody else has business on these sockets.
+constexpr mode_t kSocketMode = 0600;
+
+Result<std::unique_ptr<grpc::Server>> StartUnixServer(const std::string& path,
+                                                      const std::vector<grpc::Service*>& services) {
+  if (Status s = EnsureDirectory(std::filesystem::path(path).parent_path().string()); !s.ok()) {
+    return s.error();
+  }
+  if (Status s = RemoveStaleSocket(path); !s.ok()) return s.error();
+  // The socket is made under a hidden name (the kubelet's plugin watcher skips dot files) and
+  // renamed into place once it listens with its final mode, so whoever sees the name can connect
+  // at once: a connect between gRPC's bind and listen would be refused.
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const std::string temp = dir + "/.vfio-dra-" + std::to_string(::getpid()) + ".sock";
+  ::unlink(temp.c_str());
+  // The standard grpc.health.v1 service on both sockets: probes and tools that speak it see the
+  // plugin SERVING while it listens and NOT_SERVING while it stops.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int bound = 0;
+  builder.AddListeningPort("unix:" + temp, grpc::InsecureServerCredentials(), &bound);
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || bound == 0) {
+    ::unlink(temp.c_str());
+    return MakeError(ErrorKind::kUnavailable,
+                     "cannot listen on unix socket " + path +
+                         " (is the directory writable, and the path shorter than 108 bytes?)");
+  }
+  if (::chmod(temp.c_str(), kSocketMode) != 0 || ::rename(temp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    server->Shutdown();
+    ::unlink(temp.c_str());
+    return MakeError(ErrorKind::kUnavailable,
+                     "cannot put socket " + path + " in place: " + ErrnoText(err));
+  }
+  return server;
+}
+
+void ShutdownAndUnlink(std::unique_ptr<grpc::Server>& server, const std::string& path,
+                       const Logger& log) {
+  if (server == nullptr) return;
+  if (auto* health = server->GetHealthCheckService(); health != nullptr) health->Shutdown();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server->Wait();
+  server.reset();
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    log.Warn("cannot remove socket", {{"path", path}, {"error", ErrnoText(errno)}});
+  }
+}
+
+}  // namespace
+
+SocketLayout SocketLayout::For(const std::string& plugin_data_dir, const std::string& registrar_dir,
+                               const std::string& driver_name, const std::string& pod_uid) {
+  SocketLayout layout;
+  const std::string suffix = pod_uid.empty() ? "" : "-" + pod_uid;
+  layout.dra_socket = plugin_data_dir + "/dra" + suffix + ".sock";
+  layout.registration_socket = registrar_dir + "/" + driver_name + suffix + "-reg.sock";
+  layout.lock_file = plugin_data_dir + "/serialize.lock";
+  return layout;
+}
+
+Status EnsureDirectory(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return MakeError(ErrorKind::kUnavailable,
+                     "cannot create directory " + dir + ": " + ec.message());
+  }
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return MakeError(ErrorKind::kUnavailable, dir + " is not a directory");
+  }
+  return Status::Ok();
+}
+
+Status RemoveStaleSocket(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Status::Ok();
+    return MakeError(ErrorKind::kUnavailable, "cannot inspect " + path + ": " + ErrnoText(errno));
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     path +
+                         " exists and is not a socket; refusing to replace it (remove it by "
+                         "hand if it is not needed)");
+  }
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return MakeError(ErrorKind::kUnavailable,
+                     "cannot remove stale socket " + path + ": " + ErrnoText(errno));
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<PluginServer>> PluginServer::Start(
+    const SocketLayout& layout, const std::vector<grpc::Service*>& dra_services,
+    grpc::Service* registration, Logger log) {
+  std::unique_ptr<PluginServer> server(new PluginServer(layout, std::move(log)));
+  auto dra = StartUnixServer(layout.dra_socket, dra_services);
+  if (!dra.ok()) return dra.error().Wrap("cannot start the DRA service");
+  server->dra_server_ = std::move(*dra);
+  server->log_.Info("DRA service listening", {{"socket", layout.dra_socket}});
+  // Only now, with the DRA socket accepting connections, may the kubelet learn about us.
+  auto reg = StartUnixServer(layout.registration_socket, {registration});
+  if (!reg.ok()) {
+    server->Stop();
+    return reg.error().Wrap("cannot start the registration service");
+  }
+  server->registration_server_ = std::move(*reg);
+  server->log_.Info("registration socket ready", {{"socket", layout.registration_socket}});
+  return server;
+}
+
+PluginServer::~PluginServer() { Stop(); }
+
+void PluginServer::Stop() {
+  ShutdownAndUnlink(registration_server_, layout_.registration_socket, log_);
+  ShutdownAndUnlink(dra_server_, layout_.dra_socket, log_);
+}
+
+}  // namespace vfio_dra::kubeletplugin

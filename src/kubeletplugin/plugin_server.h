@@ -1,0 +1,57 @@
+// PluginServer: the two unix-socket gRPC servers the kubelet talks to, started and stopped in the
+// order the kubelet relies on: the DRA service listens before the registration socket appears
+// (so a 1.34+ kubelet never sees us registered but unreachable), and on stop the registration
+// socket goes first. Stale socket files are unlinked before bind; both are removed on stop.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "base/log.h"
+#include "base/result.h"
+
+namespace vfio_dra::kubeletplugin {
+
+struct SocketLayout {
+  std::string dra_socket;           // <plugin-data-dir>/dra[-<uid>].sock
+  std::string registration_socket;  // <registrar-dir>/<driver>[-<uid>]-reg.sock
+  std::string lock_file;            // <plugin-data-dir>/serialize.lock
+
+  // `pod_uid` (may be empty) keeps the sockets of two instances of a rolling update apart.
+  static SocketLayout For(const std::string& plugin_data_dir, const std::string& registrar_dir,
+                          const std::string& driver_name, const std::string& pod_uid);
+};
+
+// Removes a leftover socket file at `path` (from a crashed instance). A path that exists and is
+// not a socket is an error: we never delete a file we did not create.
+Status RemoveStaleSocket(const std::string& path);
+
+// Creates `dir` and its parents if missing.
+Status EnsureDirectory(const std::string& dir);
+
+class PluginServer {
+ public:
+  // `dra_services` are served on the DRA socket; `registration` on the registration socket.
+  static Result<std::unique_ptr<PluginServer>> Start(
+      const SocketLayout& layout, const std::vector<grpc::Service*>& dra_services,
+      grpc::Service* registration, Logger log);
+  ~PluginServer();
+  PluginServer(const PluginServer&) = delete;
+  PluginServer& operator=(const PluginServer&) = delete;
+
+  // Stops both servers (registration first) and removes both socket files. Idempotent.
+  void Stop();
+
+ private:
+  PluginServer(SocketLayout layout, Logger log)
+      : layout_(std::move(layout)), log_(std::move(log)) {}
+
+  SocketLayout layout_;
+  Logger log_;
+  std::unique_ptr<grpc::Server> dra_server_;
+  std::unique_ptr<grpc::Server> registration_server_;
+};
+
+}  // namespace vfio_dra::kubeletplugin

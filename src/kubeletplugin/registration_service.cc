@@ -1,0 +1,50 @@
+#include "kubeletplugin/registration_service.h"
+
+namespace vfio_dra::kubeletplugin {
+
+RegistrationService::RegistrationService(std::string driver_name, std::string dra_endpoint,
+                                         std::vector<std::string> supported_versions, Logger log)
+    : driver_name_(std::move(driver_name)),
+      dra_endpoint_(std::move(dra_endpoint)),
+      supported_versions_(std::move(supported_versions)),
+      log_(std::move(log)) {}
+
+grpc::Status RegistrationService::GetInfo(grpc::ServerContext* /*context*/,
+                                          const pluginregistration::InfoRequest* /*request*/,
+                                          pluginregistration::PluginInfo* response) {
+  response->set_type("DRAPlugin");
+  response->set_name(driver_name_);
+  response->set_endpoint(dra_endpoint_);
+  for (const std::string& version : supported_versions_) response->add_supported_versions(version);
+  log_.Debug(2, "kubelet asked for plugin info", {{"endpoint", dra_endpoint_}});
+  return grpc::Status::OK;
+}
+
+grpc::Status RegistrationService::NotifyRegistrationStatus(
+    grpc::ServerContext* /*context*/, const pluginregistration::RegistrationStatus* request,
+    pluginregistration::RegistrationStatusResponse* /*response*/) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (request->plugin_registered()) {
+    state_ = RegistrationState::kRegistered;
+    last_error_.clear();
+    log_.Info("registered with the kubelet", {{"driver", driver_name_}});
+  } else {
+    state_ = RegistrationState::kRejected;
+    last_error_ = request->error();
+    log_.Error("the kubelet rejected the registration",
+               {{"driver", driver_name_}, {"reason", request->error()}});
+  }
+  return grpc::Status::OK;
+}
+
+RegistrationState RegistrationService::state() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_;
+}
+
+std::string RegistrationService::last_error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_error_;
+}
+
+}  // namespace vfio_dra::kubeletplugin

@@ -1,0 +1,53 @@
+// RegistrationService: the kubelet plugin-registration endpoint (pluginregistration.Registration).
+// GetInfo answers at once with what the kubelet needs to reach the DRA service; the kubelet's
+// verdict (NotifyRegistrationStatus) is recorded for /healthz and logged, a rejection as an error
+// carrying the kubelet's reason.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/log.h"
+#include "pluginregistration.grpc.pb.h"
+
+namespace vfio_dra::kubeletplugin {
+
+// Identifiers of the gRPC services this plugin serves, in the order a 1.34+ kubelet picks the
+// DRA API from (first supported wins): v1 first, then v1beta1 for 1.32/1.33 kubelets; then the
+// device health stream, which kubelets that do not know it ignore.
+inline const std::vector<std::string>& SupportedDraServices() {
+  static const std::vector<std::string> kServices = {"v1.DRAPlugin", "v1beta1.DRAPlugin",
+                                                     "v1alpha1.DRAResourceHealth"};
+  return kServices;
+}
+
+enum class RegistrationState { kPending, kRegistered, kRejected };
+
+class RegistrationService final : public pluginregistration::Registration::Service {
+ public:
+  RegistrationService(std::string driver_name, std::string dra_endpoint,
+                      std::vector<std::string> supported_versions, Logger log);
+
+  grpc::Status GetInfo(grpc::ServerContext* context, const pluginregistration::InfoRequest* request,
+                       pluginregistration::PluginInfo* response) override;
+  grpc::Status NotifyRegistrationStatus(
+      grpc::ServerContext* context, const pluginregistration::RegistrationStatus* request,
+      pluginregistration::RegistrationStatusResponse* response) override;
+
+  RegistrationState state() const;
+  std::string last_error() const;
+
+ private:
+  const std::string driver_name_;
+  const std::string dra_endpoint_;
+  const std::vector<std::string> supported_versions_;
+  Logger log_;
+  mutable std::mutex mu_;
+  RegistrationState state_ = RegistrationState::kPending;
+  std::string last_error_;
+};
+
+}  // namespace vfio_dra::kubeletplugin

@@ -1,0 +1,126 @@
+#include "prepare/device_health.h"
+
+#include <map>
+#include <optional>
+#include <set>
+
+#include "sysfs/sysfs_parse.h"
+
+namespace vfio_dra::prepare {
+namespace {
+
+using slicepublisher::IntAttribute;
+using slicepublisher::SliceDevice;
+using slicepublisher::StringAttribute;
+
+constexpr const char* kPciBusId = "resource.kubernetes.io/pciBusID";
+
+std::string FunctionDir(const std::string& address) { return "bus/pci/devices/" + address; }
+
+// A problem with a PCI function that should be present, or nullopt.
+std::optional<std::string> FunctionProblem(const sysfs::SysfsReader& sysfs,
+                                           const std::string& address,
+                                           std::optional<int64_t> expected_group) {
+  auto canonical = sysfs::CanonicalBdf(address);
+  if (!canonical.ok() || *canonical != address) {
+    return "recorded PCI address \"" + address + "\" is malformed";
+  }
+  if (!sysfs.Exists(FunctionDir(address))) {
+    return "PCI function " + address + " is gone (removed or hot-unplugged)";
+  }
+  if (expected_group) {
+    auto group = sysfs.LinkBaseName(FunctionDir(address) + "/iommu_group");
+    if (!group.ok()) return "PCI function " + address + " has lost its IOMMU group";
+    if (*group != std::to_string(*expected_group)) {
+      return "PCI function " + address + " moved from IOMMU group " +
+             std::to_string(*expected_group) + " to " + *group;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> PreparedProblem(const sysfs::SysfsReader& sysfs,
+                                           const PreparedTarget& target) {
+  for (const std::string& address : target.functions) {
+    if (auto problem = FunctionProblem(sysfs, address, std::nullopt)) return problem;
+    auto driver = sysfs.LinkBaseName(FunctionDir(address) + "/driver");
+    if (!driver.ok()) {
+      return "PCI function " + address + " prepared for claim " + target.claim +
+             " has no driver; it should be on vfio-pci";
+    }
+    if (*driver != "vfio-pci") {
+      return "PCI function " + address + " prepared for claim " + target.claim + " is bound to " +
+             *driver + ", not vfio-pci";
+    }
+  }
+  if (!target.mdev_uuid.empty()) {
+    if (!sysfs::IsMdevUuid(target.mdev_uuid)) {
+      return "recorded mdev UUID \"" + target.mdev_uuid + "\" is malformed";
+    }
+    if (!sysfs.Exists("bus/mdev/devices/" + target.mdev_uuid)) {
+      return "mediated device " + target.mdev_uuid + " prepared for claim " + target.claim +
+             " is gone";
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> PublishedProblem(const sysfs::SysfsReader& sysfs,
+                                            const SliceDevice& device) {
+  if (auto address = StringAttribute(device, kPciBusId)) {
+    return FunctionProblem(sysfs, *address, IntAttribute(device, "iommuGroup"));
+  }
+  if (auto parent = StringAttribute(device, "parentPciAddress")) {
+    if (auto problem = FunctionProblem(sysfs, *parent, std::nullopt)) {
+      return "parent " + *problem;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::vector<DeviceHealthStatus> CheckDeviceHealth(
+    const sysfs::SysfsReader& sysfs, const slicepublisher::PublishedDevices::Snapshot& published,
+    const std::vector<PreparedTarget>& prepared) {
+  std::map<std::pair<std::string, std::string>, std::vector<const PreparedTarget*>> by_device;
+  for (const PreparedTarget& target : prepared) {
+    by_device[{target.pool, target.device}].push_back(&target);
+  }
+  auto prepared_problem = [&](const std::string& pool,
+                              const std::string& name) -> std::optional<std::string> {
+    auto it = by_device.find({pool, name});
+    if (it == by_device.end()) return std::nullopt;
+    for (const PreparedTarget* target : it->second) {
+      if (auto problem = PreparedProblem(sysfs, *target)) return problem;
+    }
+    return std::nullopt;
+  };
+
+  std::vector<DeviceHealthStatus> out;
+  std::set<std::pair<std::string, std::string>> reported;
+  for (const auto& [name, device] : *published.devices) {
+    DeviceHealthStatus status{published.pool, name, true, ""};
+    std::optional<std::string> problem = PublishedProblem(sysfs, device);
+    if (!problem) problem = prepared_problem(published.pool, name);
+    if (problem) {
+      status.healthy = false;
+      status.message = *problem;
+    }
+    reported.insert({published.pool, name});
+    out.push_back(std::move(status));
+  }
+  for (const auto& [key, targets] : by_device) {
+    if (reported.count(key) != 0) continue;
+    DeviceHealthStatus status{key.first, key.second, true,
+                              "prepared; no longer published by this node"};
+    if (auto problem = prepared_problem(key.first, key.second)) {
+      status.healthy = false;
+      status.message = *problem;
+    }
+    out.push_back(std::move(status));
+  }
+  return out;
+}
+
+}  // namespace vfio_dra::prepare

@@ -1,0 +1,311 @@
+#include "prepare/device_plan.h"
+
+#include "base/k8s_names.h"
+#include "base/text.h"
+#include "discovery/inventory_scanner.h"
+#include "slicepublisher/device_names.h"
+#include "slicepublisher/slice_json.h"
+#include "sysfs/sysfs_parse.h"
+
+namespace vfio_dra::prepare {
+namespace {
+
+using slicepublisher::IntAttribute;
+using slicepublisher::StringAttribute;
+
+constexpr const char* kPciBusId = "resource.kubernetes.io/pciBusID";
+// Right after a restart the first publish follows within milliseconds when the API server is
+// up (the claim was just read from it); waiting that long after startup spares the pod a retry.
+constexpr std::chrono::seconds kWaitForFirstPublish{5};
+
+Error Mismatch(const std::string& device, const std::string& what) {
+  return MakeError(ErrorKind::kFailedPrecondition,
+                   "device " + device + " no longer matches what was published: " + what +
+                       "; the node's hardware changed since the claim was allocated, so it must "
+                       "be allocated again");
+}
+
+std::optional<uint32_t> HexAttribute(const slicepublisher::SliceDevice& device,
+                                     const std::string& name) {
+  auto text = StringAttribute(device, name);
+  if (!text) return std::nullopt;
+  auto value = sysfs::ParseBareHex(*text, 4);
+  if (!value.ok()) return std::nullopt;
+  return *value;
+}
+
+// The functions of `group` that must be bound with the device: every PCI function but bridges.
+// An error when `address` is held by a blocked operation of ours.
+Status CheckNotBusy(const PlanContext& context, const std::string& address) {
+  if (!context.busy) return Status::Ok();
+  if (auto busy = context.busy(address)) return MakeError(ErrorKind::kUnavailable, *busy);
+  return Status::Ok();
+}
+
+Result<std::vector<std::string>> GroupFunctions(const PlanContext& context, int group,
+                                                const std::string& device) {
+  const sysfs::SysfsReader& sysfs = context.sysfs;
+  const std::string dir = "kernel/iommu_groups/" + std::to_string(group) + "/devices";
+  auto entries = sysfs.List(dir);
+  if (!entries.ok()) {
+    return entries.error().Wrap("cannot list IOMMU group " + std::to_string(group));
+  }
+  std::vector<std::string> functions{device};
+  for (const std::string& entry : *entries) {
+    auto address = sysfs::CanonicalBdf(entry);
+    if (!address.ok() || *address == device) continue;
+    if (Status s = CheckNotBusy(context, *address); !s.ok()) {
+      return s.error().Wrap("IOMMU group " + std::to_string(group) + " of " + device);
+    }
+    auto fn = discovery::ReadPciFunction(sysfs, *address);
+    if (!fn.ok()) {
+      return fn.error().Wrap("IOMMU group " + std::to_string(group) + " of " + device +
+                             " has a member that cannot be read, so the group cannot be handed "
+                             "out safely");
+    }
+    if (!fn->IsBridge()) functions.push_back(*address);
+  }
+  return functions;
+}
+
+// Mediated devices that exist on `parent` now (0 when it is not an mdev parent).
+int MdevInstanceCount(const sysfs::SysfsReader& sysfs, const std::string& parent) {
+  const std::string types = "class/mdev_bus/" + parent + "/mdev_supported_types";
+  auto type_ids = sysfs.List(types);
+  if (!type_ids.ok()) return 0;
+  int count = 0;
+  for (const std::string& type : *type_ids) {
+    if (auto devices = sysfs.List(types + "/" + type + "/devices"); devices.ok()) {
+      count += static_cast<int>(devices->size());
+    }
+  }
+  return count;
+}
+
+Result<PlannedDevice> PlanPci(PlannedDevice planned, const PlanContext& context) {
+  const std::string& name = planned.result.device;
+  auto address = StringAttribute(planned.published, kPciBusId);
+  if (!address) {
+    return MakeError(ErrorKind::kInternal, "published device " + name + " has no " + kPciBusId);
+  }
+  planned.address = *address;
+  if (Status s = CheckNotBusy(context, *address); !s.ok()) {
+    return s.error().Wrap("device " + name);
+  }
+  auto fn = discovery::ReadPciFunction(context.sysfs, *address);
+  if (!fn.ok()) {
+    if (fn.error().kind == ErrorKind::kNotFound) {
+      return MakeError(ErrorKind::kFailedPrecondition,
+                       "device " + name + " (PCI " + *address +
+                           ") has vanished from the node since it was published");
+    }
+    return fn.error().Wrap("cannot re-check device " + name);
+  }
+  const auto vendor = HexAttribute(planned.published, "vendorID");
+  const auto device = HexAttribute(planned.published, "deviceID");
+  if (vendor && device && (*vendor != fn->vendor_id || *device != fn->device_id)) {
+    return Mismatch(name, "PCI " + *address + " is now a different device");
+  }
+  const auto group = IntAttribute(planned.published, "iommuGroup");
+  if (group.has_value() != fn->iommu_group.has_value() ||
+      (group && *group != static_cast<int64_t>(*fn->iommu_group))) {
+    return Mismatch(name, "the IOMMU group of PCI " + *address + " changed");
+  }
+  if (fn->IsBridge()) return Mismatch(name, "PCI " + *address + " is a bridge");
+  if (fn->sriov_pf && fn->sriov_pf->num_vfs > 0) {
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     "device " + name + " (PCI " + *address + ") is an SR-IOV PF with " +
+                         std::to_string(fn->sriov_pf->num_vfs) +
+                         " VFs enabled; vfio-pci refuses such a PF");
+  }
+  if (auto instances = MdevInstanceCount(context.sysfs, *address); instances > 0) {
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     "device " + name + " (PCI " + *address + ") has " + std::to_string(instances) +
+                         " mediated devices; the whole GPU cannot be handed out while they exist");
+  }
+  if (planned.config.mac_address && !fn->sriov_vf) {
+    return MakeError(
+        ErrorKind::kInvalidArgument,
+        "VfioConfig.macAddress applies only to SR-IOV VFs, and device " + name + " is not one");
+  }
+  if (planned.config.mac_address) {
+    return MakeError(ErrorKind::kUnimplemented,
+                     "device " + name +
+                         ": setting a VF MAC address (VfioConfig.macAddress) is "
+                         "not supported yet by this vfio-dra version; remove the "
+                         "field or set the MAC on the PF before allocation");
+  }
+  if (fn->iommu_group) {
+    planned.iommu_group = *fn->iommu_group;
+    auto functions = GroupFunctions(context, *fn->iommu_group, *address);
+    if (!functions.ok()) return functions.error();
+    planned.functions = std::move(*functions);
+  } else {
+    planned.functions = {*address};
+  }
+  return planned;
+}
+
+Result<PlannedDevice> PlanMdev(PlannedDevice planned, const PlanContext& context) {
+  const std::string& name = planned.result.device;
+  auto uuid = StringAttribute(planned.published, "mdevUUID");
+  auto type = StringAttribute(planned.published, "mdevType");
+  auto parent = StringAttribute(planned.published, "mdevParent");
+  if (!uuid || !type || !parent) {
+    return MakeError(ErrorKind::kInternal,
+                     "published device " + name + " lacks mdevUUID, mdevType or mdevParent");
+  }
+  if (planned.config.mac_address) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "VfioConfig.macAddress applies only to SR-IOV VFs, and device " + name +
+                         " is a mediated device");
+  }
+  planned.kind = PlannedKind::kMdev;
+  planned.mdev = {*parent, *type, *uuid};
+  planned.mdev_created_by_driver = name != slicepublisher::ForeignMdevDeviceName(*uuid);
+  if (Status s = CheckNotBusy(context, *parent); !s.ok()) return s.error().Wrap("device " + name);
+  if (!context.sysfs.Exists("class/mdev_bus/" + *parent)) {
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     "device " + name + ": the mdev parent " + *parent +
+                         " has vanished from the node since it was published");
+  }
+  if (!planned.mdev_created_by_driver && !context.sysfs.Exists("bus/mdev/devices/" + *uuid)) {
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     "device " + name + ": the existing mdev " + *uuid + " has been removed");
+  }
+  return planned;
+}
+
+}  // namespace
+
+Result<std::vector<PlannedDevice>> PlanClaim(
+    const kube::ResourceClaim& claim, const std::vector<kube::DeviceRequestAllocationResult>& ours,
+    const PlanContext& context) {
+  if (!context.published.WaitForFirstPublish(kWaitForFirstPublish)) {
+    return MakeError(ErrorKind::kUnavailable,
+                     "this node's devices have not been published yet (is the API server "
+                     "reachable?); the kubelet will retry");
+  }
+  std::vector<PlannedDevice> plan;
+  for (const auto& result : ours) {
+    // Request names become directory names of the metadata files: refuse anything else before
+    // the node is touched.
+    const std::string base = kube::BaseRequestName(result.request);
+    const std::string sub =
+        base.size() < result.request.size() ? result.request.substr(base.size() + 1) : "";
+    if (!IsDnsLabel(base) || (base.size() < result.request.size() && !IsDnsLabel(sub))) {
+      return MakeError(ErrorKind::kInvalidArgument,
+                       "request \"" + EscapeForDisplay(result.request, 80) +
+                           "\" is not a valid request name (a DNS label, or "
+                           "<request>/<subrequest>)");
+    }
+    if (!IsDnsLabel(result.device)) {
+      return MakeError(ErrorKind::kInvalidArgument, "request " + result.request + ": device \"" +
+                                                        EscapeForDisplay(result.device, 80) +
+                                                        "\" is not a valid device name");
+    }
+    PlannedDevice planned;
+    planned.result = result;
+    if (result.admin_access) {
+      return MakeError(ErrorKind::kInvalidArgument,
+                       "request " + result.request + " asks for adminAccess to " + result.device +
+                           "; VFIO devices belong to one VM at a time, so vfio-dra does not "
+                           "support admin access");
+    }
+    if (result.pool != context.node_name) {
+      return MakeError(ErrorKind::kFailedPrecondition,
+                       "device " + result.device + " was allocated from pool " + result.pool +
+                           ", but this node publishes pool " + context.node_name);
+    }
+    auto published = context.published.Find(result.pool, result.device);
+    if (!published) {
+      return MakeError(ErrorKind::kFailedPrecondition,
+                       "device " + result.device +
+                           " is not (or no longer) published by this node; it may have been "
+                           "removed or excluded by the admin policy");
+    }
+    planned.published = *published;
+    for (const auto& [name, value] : published->attributes) {
+      planned.attributes[name] = slicepublisher::AttributeJson(value);
+    }
+    auto config = ConfigForRequest(claim.allocation->config, context.driver, result.request);
+    if (!config.ok()) return config.error().Wrap("request " + result.request);
+    planned.config = *config;
+    auto type = StringAttribute(planned.published, "type");
+    auto done = type == "mdev" ? PlanMdev(std::move(planned), context)
+                               : PlanPci(std::move(planned), context);
+    if (!done.ok()) return done.error();
+    plan.push_back(std::move(*done));
+  }
+  return plan;
+}
+
+RecordedDevice RecordOf(const PlannedDevice& device) {
+  RecordedDevice out;
+  out.request = device.result.request;
+  out.pool = device.result.pool;
+  out.device = device.result.device;
+  out.share_id = device.result.share_id;
+  out.is_mdev = device.kind == PlannedKind::kMdev;
+  out.address = device.address;
+  out.functions = device.functions;
+  out.iommu_group = device.iommu_group;
+  out.mdev = device.mdev;
+  out.mdev_created_by_driver = device.mdev_created_by_driver;
+  out.iommu_interface = IommuInterfaceName(device.config.iommu);
+  out.attributes = device.attributes;
+  return out;
+}
+
+Result<std::vector<PlannedDevice>> PlanFromRecord(
+    const ClaimRecord& record, const std::vector<kube::DeviceRequestAllocationResult>& ours) {
+  auto describe = [](const std::string& request, const std::string& pool,
+                     const std::string& device) { return request + "=" + pool + "/" + device; };
+  std::vector<std::string> allocated;
+  allocated.reserve(ours.size());
+  for (const auto& result : ours) {
+    allocated.push_back(describe(result.request, result.pool, result.device));
+  }
+  std::vector<std::string> prepared;
+  prepared.reserve(record.devices.size());
+  for (const RecordedDevice& d : record.devices) {
+    prepared.push_back(describe(d.request, d.pool, d.device));
+  }
+  if (allocated != prepared) {
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     "the claim is allocated [" + Join(allocated, ", ") +
+                         "] but was prepared for [" + Join(prepared, ", ") +
+                         "]; it was allocated again while still prepared on this node, so it must "
+                         "be unprepared first (the kubelet does so once its old pod is gone)");
+  }
+  std::vector<PlannedDevice> plan;
+  for (size_t i = 0; i < ours.size(); ++i) {
+    const RecordedDevice& d = record.devices[i];
+    PlannedDevice planned;
+    planned.result = ours[i];
+    planned.kind = d.is_mdev ? PlannedKind::kMdev : PlannedKind::kPci;
+    planned.address = d.address;
+    planned.functions = d.functions;
+    planned.iommu_group = d.iommu_group;
+    planned.mdev = d.mdev;
+    planned.mdev_created_by_driver = d.mdev_created_by_driver;
+    planned.attributes = d.attributes;
+    bool known = false;
+    for (IommuInterface iommu :
+         {IommuInterface::kLegacy, IommuInterface::kIommufd, IommuInterface::kBoth}) {
+      if (d.iommu_interface == IommuInterfaceName(iommu)) {
+        planned.config.iommu = iommu;
+        known = true;
+      }
+    }
+    if (!known) {
+      return MakeError(ErrorKind::kDataLoss, "the checkpoint record of device " + d.device +
+                                                 " has an unknown iommuInterface \"" +
+                                                 d.iommu_interface + "\"");
+    }
+    plan.push_back(std::move(planned));
+  }
+  return plan;
+}
+
+}  // namespace vfio_dra::prepare

@@ -1,0 +1,66 @@
+// DevicePlan: what preparing a claim means on this node, worked out before anything is touched.
+// Each allocation result of this driver is looked up among the published devices and re-checked
+// against sysfs now (the device still exists, with the vendor/device IDs and IOMMU group that
+// were published), and its opaque config is decoded. A PCI device brings every non-bridge
+// function of its IOMMU group (a GPU's audio and USB functions): VFIO hands out whole groups, and
+// a group with a function left on a host driver cannot be opened.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "kube/resource_claim.h"
+#include "prepare/prepare_checkpoint.h"
+#include "prepare/vfio_config.h"
+#include "slicepublisher/published_devices.h"
+#include "sysfs/sysfs_reader.h"
+#include "vfio/mdev_lifecycle.h"
+
+namespace vfio_dra::prepare {
+
+enum class PlannedKind { kPci, kMdev };
+
+struct PlannedDevice {
+  kube::DeviceRequestAllocationResult result;
+  slicepublisher::SliceDevice published;
+  PlannedKind kind = PlannedKind::kPci;
+  std::string address;                  // PCI: the published function
+  std::vector<std::string> functions;   // PCI: every function to bind, `address` first
+  std::optional<int> iommu_group;       // PCI: as published (none: unsafe no-IOMMU mode)
+  vfio::MdevIdentity mdev;              // mdev
+  bool mdev_created_by_driver = false;  // mdev: one of the UUIDs vfio-dra creates
+  VfioConfig config;
+  // The published attributes, as the KubeVirt metadata file carries them.
+  std::map<std::string, nlohmann::json> attributes;
+};
+
+struct PlanContext {
+  std::string driver;
+  std::string node_name;
+  const slicepublisher::PublishedDevices& published;
+  const sysfs::SysfsReader& sysfs;
+  // Why a PCI function cannot be touched now (an earlier operation on it is blocked in the
+  // kernel); its attributes are not even read then, since the reads would block too. May be null.
+  std::function<std::optional<std::string>(const std::string& address)> busy;
+};
+
+// One entry per result, in the order of `ours`; the first problem fails the whole claim.
+Result<std::vector<PlannedDevice>> PlanClaim(
+    const kube::ResourceClaim& claim, const std::vector<kube::DeviceRequestAllocationResult>& ours,
+    const PlanContext& context);
+
+// The plan of a claim that was prepared before, rebuilt from its checkpoint record, so preparing
+// it again (the kubelet's retry, a shared claim, a reboot) never depends on the device still being
+// published. Fails when the claim's allocation is not the one that was prepared.
+Result<std::vector<PlannedDevice>> PlanFromRecord(
+    const ClaimRecord& record, const std::vector<kube::DeviceRequestAllocationResult>& ours);
+
+// What the checkpoint keeps of a planned device (no answer yet).
+RecordedDevice RecordOf(const PlannedDevice& device);
+
+}  // namespace vfio_dra::prepare

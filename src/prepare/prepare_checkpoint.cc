@@ -1,0 +1,436 @@
+#include "prepare/prepare_checkpoint.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <ctime>
+
+#include "base/file_io.h"
+#include "base/k8s_names.h"
+
+namespace vfio_dra::prepare {
+namespace {
+
+using nlohmann::json;
+
+constexpr size_t kMaxRecordBytes = 4 << 20;
+constexpr const char* kSuffix = ".json";
+
+const char* StateName(PrepareState state) {
+  return state == PrepareState::kPrepareCompleted ? "PrepareCompleted" : "PrepareStarted";
+}
+
+PrepareState ParseState(const std::string& state) {
+  if (state == "PrepareStarted") return PrepareState::kPrepareStarted;
+  if (state == "PrepareCompleted") return PrepareState::kPrepareCompleted;
+  throw json::other_error::create(501, "unknown state \"" + state + "\"", nullptr);
+}
+
+json FunctionsJson(const std::vector<FunctionRecord>& functions) {
+  json out = json::array();
+  for (const FunctionRecord& f : functions) {
+    json entry = {{"address", f.address},
+                  {"originalDriver", f.driver},
+                  {"originalOverride", f.override},
+                  {"wasOnVfio", f.was_on_vfio}};
+    if (f.identity.Known()) {
+      entry["identity"] = {{"vendor", f.identity.vendor},
+                           {"device", f.identity.device},
+                           {"subsystemVendor", f.identity.subsystem_vendor},
+                           {"subsystemDevice", f.identity.subsystem_device}};
+    }
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+std::string OptionalString(const json& object, const char* key) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+FunctionRecord FunctionFromJson(const json& f) {
+  FunctionRecord r;
+  r.address = f.at("address").get<std::string>();
+  r.driver = f.at("originalDriver").get<std::string>();
+  r.override = f.at("originalOverride").get<std::string>();
+  r.was_on_vfio = f.at("wasOnVfio").get<bool>();
+  if (auto it = f.find("identity"); it != f.end()) {
+    r.identity.vendor = it->at("vendor").get<std::string>();
+    r.identity.device = it->at("device").get<std::string>();
+    r.identity.subsystem_vendor = OptionalString(*it, "subsystemVendor");
+    r.identity.subsystem_device = OptionalString(*it, "subsystemDevice");
+  }
+  return r;
+}
+
+json MdevsJson(const std::vector<MdevRecord>& mdevs) {
+  json out = json::array();
+  for (const MdevRecord& m : mdevs) {
+    out.push_back({{"parent", m.parent},
+                   {"type", m.type_id},
+                   {"uuid", m.uuid},
+                   {"createdByUs", m.created_by_us}});
+  }
+  return out;
+}
+
+MdevRecord MdevFromJson(const json& m) {
+  return MdevRecord{m.at("parent").get<std::string>(), m.at("type").get<std::string>(),
+                    m.at("uuid").get<std::string>(), m.at("createdByUs").get<bool>()};
+}
+
+json DeviceJson(const RecordedDevice& d) {
+  json out = {{"request", d.request},
+              {"pool", d.pool},
+              {"device", d.device},
+              {"kind", d.is_mdev ? "mdev" : "pci"},
+              {"iommuInterface", d.iommu_interface},
+              {"attributes", d.attributes},
+              {"cdiDeviceIDs", d.cdi_device_ids}};
+  if (d.share_id) out["shareID"] = *d.share_id;
+  if (d.is_mdev) {
+    out["mdev"] = {{"parent", d.mdev.parent}, {"type", d.mdev.type_id}, {"uuid", d.mdev.uuid}};
+    out["createdByDriver"] = d.mdev_created_by_driver;
+  } else {
+    out["address"] = d.address;
+    out["functions"] = d.functions;
+    if (d.iommu_group) out["iommuGroup"] = *d.iommu_group;
+  }
+  return out;
+}
+
+RecordedDevice DeviceFromJson(const json& j) {
+  RecordedDevice d;
+  d.request = j.at("request").get<std::string>();
+  d.pool = j.at("pool").get<std::string>();
+  d.device = j.at("device").get<std::string>();
+  const std::string kind = j.at("kind").get<std::string>();
+  if (kind != "pci" && kind != "mdev") {
+    throw json::other_error::create(501, "unknown device kind \"" + kind + "\"", nullptr);
+  }
+  d.is_mdev = kind == "mdev";
+  d.iommu_interface = j.at("iommuInterface").get<std::string>();
+  d.attributes = j.at("attributes").get<std::map<std::string, json>>();
+  d.cdi_device_ids = j.at("cdiDeviceIDs").get<std::vector<std::string>>();
+  if (auto it = j.find("shareID"); it != j.end()) d.share_id = it->get<std::string>();
+  if (d.is_mdev) {
+    const json& m = j.at("mdev");
+    d.mdev = {m.at("parent").get<std::string>(), m.at("type").get<std::string>(),
+              m.at("uuid").get<std::string>()};
+    d.mdev_created_by_driver = j.at("createdByDriver").get<bool>();
+  } else {
+    d.address = j.at("address").get<std::string>();
+    d.functions = j.at("functions").get<std::vector<std::string>>();
+    if (auto it = j.find("iommuGroup"); it != j.end()) d.iommu_group = it->get<int>();
+  }
+  return d;
+}
+
+json RecordJson(const ClaimRecord& r) {
+  json devices = json::array();
+  for (const RecordedDevice& d : r.devices) devices.push_back(DeviceJson(d));
+  return {{"version", kCheckpointVersion},
+          {"bootID", r.boot_id},
+          {"claim",
+           {{"uid", r.uid},
+            {"namespace", r.namespace_},
+            {"name", r.name},
+            {"state", StateName(r.state)},
+            {"functions", FunctionsJson(r.functions)},
+            {"mdevs", MdevsJson(r.mdevs)},
+            {"cdiFiles", r.cdi_files},
+            {"devices", devices},
+            {"replayable", r.replayable}}}};
+}
+
+// Throws nlohmann::json exceptions on a wrong shape; the caller turns them into "corrupt".
+ClaimRecord RecordFromJson(const json& root) {
+  const int version = root.at("version").get<int>();
+  if (version != kCheckpointVersion) {
+    throw json::other_error::create(502,
+                                    "unknown checkpoint version " + std::to_string(version) +
+                                        " (this build reads " + std::to_string(kCheckpointVersion) +
+                                        ")",
+                                    nullptr);
+  }
+  const json& j = root.at("claim");
+  ClaimRecord r;
+  r.boot_id = root.at("bootID").get<std::string>();
+  r.uid = j.at("uid").get<std::string>();
+  r.namespace_ = j.at("namespace").get<std::string>();
+  r.name = j.at("name").get<std::string>();
+  r.state = ParseState(j.at("state").get<std::string>());
+  for (const json& f : j.at("functions")) r.functions.push_back(FunctionFromJson(f));
+  for (const json& m : j.at("mdevs")) r.mdevs.push_back(MdevFromJson(m));
+  r.cdi_files = j.at("cdiFiles").get<std::vector<std::string>>();
+  for (const json& d : j.at("devices")) r.devices.push_back(DeviceFromJson(d));
+  r.replayable = j.at("replayable").get<bool>();
+  return r;
+}
+
+// A version-1 entry: the answer was raw JSON and devices carried no plan.
+ClaimRecord RecordFromVersion1(const std::string& uid, const std::string& boot_id, const json& j) {
+  ClaimRecord r;
+  r.uid = uid;
+  r.boot_id = boot_id;
+  r.namespace_ = j.at("namespace").get<std::string>();
+  r.name = j.at("name").get<std::string>();
+  r.state = ParseState(j.at("state").get<std::string>());
+  for (const json& f : j.at("functions")) r.functions.push_back(FunctionFromJson(f));
+  for (const json& m : j.at("mdevs")) r.mdevs.push_back(MdevFromJson(m));
+  r.cdi_files = j.at("cdiFiles").get<std::vector<std::string>>();
+  r.replayable = false;
+  const json& response = j.at("response");
+  if (!response.is_array()) return r;
+  for (const json& entry : response) {
+    if (!entry.is_object()) continue;
+    RecordedDevice d;
+    if (auto requests = entry.find("requests"); requests != entry.end() && requests->is_array() &&
+                                                !requests->empty() &&
+                                                requests->front().is_string()) {
+      d.request = requests->front().get<std::string>();
+    }
+    d.pool = OptionalString(entry, "pool");
+    d.device = OptionalString(entry, "device");
+    if (auto share = entry.find("shareID"); share != entry.end() && share->is_string()) {
+      d.share_id = share->get<std::string>();
+    }
+    if (auto ids = entry.find("cdiDeviceIDs"); ids != entry.end() && ids->is_array()) {
+      for (const json& id : *ids) {
+        if (id.is_string()) d.cdi_device_ids.push_back(id.get<std::string>());
+      }
+    }
+    d.mdev.uuid = OptionalString(entry, "mdevUUID");
+    d.is_mdev = !d.mdev.uuid.empty();
+    if (auto functions = entry.find("functions");
+        functions != entry.end() && functions->is_array()) {
+      for (const json& f : *functions) {
+        if (f.is_string()) d.functions.push_back(f.get<std::string>());
+      }
+    } else if (!d.is_mdev) {
+      // The oldest entries did not say which functions a device holds: all of the claim's.
+      for (const FunctionRecord& f : r.functions) d.functions.push_back(f.address);
+    }
+    if (!d.functions.empty()) d.address = d.functions.front();
+    r.devices.push_back(std::move(d));
+  }
+  return r;
+}
+
+// Moves an unusable file aside; returns the problem text for the log.
+std::string MoveAside(const std::string& path, const std::string& reason,
+                      const std::string& consequence) {
+  const std::string aside = path + ".corrupt-" + std::to_string(std::time(nullptr));
+  if (std::rename(path.c_str(), aside.c_str()) != 0) {
+    return "the prepare checkpoint record " + path + " is unusable (" + reason +
+           ") and cannot be moved aside: " + ErrnoText(errno) + "; " + consequence;
+  }
+  return "the prepare checkpoint record " + path + " is unusable (" + reason + "); moved it to " +
+         aside + "; " + consequence;
+}
+
+}  // namespace
+
+std::string PciIdentity::Display() const {
+  std::string out = vendor + ":" + device;
+  if (!subsystem_vendor.empty()) {
+    out += " (subsystem " + subsystem_vendor + ":" + subsystem_device + ")";
+  }
+  return out;
+}
+
+FunctionRecord FunctionRecord::From(const vfio::OriginalBinding& binding, PciIdentity identity) {
+  return FunctionRecord{binding.address, binding.driver, binding.override, binding.was_on_vfio,
+                        std::move(identity)};
+}
+
+std::string ClaimRecord::Display() const {
+  return "claim " + namespace_ + "/" + name + " (uid " + uid + ")";
+}
+
+const ClaimRecord* CheckpointView::Find(const std::string& uid) const {
+  auto it = claims.find(uid);
+  return it == claims.end() ? nullptr : &it->second;
+}
+
+Result<PrepareCheckpoint> PrepareCheckpoint::Open(const std::string& data_dir,
+                                                  std::string boot_id) {
+  const std::string dir = data_dir + "/" + kClaimsDirectory;
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return MakeError(ErrorKind::kUnavailable, "cannot create the prepare checkpoint directory " +
+                                                  dir + ": " + ErrnoText(errno));
+  }
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     "the prepare checkpoint directory " + dir + " is not a directory");
+  }
+  return PrepareCheckpoint(data_dir, dir, std::move(boot_id));
+}
+
+std::string PrepareCheckpoint::PathOf(const std::string& uid) const {
+  return dir_ + "/" + uid + kSuffix;
+}
+
+Result<std::optional<ClaimRecord>> PrepareCheckpoint::Find(const std::string& uid) const {
+  if (!IsObjectUid(uid)) return std::optional<ClaimRecord>();
+  const std::string path = PathOf(uid);
+  auto text = ReadFileToString(path, kMaxRecordBytes);
+  if (!text.ok()) {
+    if (text.error().kind == ErrorKind::kNotFound) return std::optional<ClaimRecord>();
+    return text.error().Wrap("cannot read the prepare checkpoint record of claim uid " + uid);
+  }
+  try {
+    ClaimRecord record = RecordFromJson(json::parse(*text));
+    if (record.uid != uid) {
+      throw json::other_error::create(503, "it names claim uid " + record.uid, nullptr);
+    }
+    return std::optional<ClaimRecord>(std::move(record));
+  } catch (const json::exception& e) {
+    return MakeError(ErrorKind::kDataLoss,
+                     "the prepare checkpoint record " + path + " is unusable: " + e.what());
+  }
+}
+
+CheckpointView PrepareCheckpoint::Load() const {
+  CheckpointView view;
+  DIR* dir = ::opendir(dir_.c_str());
+  if (dir == nullptr) {
+    view.listing_error =
+        "cannot list the prepare checkpoint directory " + dir_ + ": " + ErrnoText(errno);
+    view.problems.push_back(*view.listing_error);
+    return view;
+  }
+  std::vector<std::string> uids;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.size() <= 5 || name.compare(name.size() - 5, 5, kSuffix) != 0) continue;
+    const std::string uid = name.substr(0, name.size() - 5);
+    if (IsObjectUid(uid)) uids.push_back(uid);
+  }
+  ::closedir(dir);
+  for (const std::string& uid : uids) {
+    auto record = Find(uid);
+    if (record.ok()) {
+      if (*record) view.claims.emplace(uid, std::move(**record));
+      continue;
+    }
+    if (record.error().kind == ErrorKind::kDataLoss) {
+      view.problems.push_back(MoveAside(PathOf(uid), record.error().message,
+                                        "the claim's devices cannot be undone automatically, "
+                                        "check them by hand"));
+      continue;
+    }
+    view.unreadable[uid] = record.error().message;
+    view.problems.push_back(record.error().message +
+                            "; the claim is kept and retried on its next prepare or unprepare");
+  }
+  return view;
+}
+
+Status PrepareCheckpoint::Put(const ClaimRecord& record) const {
+  if (!IsObjectUid(record.uid)) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "cannot record claim uid \"" + record.uid + "\": not an object UID");
+  }
+  ClaimRecord stamped = record;
+  stamped.boot_id = boot_id_;
+  Status status = WriteFileAtomically(PathOf(record.uid), RecordJson(stamped).dump(1) + "\n", 0600);
+  if (!status.ok()) return status.error().Wrap("cannot write the prepare checkpoint");
+  return Status::Ok();
+}
+
+Status PrepareCheckpoint::Remove(const std::string& uid) const {
+  if (!IsObjectUid(uid)) return Status::Ok();
+  if (::unlink(PathOf(uid).c_str()) != 0) {
+    if (errno == ENOENT) return Status::Ok();
+    return MakeError(ErrorKind::kUnavailable, "cannot remove the prepare checkpoint record " +
+                                                  PathOf(uid) + ": " + ErrnoText(errno));
+  }
+  return SyncDirectory(dir_);
+}
+
+Result<int> PrepareCheckpoint::Upgrade(std::string* problem) const {
+  const std::string path = data_dir_ + "/" + kLegacyCheckpointFile;
+  auto text = ReadFileToString(path, 64 << 20);
+  if (!text.ok()) {
+    if (text.error().kind == ErrorKind::kNotFound) return 0;
+    return text.error().Wrap("cannot read the version-1 prepare checkpoint to upgrade it");
+  }
+  std::vector<ClaimRecord> records;
+  try {
+    const json root = json::parse(*text);
+    const int version = root.at("version").get<int>();
+    if (version != 1) {
+      throw json::other_error::create(
+          502, "version " + std::to_string(version) + " where version 1 was expected", nullptr);
+    }
+    const std::string boot_id = root.at("bootID").get<std::string>();
+    for (const auto& [uid, entry] : root.at("claims").items()) {
+      records.push_back(RecordFromVersion1(uid, boot_id, entry));
+    }
+  } catch (const json::exception& e) {
+    if (problem != nullptr) {
+      *problem = MoveAside(path, e.what(),
+                           "claims prepared before cannot be undone automatically, check their "
+                           "devices by hand");
+    }
+    return 0;
+  }
+  for (const ClaimRecord& record : records) {
+    if (!IsObjectUid(record.uid)) continue;
+    // Written as is: the boot ID stays the one of the old file, so a reboot since is noticed.
+    Status status =
+        WriteFileAtomically(PathOf(record.uid), RecordJson(record).dump(1) + "\n", 0600);
+    if (!status.ok()) return status.error().Wrap("upgrading the prepare checkpoint");
+  }
+  if (::unlink(path.c_str()) != 0) {
+    return MakeError(ErrorKind::kUnavailable, "upgraded the prepare checkpoint " + path +
+                                                  " but cannot remove it: " + ErrnoText(errno));
+  }
+  if (Status s = SyncDirectory(data_dir_); !s.ok()) return s.error();
+  return static_cast<int>(records.size());
+}
+
+std::vector<PreparedTarget> PreparedTargets(const CheckpointView& view) {
+  std::vector<PreparedTarget> out;
+  for (const auto& [uid, record] : view.claims) {
+    if (record.state != PrepareState::kPrepareCompleted) continue;
+    for (const RecordedDevice& device : record.devices) {
+      PreparedTarget target;
+      target.claim = record.namespace_ + "/" + record.name;
+      target.pool = device.pool;
+      target.device = device.device;
+      if (device.is_mdev) {
+        target.mdev_uuid = device.mdev.uuid;
+      } else {
+        target.functions = device.functions;
+      }
+      out.push_back(std::move(target));
+    }
+  }
+  return out;
+}
+
+std::map<std::string, std::string> ManagedOriginalDrivers(const CheckpointView& view) {
+  std::map<std::string, std::string> out;
+  for (const auto& [uid, record] : view.claims) {
+    for (const FunctionRecord& f : record.functions) out.emplace(f.address, f.driver);
+  }
+  return out;
+}
+
+Result<std::string> ReadBootId(const std::string& path) {
+  auto text = ReadFileToString(path, 4096);
+  if (!text.ok()) return text.error().Wrap("cannot read the boot ID");
+  std::string id = *text;
+  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+  return id;
+}
+
+}  // namespace vfio_dra::prepare

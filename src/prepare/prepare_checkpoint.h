@@ -1,0 +1,172 @@
+// PrepareCheckpoint: what the daemon did to the node for each claim, kept on disk so that any
+// prepare can be finished or undone after a crash, a reboot, or by the other instance of a rolling
+// update. Each claim has its own file, <plugin-data-dir>/claims/<uid>.json, replaced atomically
+// (temp file, fsync, rename, fsync of the directory) with mode 0600, so an instance only ever
+// writes the claim it works on and never a stale copy of another's.
+//
+// Invariants:
+// - There is no cached view: callers Load() under the node-wide lock (CallSerializer) every time
+//   they act, so two instances serving calls at once see each other's work.
+// - A claim goes through two phases. PrepareStarted is written before anything on the node is
+//   touched and holds everything needed to undo it (each function's original driver,
+//   driver_override and identity, the mdevs to create, the plan of every device); it becomes
+//   PrepareCompleted with the answer given to the kubelet.
+// - Each record carries the boot ID it was written in: after a reboot, PCI addresses may name
+//   other devices, so functions are checked against the recorded identity before being touched.
+// - A record that is corrupt or of an unknown version is moved aside with a clear problem; one
+//   that cannot be read (EACCES, EIO) is reported and left in place, and its claim stays
+//   unpreparable-with-an-error instead of silently forgotten. Neither stops the daemon: refusing
+//   to start would leave every pod on the node unable to unprepare.
+// - Version 1 (one checkpoint.json for all claims) is upgraded explicitly by Upgrade().
+#pragma once
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "vfio/mdev_lifecycle.h"
+#include "vfio/vfio_pci_binder.h"
+
+namespace vfio_dra::prepare {
+
+inline constexpr int kCheckpointVersion = 2;
+inline constexpr const char* kClaimsDirectory = "claims";
+// The version-1 file (all claims in one), read only to upgrade it.
+inline constexpr const char* kLegacyCheckpointFile = "checkpoint.json";
+
+// What a PCI function is, to recognise it after a reboot (addresses can be re-enumerated).
+struct PciIdentity {
+  std::string vendor;  // 4 hex digits, as sysfs has them without 0x
+  std::string device;
+  std::string subsystem_vendor;
+  std::string subsystem_device;
+  bool Known() const { return !vendor.empty() && !device.empty(); }
+  std::string Display() const;
+  bool operator==(const PciIdentity&) const = default;
+};
+
+// A function's binding before prepare, and what the function was.
+struct FunctionRecord {
+  std::string address;
+  std::string driver;    // empty: no driver was bound
+  std::string override;  // empty: driver_override was unset
+  bool was_on_vfio = false;
+  PciIdentity identity;  // empty for records upgraded from version 1
+
+  vfio::OriginalBinding Binding() const { return {address, driver, override, was_on_vfio}; }
+  static FunctionRecord From(const vfio::OriginalBinding& binding, PciIdentity identity);
+  bool operator==(const FunctionRecord&) const = default;
+};
+
+struct MdevRecord {
+  std::string parent;
+  std::string type_id;
+  std::string uuid;
+  bool created_by_us = false;  // only these are removed at unprepare
+  bool operator==(const MdevRecord&) const = default;
+};
+
+// One allocated device: the plan (enough to prepare it again without the published slices, e.g.
+// after a reboot or while the device is unpublished) and the answer given to the kubelet.
+struct RecordedDevice {
+  std::string request;  // as allocated: "req" or "req/sub"
+  std::string pool;
+  std::string device;
+  std::optional<std::string> share_id;
+  bool is_mdev = false;
+  std::string address;                 // PCI: the published function
+  std::vector<std::string> functions;  // PCI: every function bound for it
+  std::optional<int> iommu_group;      // PCI, as published
+  vfio::MdevIdentity mdev;             // mdev
+  bool mdev_created_by_driver = false;
+  std::string iommu_interface;                       // VfioConfig.iommuInterface name
+  std::map<std::string, nlohmann::json> attributes;  // for the KubeVirt metadata file
+  std::vector<std::string> cdi_device_ids;           // the answer (completed claims)
+  bool operator==(const RecordedDevice&) const = default;
+};
+
+enum class PrepareState { kPrepareStarted, kPrepareCompleted };
+
+struct ClaimRecord {
+  std::string uid;
+  std::string namespace_;
+  std::string name;
+  PrepareState state = PrepareState::kPrepareStarted;
+  std::string boot_id;  // of the boot the record was last written in
+  std::vector<FunctionRecord> functions;
+  std::vector<MdevRecord> mdevs;
+  std::vector<std::string> cdi_files;  // file names in --cdi-dir
+  std::vector<RecordedDevice> devices;
+  // False for records upgraded from version 1, whose devices lack the plan: preparing them again
+  // needs the published devices.
+  bool replayable = true;
+  std::string Display() const;  // "claim <ns>/<name> (uid <uid>)"
+  bool operator==(const ClaimRecord&) const = default;
+};
+
+// Every record on disk at one moment.
+struct CheckpointView {
+  std::map<std::string, ClaimRecord> claims;
+  // Claims whose record exists but cannot be read now, with the reason.
+  std::map<std::string, std::string> unreadable;
+  // Records moved aside or unreadable, described for the log.
+  std::vector<std::string> problems;
+  // Set when the directory itself could not be listed: the view is then incomplete, and nothing
+  // may be concluded from a claim's absence.
+  std::optional<std::string> listing_error;
+  const ClaimRecord* Find(const std::string& uid) const;
+};
+
+class PrepareCheckpoint {
+ public:
+  // Creates <data_dir>/claims if needed. Nothing is read yet.
+  static Result<PrepareCheckpoint> Open(const std::string& data_dir, std::string boot_id);
+
+  const std::string& boot_id() const { return boot_id_; }
+  const std::string& directory() const { return dir_; }
+
+  // Reads every record. Call under the node-wide lock before acting on what it says.
+  CheckpointView Load() const;
+  // Reads one claim's record: nullopt when there is none; an error when it cannot be read.
+  Result<std::optional<ClaimRecord>> Find(const std::string& uid) const;
+  // Writes a claim's record (stamped with this boot's ID) durably before returning.
+  Status Put(const ClaimRecord& record) const;
+  // Drops a claim's record durably; dropping an unknown claim succeeds.
+  Status Remove(const std::string& uid) const;
+
+  // Splits a version-1 checkpoint.json into per-claim records and removes it. Call under the
+  // node-wide lock. Returns the number of claims moved; a corrupt file is moved aside and
+  // reported through `problem`.
+  Result<int> Upgrade(std::string* problem) const;
+
+ private:
+  PrepareCheckpoint(std::string data_dir, std::string dir, std::string boot_id)
+      : data_dir_(std::move(data_dir)), dir_(std::move(dir)), boot_id_(std::move(boot_id)) {}
+  std::string PathOf(const std::string& uid) const;
+
+  std::string data_dir_;
+  std::string dir_;
+  std::string boot_id_;
+};
+
+// A device of a completed prepare and what it occupies on the node (the health stream checks it).
+struct PreparedTarget {
+  std::string claim;  // "<namespace>/<name>"
+  std::string pool;
+  std::string device;
+  std::vector<std::string> functions;  // PCI: every function bound to vfio-pci for it
+  std::string mdev_uuid;               // mdev
+};
+std::vector<PreparedTarget> PreparedTargets(const CheckpointView& view);
+
+// Address -> driver before prepare, for every function a claim in the view holds (discovery uses
+// it so that what vfio-dra bound is judged by what it was).
+std::map<std::string, std::string> ManagedOriginalDrivers(const CheckpointView& view);
+
+// The kernel's boot ID (from /proc/sys/kernel/random/boot_id, or `path` for tests).
+Result<std::string> ReadBootId(const std::string& path = "/proc/sys/kernel/random/boot_id");
+
+}  // namespace vfio_dra::prepare

@@ -1,0 +1,651 @@
+#include "prepare/vfio_device_preparer.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+
+#include "base/k8s_names.h"
+#include "base/text.h"
+#include "sysfs/sysfs_parse.h"
+
+namespace vfio_dra::prepare {
+namespace {
+
+constexpr const char* kPodClaimNameAnnotation = "resource.kubernetes.io/pod-claim-name";
+
+std::string HexId(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  if (text.rfind("0x", 0) == 0) text.erase(0, 2);
+  return text;
+}
+
+Error HeldByOther(const std::string& device, const std::string& what, const ClaimRecord& other) {
+  return MakeError(
+      ErrorKind::kFailedPrecondition,
+      "device " + device + ": " + what + " is already prepared for " + other.Display() + " (" +
+          (other.state == PrepareState::kPrepareCompleted ? "PrepareCompleted" : "PrepareStarted") +
+          "); a device is never handed to two claims at once. Unprepare that claim "
+          "first: the kubelet does so when its pod is gone (after a node reboot or "
+          "a force-deleted pod, once it cleans the pod up)");
+}
+
+bool Contains(const std::vector<std::string>& list, const std::string& value) {
+  return std::find(list.begin(), list.end(), value) != list.end();
+}
+
+cdi::DeviceNode CdiNode(const vfio::CharDeviceNode& node) {
+  return cdi::DeviceNode{node.path, "", node.major, node.minor};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<VfioDevicePreparer>> VfioDevicePreparer::Open(
+    PreparerOptions options, const sysfs::SysfsReader& sysfs, sysfs::SysfsWriter& writer,
+    const slicepublisher::PublishedDevices& published, Logger log) {
+  auto boot_id = ReadBootId(options.boot_id_file);
+  if (!boot_id.ok()) return boot_id.error();
+  auto checkpoint = PrepareCheckpoint::Open(options.plugin_data_dir, *boot_id);
+  if (!checkpoint.ok()) return checkpoint.error();
+  return std::unique_ptr<VfioDevicePreparer>(new VfioDevicePreparer(
+      std::move(options), sysfs, writer, published, std::move(*checkpoint), std::move(log)));
+}
+
+VfioDevicePreparer::VfioDevicePreparer(PreparerOptions options, const sysfs::SysfsReader& sysfs,
+                                       sysfs::SysfsWriter& writer,
+                                       const slicepublisher::PublishedDevices& published,
+                                       PrepareCheckpoint checkpoint, Logger log)
+    : options_(std::move(options)),
+      sysfs_(sysfs),
+      published_(published),
+      checkpoint_(std::move(checkpoint)),
+      gate_(writer),
+      binder_(sysfs, gate_, vfio::BinderOptions{options_.unbind_timeout, options_.dev_root}),
+      mdevs_(sysfs, writer, gate_, options_.unbind_timeout),
+      nodes_(sysfs, options_.dev_root),
+      cdi_(options_.cdi_dir),
+      metadata_(options_.plugin_data_dir, cdi::SpecDirectory(options_.cdi_dir),
+                options_.driver_name),
+      kind_(options_.driver_name + "/vfio"),
+      log_(std::move(log)) {
+  if (options_.metrics != nullptr) {
+    options_.metrics->DeclareHistogram(
+        "vfio_dra_device_operation_duration_seconds",
+        "time of one device operation: bind (to vfio-pci), restore (to the original driver), "
+        "mdev_create, mdev_remove");
+    options_.metrics->DeclareCounter("vfio_dra_device_operation_errors_total",
+                                     "device operations that failed, by operation");
+  }
+}
+
+template <typename Op>
+auto VfioDevicePreparer::Timed(const char* operation, Op op) -> decltype(op()) {
+  const auto start = std::chrono::steady_clock::now();
+  auto result = op();
+  if (options_.metrics != nullptr) {
+    options_.metrics->Observe(
+        "vfio_dra_device_operation_duration_seconds", {{"operation", operation}},
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (!result.ok()) {
+      options_.metrics->Increment("vfio_dra_device_operation_errors_total",
+                                  {{"operation", operation}});
+    }
+  }
+  return result;
+}
+
+void VfioDevicePreparer::Note(const CheckpointView& view) {
+  CheckpointCounts counts;
+  for (const auto& [uid, record] : view.claims) {
+    (record.state == PrepareState::kPrepareCompleted ? counts.completed : counts.started) += 1;
+  }
+  auto prepared = std::make_shared<const std::vector<PreparedTarget>>(PreparedTargets(view));
+  auto managed = std::make_shared<const std::map<std::string, std::string>>(
+      prepare::ManagedOriginalDrivers(view));
+  std::lock_guard<std::mutex> lock(snapshot_mu_);
+  counts_ = counts;
+  prepared_ = std::move(prepared);
+  managed_ = std::move(managed);
+}
+
+CheckpointView VfioDevicePreparer::LoadView() {
+  CheckpointView view = checkpoint_.Load();
+  for (const std::string& problem : view.problems) {
+    log_.Error("prepare checkpoint problem", {{"problem", problem}});
+  }
+  Note(view);
+  return view;
+}
+
+void VfioDevicePreparer::Refresh() { Note(checkpoint_.Load()); }
+
+CheckpointCounts VfioDevicePreparer::Counts() const {
+  std::lock_guard<std::mutex> lock(snapshot_mu_);
+  return counts_;
+}
+
+std::shared_ptr<const std::vector<PreparedTarget>> VfioDevicePreparer::Prepared() const {
+  std::lock_guard<std::mutex> lock(snapshot_mu_);
+  return prepared_;
+}
+
+std::shared_ptr<const std::map<std::string, std::string>>
+VfioDevicePreparer::ManagedOriginalDrivers() const {
+  std::lock_guard<std::mutex> lock(snapshot_mu_);
+  return managed_;
+}
+
+void VfioDevicePreparer::Step(const std::string& name) const {
+  if (options_.before_step) options_.before_step(name);
+}
+
+std::string VfioDevicePreparer::SpecFileName(const std::string& claim_uid) const {
+  return cdi::TransientSpecFileName(kind_, claim_uid);
+}
+
+Result<PciIdentity> VfioDevicePreparer::ReadIdentity(const std::string& address) const {
+  const std::string dir = "bus/pci/devices/" + address + "/";
+  PciIdentity identity;
+  std::pair<const char*, std::string*> fields[] = {
+      {"vendor", &identity.vendor},
+      {"device", &identity.device},
+      {"subsystem_vendor", &identity.subsystem_vendor},
+      {"subsystem_device", &identity.subsystem_device}};
+  for (auto& [name, out] : fields) {
+    auto text = sysfs_.Read(dir + name);
+    if (!text.ok()) {
+      // Not every function has subsystem IDs; vendor and device are what must be there.
+      if (out == &identity.subsystem_vendor || out == &identity.subsystem_device) continue;
+      return text.error().Wrap("cannot read the identity of PCI " + address);
+    }
+    *out = HexId(*text);
+  }
+  return identity;
+}
+
+Status VfioDevicePreparer::RecordStart(const kube::ResourceClaim& claim,
+                                       const std::vector<PlannedDevice>& plan, ClaimRecord& record,
+                                       bool& changed, Deadline deadline) {
+  record.uid = claim.uid;
+  record.namespace_ = claim.namespace_;
+  record.name = claim.name;
+  std::set<std::string> recorded;
+  for (const FunctionRecord& f : record.functions) recorded.insert(f.address);
+  std::set<std::string> recorded_mdevs;
+  for (const MdevRecord& m : record.mdevs) recorded_mdevs.insert(m.uuid);
+  for (const PlannedDevice& device : plan) {
+    if (device.kind == PlannedKind::kPci) {
+      for (const std::string& address : device.functions) {
+        if (!recorded.insert(address).second) continue;
+        auto original = binder_.Inspect(address, deadline);
+        if (!original.ok()) return original.error();
+        auto identity = ReadIdentity(address);
+        if (!identity.ok()) return identity.error();
+        record.functions.push_back(FunctionRecord::From(*original, std::move(*identity)));
+        changed = true;
+      }
+    } else if (recorded_mdevs.insert(device.mdev.uuid).second) {
+      record.mdevs.push_back({device.mdev.parent, device.mdev.type_id, device.mdev.uuid,
+                              device.mdev_created_by_driver && !mdevs_.Exists(device.mdev.uuid)});
+      changed = true;
+    }
+  }
+  std::vector<std::string> files{SpecFileName(claim.uid)};
+  for (const PlannedDevice& device : plan) {
+    const std::string request = kube::BaseRequestName(device.result.request);
+    const std::string file = metadata_.CdiFileName(claim.uid, request);
+    if (!Contains(files, file)) files.push_back(file);
+  }
+  for (const std::string& file : files) {
+    if (!Contains(record.cdi_files, file)) {
+      record.cdi_files.push_back(file);
+      changed = true;
+    }
+  }
+  if (record.state == PrepareState::kPrepareStarted) {
+    std::vector<RecordedDevice> devices;
+    devices.reserve(plan.size());
+    for (const PlannedDevice& device : plan) devices.push_back(RecordOf(device));
+    if (devices != record.devices || !record.replayable) {
+      record.devices = std::move(devices);
+      record.replayable = true;
+      changed = true;
+    }
+  }
+  return Status::Ok();
+}
+
+Status VfioDevicePreparer::CheckOverlap(const CheckpointView& view, const std::string& uid,
+                                        const std::vector<PlannedDevice>& plan) const {
+  for (const auto& [other_uid, other] : view.claims) {
+    if (other_uid == uid) continue;
+    std::set<std::string> functions;
+    for (const FunctionRecord& f : other.functions) functions.insert(f.address);
+    std::map<std::string, const MdevRecord*> mdevs;    // uuid ->
+    std::map<std::string, const MdevRecord*> parents;  // parent ->
+    for (const MdevRecord& m : other.mdevs) {
+      mdevs[m.uuid] = &m;
+      parents[m.parent] = &m;
+    }
+    for (const PlannedDevice& device : plan) {
+      const std::string& name = device.result.device;
+      if (device.kind == PlannedKind::kPci) {
+        for (const std::string& f : device.functions) {
+          if (functions.count(f) != 0) return HeldByOther(name, "PCI function " + f, other);
+          if (auto it = parents.find(f); it != parents.end()) {
+            return HeldByOther(
+                name, "PCI function " + f + " (parent of mdev " + it->second->uuid + ")", other);
+          }
+        }
+      } else {
+        if (mdevs.count(device.mdev.uuid) != 0) {
+          return HeldByOther(name, "mdev " + device.mdev.uuid, other);
+        }
+        if (functions.count(device.mdev.parent) != 0) {
+          return HeldByOther(name, "its parent " + device.mdev.parent + " (passed through whole)",
+                             other);
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status VfioDevicePreparer::CheckIdentities(const ClaimRecord& record) const {
+  for (const FunctionRecord& f : record.functions) {
+    if (!f.identity.Known()) continue;
+    auto now = ReadIdentity(f.address);
+    if (!now.ok()) {
+      return now.error().Wrap("after a reboot, cannot check that " + f.address +
+                              " is still the device that was prepared");
+    }
+    if (!(*now == f.identity)) {
+      return MakeError(ErrorKind::kFailedPrecondition,
+                       "after a reboot, PCI " + f.address + " is " + now->Display() +
+                           ", not the device " + f.identity.Display() +
+                           " that was prepared for this claim (the node's PCI addresses "
+                           "changed); it cannot be prepared again here: delete the pod so the "
+                           "claim is allocated again");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<cdi::Device> VfioDevicePreparer::CdiDevice(const std::string& claim_uid,
+                                                  const PlannedDevice& device,
+                                                  bool& needs_container) {
+  cdi::Device out;
+  out.name = claim_uid + "-" + device.result.device;
+  const IommuInterface iommu = device.config.iommu;
+  const bool legacy = iommu != IommuInterface::kIommufd;
+  std::optional<int> group = device.iommu_group;
+  std::string sysfs_dir = "bus/pci/devices/" + device.address;
+  if (device.kind == PlannedKind::kMdev) {
+    auto mdev_group = mdevs_.IommuGroup(device.mdev.uuid);
+    if (!mdev_group.ok()) return mdev_group.error();
+    group = *mdev_group;
+    sysfs_dir = "bus/mdev/devices/" + device.mdev.uuid;
+  } else if (!group) {
+    // No-IOMMU mode: the kernel makes a group when vfio-pci binds the device.
+    auto bound = sysfs_.LinkBaseName(sysfs_dir + "/iommu_group");
+    if (!bound.ok()) return bound.error().Wrap("device " + device.address + " has no VFIO group");
+    auto number = sysfs::ParseDecimalAttribute(*bound);
+    if (!number.ok() || *number < 0 || *number > std::numeric_limits<int>::max()) {
+      return MakeError(ErrorKind::kFailedPrecondition,
+                       "device " + device.address + ": its iommu_group link points to \"" +
+                           EscapeForDisplay(*bound, 64) + "\", which is not a group number");
+    }
+    group = static_cast<int>(*number);
+  }
+  if (legacy) {
+    needs_container = true;
+    auto node = nodes_.Group(*group);
+    if (!node.ok()) return node.error().Wrap("device " + device.result.device);
+    out.device_nodes.push_back(CdiNode(*node));
+  }
+  if (iommu != IommuInterface::kLegacy) {
+    auto iommufd = nodes_.Iommufd();
+    if (!iommufd.ok()) {
+      if (iommu == IommuInterface::kIommufd) {
+        return iommufd.error().Wrap("device " + device.result.device +
+                                    ": VfioConfig asks for iommuInterface iommufd");
+      }
+    } else {
+      out.device_nodes.push_back(CdiNode(*iommufd));
+      std::vector<std::string> dirs;
+      if (device.kind == PlannedKind::kMdev) {
+        dirs.push_back(sysfs_dir);
+      } else {
+        for (const std::string& f : device.functions) dirs.push_back("bus/pci/devices/" + f);
+      }
+      for (const std::string& dir : dirs) {
+        auto cdevs = nodes_.DeviceCdevs(dir);
+        if (!cdevs.ok()) return cdevs.error().Wrap("device " + device.result.device);
+        if (cdevs->empty() && iommu == IommuInterface::kIommufd) {
+          return MakeError(ErrorKind::kFailedPrecondition,
+                           "device " + device.result.device + ": " + sysfs_.Path(dir) +
+                               " has no vfio-dev cdev (the kernel lacks "
+                               "CONFIG_VFIO_DEVICE_CDEV); use iommuInterface legacy or both");
+        }
+        for (const auto& cdev : *cdevs) out.device_nodes.push_back(CdiNode(cdev));
+      }
+    }
+  }
+  return out;
+}
+
+Status VfioDevicePreparer::WriteMetadata(const kube::ResourceClaim& claim,
+                                         const std::vector<PlannedDevice>& plan,
+                                         std::vector<PreparedDevice>& answer) {
+  std::vector<std::string> requests;
+  for (const PlannedDevice& device : plan) {
+    const std::string request = kube::BaseRequestName(device.result.request);
+    if (!Contains(requests, request)) requests.push_back(request);
+  }
+  for (const std::string& request : requests) {
+    cdi::RequestMetadata metadata;
+    metadata.claim_namespace = claim.namespace_;
+    metadata.claim_name = claim.name;
+    metadata.claim_uid = claim.uid;
+    metadata.request = request;
+    metadata.generation = claim.generation;
+    if (auto it = claim.annotations.find(kPodClaimNameAnnotation); it != claim.annotations.end()) {
+      metadata.pod_claim_name = it->second;
+    }
+    for (const PlannedDevice& device : plan) {
+      if (kube::BaseRequestName(device.result.request) != request) continue;
+      cdi::MetadataDevice entry{options_.driver_name, device.result.pool, device.result.device,
+                                device.attributes};
+      metadata.devices.push_back(std::move(entry));
+    }
+    Step("metadata:write:" + request);
+    auto id = metadata_.Write(metadata);
+    if (!id.ok()) return id.error();
+    for (PreparedDevice& prepared : answer) {
+      if (prepared.request_names.front() == request) {
+        prepared.cdi_device_ids.push_back(*id);
+        break;
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<PreparedDevice>> VfioDevicePreparer::Apply(const kube::ResourceClaim& claim,
+                                                              std::vector<PlannedDevice>& plan,
+                                                              Deadline deadline) {
+  const auto out_of_time = [](const std::string& what) {
+    return MakeError(ErrorKind::kDeadlineExceeded,
+                     "stopped before " + what +
+                         ": the kubelet's deadline for this call is reached; its retry continues "
+                         "from here");
+  };
+  for (PlannedDevice& device : plan) {
+    if (device.kind == PlannedKind::kPci) {
+      for (const std::string& address : device.functions) {
+        if (deadline.Expired()) return out_of_time("binding " + address);
+        Step("bind:" + address);
+        if (Status s = Timed("bind", [&] { return binder_.BindToVfio(address, deadline); });
+            !s.ok()) {
+          return s.error().Wrap("device " + device.result.device);
+        }
+      }
+    } else if (device.mdev_created_by_driver) {
+      if (deadline.Expired()) return out_of_time("creating mdev " + device.mdev.uuid);
+      Step("mdev-create:" + device.mdev.uuid);
+      auto created = Timed("mdev_create", [&] { return mdevs_.Create(device.mdev); });
+      if (!created.ok()) return created.error().Wrap("device " + device.result.device);
+    }
+  }
+
+  cdi::Spec spec;
+  spec.kind = kind_;
+  bool needs_container = false;
+  std::vector<PreparedDevice> answer;
+  for (const PlannedDevice& device : plan) {
+    auto cdi_device = CdiDevice(claim.uid, device, needs_container);
+    if (!cdi_device.ok()) return cdi_device.error();
+    PreparedDevice prepared;
+    prepared.request_names = {kube::BaseRequestName(device.result.request)};
+    prepared.pool_name = device.result.pool;
+    prepared.device_name = device.result.device;
+    prepared.share_id = device.result.share_id;
+    prepared.cdi_device_ids = {cdi::QualifiedDeviceId(kind_, cdi_device->name)};
+    spec.devices.push_back(std::move(*cdi_device));
+    answer.push_back(std::move(prepared));
+  }
+  if (needs_container) {
+    auto container = nodes_.Container();
+    if (!container.ok()) return container.error();
+    spec.common_device_nodes.push_back(CdiNode(*container));
+  }
+  Step("cdi:write");
+  if (Status s = cdi_.Write(SpecFileName(claim.uid), spec); !s.ok()) return s.error();
+  if (Status s = WriteMetadata(claim, plan, answer); !s.ok()) return s.error();
+  return answer;
+}
+
+Result<std::vector<PreparedDevice>> VfioDevicePreparer::Prepare(
+    const kube::ResourceClaim& claim, const std::vector<kube::DeviceRequestAllocationResult>& ours,
+    Deadline deadline) {
+  const std::string who = "claim " + claim.namespace_ + "/" + claim.name;
+  if (!IsObjectUid(claim.uid)) {
+    return MakeError(ErrorKind::kInvalidArgument, who + ": uid is not a valid object UID");
+  }
+  if (deadline.Expired()) {
+    return MakeError(ErrorKind::kDeadlineExceeded,
+                     who +
+                         ": not started: the kubelet's deadline for this call has passed; its "
+                         "retry prepares the claim");
+  }
+  const CheckpointView view = LoadView();
+  if (view.listing_error) {
+    // Without every record, a device held by another claim could be handed out twice.
+    return MakeError(ErrorKind::kUnavailable, who + ": " + *view.listing_error);
+  }
+  if (auto it = view.unreadable.find(claim.uid); it != view.unreadable.end()) {
+    return MakeError(ErrorKind::kUnavailable, who + ": " + it->second);
+  }
+  const ClaimRecord* existing = view.Find(claim.uid);
+  const bool was_completed =
+      existing != nullptr && existing->state == PrepareState::kPrepareCompleted;
+  const bool earlier_boot = existing != nullptr && existing->boot_id != checkpoint_.boot_id();
+  auto plan =
+      was_completed && existing->replayable
+          ? PlanFromRecord(*existing, ours)
+          : PlanClaim(
+                claim, ours,
+                PlanContext{options_.driver_name, options_.node_name, published_, sysfs_,
+                            [this](const std::string& address) { return binder_.Busy(address); }});
+  if (!plan.ok()) return plan.error().Wrap(who);
+  if (Status s = CheckOverlap(view, claim.uid, *plan); !s.ok()) return s.error().Wrap(who);
+  if (earlier_boot) {
+    if (Status s = CheckIdentities(*existing); !s.ok()) return s.error().Wrap(who);
+  }
+
+  ClaimRecord record = existing != nullptr ? *existing : ClaimRecord{};
+  if (!was_completed) record.state = PrepareState::kPrepareStarted;
+  bool changed = existing == nullptr || earlier_boot;
+  if (Status s = RecordStart(claim, *plan, record, changed, deadline); !s.ok()) {
+    return s.error().Wrap(who + ": cannot record the prepare in the checkpoint");
+  }
+  if (changed) {
+    Step("checkpoint:started");
+    if (Status s = checkpoint_.Put(record); !s.ok()) {
+      return s.error().Wrap(who + ": cannot record the prepare in the checkpoint");
+    }
+  }
+
+  auto answer = Apply(claim, *plan, deadline);
+  if (!answer.ok()) {
+    Error error = answer.error().Wrap(who);
+    if (!was_completed && !deadline.Expired()) {
+      // Leave the node as it was: nothing of a failed first prepare may linger. (When the
+      // deadline ran out the record stays: the kubelet's retry or unprepare finishes the job.)
+      if (Status undo = Undo(record, deadline); !undo.ok()) {
+        error.message += "; rolling back also failed: " + undo.error().message +
+                         " (unprepare or a restart will retry)";
+      }
+    }
+    Note(checkpoint_.Load());
+    return error;
+  }
+  ClaimRecord completed = record;
+  completed.state = PrepareState::kPrepareCompleted;
+  for (size_t i = 0; i < answer->size() && i < completed.devices.size(); ++i) {
+    completed.devices[i].cdi_device_ids = (*answer)[i].cdi_device_ids;
+  }
+  if (!was_completed || changed || !(completed == *existing)) {
+    Step("checkpoint:completed");
+    if (Status s = checkpoint_.Put(completed); !s.ok()) {
+      return s.error().Wrap(who + ": cannot record the completed prepare");
+    }
+  }
+  Note(checkpoint_.Load());
+  Step("prepare:done");
+  return std::move(*answer);
+}
+
+Status VfioDevicePreparer::Undo(const ClaimRecord& record, Deadline deadline) {
+  const std::string who = record.Display();
+  // After a reboot the node lost the bindings and mdevs, and addresses may name other devices.
+  const bool earlier_boot = record.boot_id != checkpoint_.boot_id();
+  std::optional<Error> first;
+  auto note = [&](const Error& e) {
+    log_.Error("undo step failed", {{"claim", who}, {"error", e.message}});
+    if (!first) first = e;
+  };
+  auto out_of_time = [&](const std::string& what) {
+    if (!deadline.Expired()) return false;
+    note(MakeError(ErrorKind::kDeadlineExceeded,
+                   "stopped before " + what +
+                       ": the kubelet's deadline for this call is reached; its retry continues"));
+    return true;
+  };
+  Step("cdi:remove");
+  for (auto it = record.cdi_files.rbegin(); it != record.cdi_files.rend(); ++it) {
+    if (Status s = cdi_.Remove(*it); !s.ok()) note(s.error());
+  }
+  Step("metadata:remove");
+  if (Status s = metadata_.RemoveClaim(record.namespace_, record.name, record.uid); !s.ok()) {
+    note(s.error());
+  }
+  for (auto it = record.mdevs.rbegin(); it != record.mdevs.rend(); ++it) {
+    if (!it->created_by_us) continue;
+    if (earlier_boot) {
+      // The reboot removed it; an instance with this UUID now is not the one recorded.
+      log_.Info("not removing an mdev created before the node rebooted",
+                {{"claim", who}, {"mdev", it->uuid}});
+      continue;
+    }
+    if (out_of_time("removing mdev " + it->uuid)) break;
+    Step("mdev-remove:" + it->uuid);
+    if (Status s = Timed("mdev_remove", [&] { return mdevs_.Remove(it->uuid, deadline); });
+        !s.ok()) {
+      note(s.error());
+    }
+  }
+  for (auto it = record.functions.rbegin(); it != record.functions.rend(); ++it) {
+    if (earlier_boot && it->identity.Known()) {
+      auto now = ReadIdentity(it->address);
+      if (now.ok() && !(*now == it->identity)) {
+        log_.Warn("not restoring a function that is now another device",
+                  {{"claim", who},
+                   {"function", it->address},
+                   {"recorded", it->identity.Display()},
+                   {"now", now->Display()}});
+        continue;
+      }
+    }
+    if (out_of_time("restoring " + it->address)) break;
+    Step("restore:" + it->address);
+    auto warning = Timed("restore", [&] { return binder_.Restore(it->Binding(), deadline); });
+    if (!warning.ok()) {
+      note(warning.error());
+    } else if (!warning->empty()) {
+      log_.Warn("device not fully restored", {{"claim", who}, {"warning", *warning}});
+    }
+  }
+  if (first) return first->Wrap(who + ": unprepare is incomplete");
+  Step("checkpoint:remove");
+  if (Status removed = checkpoint_.Remove(record.uid); !removed.ok()) {
+    return removed.error().Wrap(who);
+  }
+  Step("unprepare:done");
+  return Status::Ok();
+}
+
+Status VfioDevicePreparer::Unprepare(const ClaimRef& claim, Deadline deadline) {
+  // The claim's own record, read directly: only a record that is really absent means "never
+  // prepared, or already undone".
+  auto record = checkpoint_.Find(claim.uid);
+  if (!record.ok()) {
+    if (record.error().kind == ErrorKind::kDataLoss) {
+      // A corrupt record cannot be undone automatically: LoadView moves it aside (the log says
+      // where), this answer tells the kubelet once, and its retry then finds nothing to do.
+      LoadView();
+      return record.error().Wrap("claim " + claim.Display() +
+                                 ": its devices must be checked and returned by hand");
+    }
+    return MakeError(ErrorKind::kUnavailable, "claim " + claim.Display() + ": " +
+                                                  record.error().message +
+                                                  "; the record is kept and retried");
+  }
+  if (!record->has_value()) return Status::Ok();
+  Status status = Undo(**record, deadline);
+  Note(LoadView());
+  return status;
+}
+
+Status VfioDevicePreparer::Recover() {
+  std::optional<Error> first;
+  std::string problem;
+  auto upgraded = checkpoint_.Upgrade(&problem);
+  if (!problem.empty()) log_.Error("prepare checkpoint moved aside", {{"problem", problem}});
+  if (!upgraded.ok()) {
+    first = upgraded.error();
+  } else if (*upgraded > 0) {
+    log_.Info("upgraded the prepare checkpoint to one record per claim",
+              {{"claims", std::to_string(*upgraded)}, {"directory", checkpoint_.directory()}});
+  }
+  const CheckpointView view = LoadView();
+  for (const auto& [uid, record] : view.claims) {
+    if (record.state != PrepareState::kPrepareStarted) continue;
+    log_.Info("rolling back a prepare interrupted by a restart",
+              {{"claim", record.namespace_ + "/" + record.name}, {"uid", record.uid}});
+    if (Status s = Undo(record, Deadline()); !s.ok() && !first) first = s.error();
+  }
+  // CDI specs of ours that no claim owns (left by a checkpoint that was lost) would inject
+  // devices nobody prepared; metadata specs go with them. Specs of a claim whose record cannot be
+  // read now are kept.
+  const CheckpointView after = LoadView();
+  std::set<std::string> owned;
+  for (const auto& [uid, record] : after.claims) {
+    owned.insert(record.cdi_files.begin(), record.cdi_files.end());
+  }
+  const auto unreadable_owner = [&](const std::string& file) {
+    for (const auto& [uid, reason] : after.unreadable) {
+      if (file.find(uid) != std::string::npos) return true;
+    }
+    return false;
+  };
+  const std::string spec_prefix = SpecFileName("");
+  const std::string metadata_prefix = options_.driver_name + "_metadata_";
+  for (const std::string& prefix :
+       {spec_prefix.substr(0, spec_prefix.size() - 5), metadata_prefix}) {
+    auto files = cdi_.List(prefix);
+    if (!files.ok()) {
+      if (!first) first = files.error();
+      continue;
+    }
+    for (const std::string& file : *files) {
+      if (owned.count(file) != 0 || unreadable_owner(file)) continue;
+      log_.Warn("removing a CDI spec no prepared claim owns", {{"file", cdi_.PathOf(file)}});
+      if (Status s = cdi_.Remove(file); !s.ok() && !first) first = s.error();
+    }
+  }
+  Note(checkpoint_.Load());
+  if (first) return first->Wrap("recovering from the prepare checkpoint");
+  return Status::Ok();
+}
+
+}  // namespace vfio_dra::prepare

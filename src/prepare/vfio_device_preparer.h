@@ -1,0 +1,151 @@
+// VfioDevicePreparer: the real device work behind NodePrepareResources/NodeUnprepareResources.
+//
+// Prepare, per claim: read the checkpoint from disk (callers hold the node-wide lock, so this is
+// the truth even with a second instance running), plan (look up and re-check every allocated
+// device, or rebuild the plan of a claim prepared before from its record), refuse devices another
+// claim holds, record PrepareStarted with every function's original binding and identity and the
+// mdevs to create, bind each function to vfio-pci / create each mdev, verify the /dev/vfio nodes,
+// write the claim's CDI spec and the KubeVirt metadata files, then record PrepareCompleted with the
+// answer. Every step is idempotent, so a repeated prepare (the kubelet retries; a shared claim;
+// after a reboot bindings and /var/run/cdi are gone) re-creates what is missing and gives the
+// same answer without touching what is in place. A failed first prepare is rolled back, unless the
+// kubelet's deadline ran out: then the record stays for the retry (or the unprepare) to finish.
+//
+// Unprepare undoes exactly what the checkpoint says, in reverse order: CDI specs and metadata,
+// the mdevs vfio-dra created, each function back to its original driver and driver_override;
+// then the record is dropped. It needs nothing but the checkpoint, so it works after restarts and
+// reboots and when the claim is gone from the API. Records from an earlier boot are checked
+// against what the addresses name now. At startup Recover upgrades an old checkpoint, rolls back
+// claims a crash left in PrepareStarted and removes CDI specs that no record owns.
+//
+// Callers hold the node-wide lock (CallSerializer) around Prepare, Unprepare and Recover.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/log.h"
+#include "base/metrics.h"
+#include "cdi/cdi_spec.h"
+#include "cdi/device_metadata.h"
+#include "prepare/device_plan.h"
+#include "prepare/device_preparer.h"
+#include "prepare/prepare_checkpoint.h"
+#include "slicepublisher/published_devices.h"
+#include "sysfs/sysfs_reader.h"
+#include "sysfs/sysfs_writer.h"
+#include "vfio/device_lock_gate.h"
+#include "vfio/mdev_lifecycle.h"
+#include "vfio/vfio_nodes.h"
+#include "vfio/vfio_pci_binder.h"
+
+namespace vfio_dra::prepare {
+
+struct PreparerOptions {
+  std::string driver_name;
+  std::string node_name;
+  std::string plugin_data_dir;
+  std::string cdi_dir;
+  std::string dev_root = "/dev";
+  std::chrono::milliseconds unbind_timeout{std::chrono::seconds(20)};
+  std::string boot_id_file = "/proc/sys/kernel/random/boot_id";
+  // Called with a step name before every change to the node or the disk (tests use it to kill
+  // the daemon at each step); may be empty.
+  std::function<void(const std::string&)> before_step;
+  // Device operation durations and failures go here; may be null.
+  MetricsRegistry* metrics = nullptr;
+};
+
+struct CheckpointCounts {
+  int started = 0;
+  int completed = 0;
+};
+
+class VfioDevicePreparer final : public DevicePreparer {
+ public:
+  // Sets up the checkpoint directory; nothing is read until a call (under the lock) needs it.
+  static Result<std::unique_ptr<VfioDevicePreparer>> Open(
+      PreparerOptions options, const sysfs::SysfsReader& sysfs, sysfs::SysfsWriter& writer,
+      const slicepublisher::PublishedDevices& published, Logger log);
+
+  Result<std::vector<PreparedDevice>> Prepare(
+      const kube::ResourceClaim& claim,
+      const std::vector<kube::DeviceRequestAllocationResult>& ours, Deadline deadline) override;
+  Status Unprepare(const ClaimRef& claim, Deadline deadline) override;
+
+  // Upgrades a version-1 checkpoint, rolls back claims left in PrepareStarted and removes CDI
+  // specs no claim owns. Problems are logged and returned; the daemon starts regardless.
+  Status Recover();
+
+  // Re-reads the checkpoint for the snapshots below (records are replaced atomically, so this
+  // needs no lock; the other instance's changes show up here).
+  void Refresh();
+
+  const PrepareCheckpoint& checkpoint() const { return checkpoint_; }
+  // Entries by state; safe to call from any thread (metrics).
+  CheckpointCounts Counts() const;
+  // The devices of completed prepares; safe to call from any thread (the health stream).
+  std::shared_ptr<const std::vector<PreparedTarget>> Prepared() const;
+  // Address -> original driver of every function a claim holds; safe from any thread (discovery).
+  std::shared_ptr<const std::map<std::string, std::string>> ManagedOriginalDrivers() const;
+  // True while an operation of ours on the PCI function is blocked in the kernel holding its
+  // device lock; safe from any thread (rescans skip its lock-taking attributes).
+  bool DeviceBusy(const std::string& address) const { return gate_.Held(address).has_value(); }
+
+ private:
+  VfioDevicePreparer(PreparerOptions options, const sysfs::SysfsReader& sysfs,
+                     sysfs::SysfsWriter& writer, const slicepublisher::PublishedDevices& published,
+                     PrepareCheckpoint checkpoint, Logger log);
+
+  void Step(const std::string& name) const;
+  // Reads every record, logs the problems and refreshes the snapshots.
+  CheckpointView LoadView();
+  void Note(const CheckpointView& view);
+  // Adds what `plan` needs to `record`; sets `changed` when something was added.
+  Status RecordStart(const kube::ResourceClaim& claim, const std::vector<PlannedDevice>& plan,
+                     ClaimRecord& record, bool& changed, Deadline deadline);
+  Result<PciIdentity> ReadIdentity(const std::string& address) const;
+  // A device another claim holds (a function, an mdev, or the parent of either) is refused.
+  Status CheckOverlap(const CheckpointView& view, const std::string& uid,
+                      const std::vector<PlannedDevice>& plan) const;
+  // After a reboot: every recorded function must still be the device it was.
+  Status CheckIdentities(const ClaimRecord& record) const;
+  Result<std::vector<PreparedDevice>> Apply(const kube::ResourceClaim& claim,
+                                            std::vector<PlannedDevice>& plan, Deadline deadline);
+  Result<cdi::Device> CdiDevice(const std::string& claim_uid, const PlannedDevice& device,
+                                bool& needs_container);
+  Status WriteMetadata(const kube::ResourceClaim& claim, const std::vector<PlannedDevice>& plan,
+                       std::vector<PreparedDevice>& answer);
+  // Undoes a record; keeps going past failures and returns the first, after logging warnings.
+  Status Undo(const ClaimRecord& record, Deadline deadline);
+  std::string SpecFileName(const std::string& claim_uid) const;
+  // Times one device operation (bind, restore, mdev_create, mdev_remove) for the metrics.
+  template <typename Op>
+  auto Timed(const char* operation, Op op) -> decltype(op());
+
+  PreparerOptions options_;
+  const sysfs::SysfsReader& sysfs_;
+  const slicepublisher::PublishedDevices& published_;
+  PrepareCheckpoint checkpoint_;
+  vfio::DeviceLockGate gate_;
+  vfio::VfioPciBinder binder_;
+  vfio::MdevLifecycle mdevs_;
+  vfio::VfioNodes nodes_;
+  cdi::SpecDirectory cdi_;
+  cdi::MetadataStore metadata_;
+  std::string kind_;  // "<driver>/vfio"
+  Logger log_;
+  mutable std::mutex snapshot_mu_;
+  CheckpointCounts counts_;
+  std::shared_ptr<const std::vector<PreparedTarget>> prepared_ =
+      std::make_shared<const std::vector<PreparedTarget>>();
+  std::shared_ptr<const std::map<std::string, std::string>> managed_ =
+      std::make_shared<const std::map<std::string, std::string>>();
+};
+
+}  // namespace vfio_dra::prepare

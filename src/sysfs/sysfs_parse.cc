@@ -1,0 +1,158 @@
+#include "sysfs/sysfs_parse.h"
+
+#include <fmt/format.h>
+
+#include <cctype>
+
+#include "base/text.h"
+
+namespace vfio_dra::sysfs {
+namespace {
+
+std::string_view TrimNewline(std::string_view text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
+  return text;
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+Error Malformed(std::string_view what, std::string_view text) {
+  return MakeError(ErrorKind::kInvalidArgument,
+                   std::string(what) + ", got \"" + EscapeForDisplay(text, 64) + "\"");
+}
+
+Result<uint32_t> ParseHexDigits(std::string_view digits, int max_digits, std::string_view text) {
+  if (digits.empty() || digits.size() > static_cast<size_t>(max_digits)) {
+    return Malformed("expected 1 to " + std::to_string(max_digits) + " hex digits", text);
+  }
+  uint32_t value = 0;
+  for (char c : digits) {
+    const int v = HexValue(c);
+    if (v < 0) return Malformed("expected hex digits", text);
+    value = (value << 4) | static_cast<uint32_t>(v);
+  }
+  return value;
+}
+
+}  // namespace
+
+Result<uint32_t> ParseHexAttribute(std::string_view text, int max_digits) {
+  const std::string_view body = TrimNewline(text);
+  if (body.size() < 3 || body[0] != '0' || (body[1] != 'x' && body[1] != 'X')) {
+    return Malformed("expected 0x followed by hex digits", text);
+  }
+  return ParseHexDigits(body.substr(2), max_digits, text);
+}
+
+Result<uint32_t> ParseBareHex(std::string_view text, int max_digits) {
+  return ParseHexDigits(TrimNewline(text), max_digits, text);
+}
+
+Result<int64_t> ParseDecimalAttribute(std::string_view text) {
+  const std::string_view body = TrimNewline(text);
+  if (body.empty() || body.size() > 19) return Malformed("expected a decimal integer", text);
+  size_t i = 0;
+  bool negative = false;
+  if (body[0] == '-') {
+    negative = true;
+    i = 1;
+  }
+  if (i == body.size()) return Malformed("expected a decimal integer", text);
+  int64_t value = 0;
+  for (; i < body.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(body[i]))) {
+      return Malformed("expected a decimal integer", text);
+    }
+    value = value * 10 + (body[i] - '0');
+  }
+  return negative ? -value : value;
+}
+
+Result<std::map<std::string, std::string>> ParseUevent(std::string_view text) {
+  std::map<std::string, std::string> out;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(start, end - start);
+    start = end + 1;
+    if (line.empty()) continue;
+    const size_t eq = line.find('=');
+    if (eq == std::string_view::npos || eq == 0) {
+      return Malformed("expected KEY=VALUE lines in uevent", line);
+    }
+    for (char c : line.substr(0, eq)) {
+      if (!std::isupper(static_cast<unsigned char>(c)) &&
+          !std::isdigit(static_cast<unsigned char>(c)) && c != '_') {
+        return Malformed("expected an upper-case uevent key", line);
+      }
+    }
+    out[std::string(line.substr(0, eq))] = std::string(line.substr(eq + 1));
+  }
+  return out;
+}
+
+std::string ParseDriverOverride(std::string_view text) {
+  const std::string_view body = TrimNewline(text);
+  if (body == "(null)") return "";
+  return std::string(body);
+}
+
+Result<std::string> CanonicalBdf(std::string_view text) {
+  // domain:bus:device.function
+  const size_t c1 = text.find(':');
+  const size_t c2 = c1 == std::string_view::npos ? c1 : text.find(':', c1 + 1);
+  const size_t dot = c2 == std::string_view::npos ? c2 : text.find('.', c2 + 1);
+  if (dot == std::string_view::npos) {
+    return Malformed("expected a PCI address dddd:bb:dd.f", text);
+  }
+  auto domain = ParseHexDigits(text.substr(0, c1), 8, text);
+  auto bus = ParseHexDigits(text.substr(c1 + 1, c2 - c1 - 1), 2, text);
+  auto device = ParseHexDigits(text.substr(c2 + 1, dot - c2 - 1), 2, text);
+  auto function = ParseHexDigits(text.substr(dot + 1), 1, text);
+  if (!domain.ok() || !bus.ok() || !device.ok() || !function.ok() || c1 < 4 || c2 - c1 != 3 ||
+      dot - c2 != 3 || text.size() - dot != 2 || *device > 0x1f || *function > 7) {
+    return Malformed("expected a PCI address dddd:bb:dd.f", text);
+  }
+  return fmt::format("{:04x}:{:02x}:{:02x}.{:x}", *domain, *bus, *device, *function);
+}
+
+std::string PcieRootFromPath(std::string_view path) {
+  std::string root;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string_view::npos) end = path.size();
+    const std::string_view part = path.substr(start, end - start);
+    start = end + 1;
+    const size_t colon = part.find(':');
+    if (part.size() < 6 || part.substr(0, 3) != "pci" || colon == std::string_view::npos) continue;
+    const std::string_view domain = part.substr(3, colon - 3);
+    const std::string_view bus = part.substr(colon + 1);
+    if (domain.size() < 4 || domain.size() > 8 || bus.size() != 2) continue;
+    if (ParseHexDigits(domain, 8, part).ok() && ParseHexDigits(bus, 2, part).ok()) {
+      root = std::string(part);
+    }
+  }
+  return root;
+}
+
+bool IsMdevUuid(std::string_view text) {
+  if (text.size() != 36) return false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+    if (dash ? text[i] != '-'
+             : !(std::isdigit(static_cast<unsigned char>(text[i])) ||
+                 (text[i] >= 'a' && text[i] <= 'f'))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace vfio_dra::sysfs

@@ -1,0 +1,39 @@
+// Parsers for the kernel's sysfs attribute formats. Each accepts exactly what the kernel writes
+// (plus a trailing newline) and rejects anything else, so a malformed file is reported instead of
+// being misread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "base/result.h"
+
+namespace vfio_dra::sysfs {
+
+// "0x10de\n" -> 0x10de; at most `max_digits` hex digits after the mandatory 0x.
+Result<uint32_t> ParseHexAttribute(std::string_view text, int max_digits);
+// A decimal integer such as numa_node ("-1\n") or sriov_numvfs ("8\n").
+Result<int64_t> ParseDecimalAttribute(std::string_view text);
+// `uevent`: KEY=VALUE lines.
+Result<std::map<std::string, std::string>> ParseUevent(std::string_view text);
+// driver_override: "(null)\n" means unset (empty result).
+std::string ParseDriverOverride(std::string_view text);
+// Hex without 0x, as sriov_vf_device: "154c\n".
+Result<uint32_t> ParseBareHex(std::string_view text, int max_digits);
+
+// A PCI address in sysfs form "dddd:bb:dd.f" (the domain may have 4 to 8 hex digits, as VMD
+// domains do). Returns the canonical lower-case form with at least 4 domain digits.
+Result<std::string> CanonicalBdf(std::string_view text);
+
+// The PCIe root ("pci0000:3a") of a device from its sysfs device path or the target of its
+// bus/pci/devices link. The innermost root counts, so a drive behind a VMD controller has its VMD
+// domain's root ("pci10000:00"). Empty when the path has none.
+std::string PcieRootFromPath(std::string_view path);
+
+// A canonical mdev UUID (8-4-4-4-12 lower-case hex).
+bool IsMdevUuid(std::string_view text);
+
+}  // namespace vfio_dra::sysfs
