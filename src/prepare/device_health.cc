@@ -4,16 +4,13 @@
 #include <optional>
 #include <set>
 
+#include "slicepublisher/device_attributes.h"
 #include "sysfs/sysfs_parse.h"
 
 namespace vfio_dra::prepare {
 namespace {
 
-using slicepublisher::IntAttribute;
 using slicepublisher::SliceDevice;
-using slicepublisher::StringAttribute;
-
-constexpr const char* kPciBusId = "resource.kubernetes.io/pciBusID";
 
 std::string FunctionDir(const std::string& address) { return "bus/pci/devices/" + address; }
 
@@ -67,10 +64,11 @@ std::optional<std::string> PreparedProblem(const sysfs::SysfsReader& sysfs,
 
 std::optional<std::string> PublishedProblem(const sysfs::SysfsReader& sysfs,
                                             const SliceDevice& device) {
-  if (auto address = StringAttribute(device, kPciBusId)) {
-    return FunctionProblem(sysfs, *address, IntAttribute(device, "iommuGroup"));
+  const slicepublisher::PublishedDeviceView view = slicepublisher::DecodePublishedDevice(device);
+  if (const auto& address = view.pci_bus_id) {
+    return FunctionProblem(sysfs, *address, view.iommu_group);
   }
-  if (auto parent = StringAttribute(device, "parentPciAddress")) {
+  if (const auto& parent = view.parent_pci_address) {
     if (auto problem = FunctionProblem(sysfs, *parent, std::nullopt)) {
       return "parent " + *problem;
     }

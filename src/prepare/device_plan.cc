@@ -3,6 +3,7 @@
 #include "base/k8s_names.h"
 #include "base/text.h"
 #include "discovery/inventory_scanner.h"
+#include "slicepublisher/device_attributes.h"
 #include "slicepublisher/device_names.h"
 #include "slicepublisher/slice_json.h"
 #include "sysfs/sysfs_parse.h"
@@ -10,10 +11,7 @@
 namespace vfio_dra::prepare {
 namespace {
 
-using slicepublisher::IntAttribute;
-using slicepublisher::StringAttribute;
-
-constexpr const char* kPciBusId = "resource.kubernetes.io/pciBusID";
+using slicepublisher::PublishedDeviceView;
 // Right after a restart the first publish follows within milliseconds when the API server is
 // up (the claim was just read from it); waiting that long after startup spares the pod a retry.
 constexpr std::chrono::seconds kWaitForFirstPublish{5};
@@ -23,15 +21,6 @@ Error Mismatch(const std::string& device, const std::string& what) {
                    "device " + device + " no longer matches what was published: " + what +
                        "; the node's hardware changed since the claim was allocated, so it must "
                        "be allocated again");
-}
-
-std::optional<uint32_t> HexAttribute(const slicepublisher::SliceDevice& device,
-                                     const std::string& name) {
-  auto text = StringAttribute(device, name);
-  if (!text) return std::nullopt;
-  auto value = sysfs::ParseBareHex(*text, 4);
-  if (!value.ok()) return std::nullopt;
-  return *value;
 }
 
 // The functions of `group` that must be bound with the device: every PCI function but bridges.
@@ -82,11 +71,13 @@ int MdevInstanceCount(const sysfs::SysfsReader& sysfs, const std::string& parent
   return count;
 }
 
-Result<PlannedDevice> PlanPci(PlannedDevice planned, const PlanContext& context) {
+Result<PlannedDevice> PlanPci(PlannedDevice planned, const PublishedDeviceView& published,
+                              const PlanContext& context) {
   const std::string& name = planned.result.device;
-  auto address = StringAttribute(planned.published, kPciBusId);
+  const auto& address = published.pci_bus_id;
   if (!address) {
-    return MakeError(ErrorKind::kInternal, "published device " + name + " has no " + kPciBusId);
+    return MakeError(ErrorKind::kInternal, "published device " + name + " has no " +
+                                               slicepublisher::attribute::kPciBusId);
   }
   planned.address = *address;
   if (Status s = CheckNotBusy(context, *address); !s.ok()) {
@@ -101,12 +92,12 @@ Result<PlannedDevice> PlanPci(PlannedDevice planned, const PlanContext& context)
     }
     return fn.error().Wrap("cannot re-check device " + name);
   }
-  const auto vendor = HexAttribute(planned.published, "vendorID");
-  const auto device = HexAttribute(planned.published, "deviceID");
+  const auto& vendor = published.vendor_id;
+  const auto& device = published.device_id;
   if (vendor && device && (*vendor != fn->vendor_id || *device != fn->device_id)) {
     return Mismatch(name, "PCI " + *address + " is now a different device");
   }
-  const auto group = IntAttribute(planned.published, "iommuGroup");
+  const auto& group = published.iommu_group;
   if (group.has_value() != fn->iommu_group.has_value() ||
       (group && *group != static_cast<int64_t>(*fn->iommu_group))) {
     return Mismatch(name, "the IOMMU group of PCI " + *address + " changed");
@@ -146,11 +137,12 @@ Result<PlannedDevice> PlanPci(PlannedDevice planned, const PlanContext& context)
   return planned;
 }
 
-Result<PlannedDevice> PlanMdev(PlannedDevice planned, const PlanContext& context) {
+Result<PlannedDevice> PlanMdev(PlannedDevice planned, const PublishedDeviceView& published,
+                               const PlanContext& context) {
   const std::string& name = planned.result.device;
-  auto uuid = StringAttribute(planned.published, "mdevUUID");
-  auto type = StringAttribute(planned.published, "mdevType");
-  auto parent = StringAttribute(planned.published, "mdevParent");
+  const auto& uuid = published.mdev_uuid;
+  const auto& type = published.mdev_type;
+  const auto& parent = published.mdev_parent;
   if (!uuid || !type || !parent) {
     return MakeError(ErrorKind::kInternal,
                      "published device " + name + " lacks mdevUUID, mdevType or mdevParent");
@@ -231,9 +223,9 @@ Result<std::vector<PlannedDevice>> PlanClaim(
     auto config = ConfigForRequest(claim.allocation->config, context.driver, result.request);
     if (!config.ok()) return config.error().Wrap("request " + result.request);
     planned.config = *config;
-    auto type = StringAttribute(planned.published, "type");
-    auto done = type == "mdev" ? PlanMdev(std::move(planned), context)
-                               : PlanPci(std::move(planned), context);
+    const PublishedDeviceView view = slicepublisher::DecodePublishedDevice(*published);
+    auto done = view.IsMdev() ? PlanMdev(std::move(planned), view, context)
+                              : PlanPci(std::move(planned), view, context);
     if (!done.ok()) return done.error();
     plan.push_back(std::move(*done));
   }

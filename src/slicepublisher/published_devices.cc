@@ -1,5 +1,7 @@
 #include "slicepublisher/published_devices.h"
 
+#include "slicepublisher/device_attributes.h"
+
 namespace vfio_dra::slicepublisher {
 
 void PublishedDevices::Set(const DesiredPool& pool) {
@@ -43,7 +45,7 @@ std::map<std::string, int> PublishedDevices::CountByType() const {
   std::map<std::string, int> counts;
   if (devices == nullptr) return counts;
   for (const auto& [name, device] : *devices) {
-    counts[StringAttribute(device, "type").value_or("unknown")] += 1;
+    counts[StringAttribute(device, attribute::kType).value_or("unknown")] += 1;
   }
   return counts;
 }
@@ -54,20 +56,6 @@ PublishedDevices::Snapshot PublishedDevices::Current() const {
     return Snapshot{"", std::make_shared<const std::map<std::string, SliceDevice>>()};
   }
   return Snapshot{pool_, devices_};
-}
-
-std::optional<std::string> StringAttribute(const SliceDevice& device, const std::string& name) {
-  auto it = device.attributes.find(name);
-  if (it == device.attributes.end()) return std::nullopt;
-  if (const auto* s = std::get_if<std::string>(&it->second)) return *s;
-  return std::nullopt;
-}
-
-std::optional<int64_t> IntAttribute(const SliceDevice& device, const std::string& name) {
-  auto it = device.attributes.find(name);
-  if (it == device.attributes.end()) return std::nullopt;
-  if (const auto* i = std::get_if<int64_t>(&it->second)) return *i;
-  return std::nullopt;
 }
 
 }  // namespace vfio_dra::slicepublisher

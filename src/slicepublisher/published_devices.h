@@ -42,8 +42,4 @@ class PublishedDevices {
   std::shared_ptr<const std::map<std::string, SliceDevice>> devices_;
 };
 
-// Reads an attribute of a published device; nullopt when absent or of another type.
-std::optional<std::string> StringAttribute(const SliceDevice& device, const std::string& name);
-std::optional<int64_t> IntAttribute(const SliceDevice& device, const std::string& name);
-
 }  // namespace vfio_dra::slicepublisher

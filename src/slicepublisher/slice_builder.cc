@@ -4,6 +4,7 @@
 #include <numeric>
 #include <set>
 
+#include "slicepublisher/device_attributes.h"
 #include "slicepublisher/device_names.h"
 
 namespace vfio_dra::slicepublisher {
@@ -11,8 +12,6 @@ namespace {
 
 using discovery::MdevParent;
 using discovery::PciFunction;
-
-constexpr const char* kStd = "resource.kubernetes.io/";
 
 // Cuts at a UTF-8 character boundary so the value stays valid text.
 std::string Truncate(const std::string& text, size_t max) {
@@ -30,29 +29,30 @@ std::string Hex4(uint32_t value) {
 }
 
 void AddTopology(SliceDevice& device, const PciFunction& fn) {
-  if (!fn.pcie_root.empty()) device.attributes[std::string(kStd) + "pcieRoot"] = fn.pcie_root;
-  if (fn.numa_node) device.attributes[std::string(kStd) + "numaNode"] = int64_t{*fn.numa_node};
+  if (!fn.pcie_root.empty()) device.attributes[attribute::kPcieRoot] = fn.pcie_root;
+  if (fn.numa_node) device.attributes[attribute::kNumaNode] = int64_t{*fn.numa_node};
 }
 
 SliceDevice PciDevice(const discovery::SelectedDevice& selected, const PciFunction& fn) {
   SliceDevice device;
   device.name = PciDeviceName(selected.kind, selected.address);
   auto& a = device.attributes;
-  a[std::string(kStd) + "pciBusID"] = fn.address;
+  a[attribute::kPciBusId] = fn.address;
   AddTopology(device, fn);
-  a["type"] = std::string(discovery::DeviceKindName(selected.kind));
-  a["vendorID"] = Hex4(fn.vendor_id);
-  a["deviceID"] = Hex4(fn.device_id);
+  a[attribute::kType] = std::string(discovery::DeviceKindName(selected.kind));
+  a[attribute::kVendorId] = Hex4(fn.vendor_id);
+  a[attribute::kDeviceId] = Hex4(fn.device_id);
   const std::string product = !fn.device_name.empty() ? fn.device_name : fn.vendor_name;
-  if (!product.empty()) a["productName"] = Truncate(product, kMaxStringAttribute);
-  if (fn.iommu_group) a["iommuGroup"] = int64_t{*fn.iommu_group};
-  if (!fn.driver.empty()) a["hostDriver"] = Truncate(fn.driver, kMaxStringAttribute);
-  if (selected.unsafe_no_iommu) a["unsafeNoIommu"] = true;
+  if (!product.empty()) a[attribute::kProductName] = Truncate(product, kMaxStringAttribute);
+  if (fn.iommu_group) a[attribute::kIommuGroup] = int64_t{*fn.iommu_group};
+  if (!fn.driver.empty()) a[attribute::kHostDriver] = Truncate(fn.driver, kMaxStringAttribute);
+  if (selected.unsafe_no_iommu) a[attribute::kUnsafeNoIommu] = true;
   if (fn.sriov_vf) {
-    a["pfPciAddress"] = fn.sriov_vf->pf;
-    if (fn.sriov_vf->index >= 0) a["vfIndex"] = int64_t{fn.sriov_vf->index};
+    a[attribute::kPfPciAddress] = fn.sriov_vf->pf;
+    if (fn.sriov_vf->index >= 0) a[attribute::kVfIndex] = int64_t{fn.sriov_vf->index};
   }
-  if (!fn.netdevs.empty()) a["netdev"] = Truncate(fn.netdevs.front(), kMaxStringAttribute);
+  if (!fn.netdevs.empty())
+    a[attribute::kNetdev] = Truncate(fn.netdevs.front(), kMaxStringAttribute);
   return device;
 }
 
@@ -68,18 +68,18 @@ SliceDevice MdevDevice(const std::string& name, const std::string& uuid,
   SliceDevice device;
   device.name = name;
   auto& a = device.attributes;
-  a["type"] = std::string("mdev");
-  a["mdevUUID"] = uuid;
-  a["mdevType"] = Truncate(type.id, kMaxStringAttribute);
-  if (!type.name.empty()) a["productName"] = Truncate(type.name, kMaxStringAttribute);
-  a["mdevParent"] = Truncate(parent.name, kMaxStringAttribute);
+  a[attribute::kType] = std::string(kMdevDeviceType);
+  a[attribute::kMdevUuid] = uuid;
+  a[attribute::kMdevType] = Truncate(type.id, kMaxStringAttribute);
+  if (!type.name.empty()) a[attribute::kProductName] = Truncate(type.name, kMaxStringAttribute);
+  a[attribute::kMdevParent] = Truncate(parent.name, kMaxStringAttribute);
   if (parent_fn != nullptr) {
-    a["parentPciAddress"] = parent_fn->address;
-    a["vendorID"] = Hex4(parent_fn->vendor_id);
-    a["deviceID"] = Hex4(parent_fn->device_id);
+    a[attribute::kParentPciAddress] = parent_fn->address;
+    a[attribute::kVendorId] = Hex4(parent_fn->vendor_id);
+    a[attribute::kDeviceId] = Hex4(parent_fn->device_id);
     AddTopology(device, *parent_fn);
   }
-  if (iommu_group) a["iommuGroup"] = int64_t{*iommu_group};
+  if (iommu_group) a[attribute::kIommuGroup] = int64_t{*iommu_group};
   return device;
 }
 

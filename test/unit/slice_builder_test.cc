@@ -7,6 +7,7 @@
 #include <set>
 
 #include "base/k8s_names.h"
+#include "slicepublisher/device_attributes.h"
 #include "slicepublisher/device_names.h"
 #include "slicepublisher/server_profile.h"
 #include "slicepublisher/slice_json.h"
@@ -91,6 +92,17 @@ TEST(SliceBuilder, PciDevicesCarryTheStandardAndDriverAttributes) {
   EXPECT_EQ(std::get<int64_t>(vf->attributes.at("vfIndex")), 3);
   EXPECT_EQ(StringAttr(*vf, "netdev"), "ens785f0v3");
   EXPECT_EQ(vf->attributes.count("mdevUUID"), 0u);
+
+  // What prepare and health read back is what the builder wrote.
+  const PublishedDeviceView view = DecodePublishedDevice(*vf);
+  EXPECT_EQ(view.name, "vf-0000-5e-02-3");
+  EXPECT_EQ(view.type, "vf");
+  EXPECT_FALSE(view.IsMdev());
+  EXPECT_EQ(view.pci_bus_id, "0000:5e:02.3");
+  EXPECT_EQ(view.vendor_id, 0x8086u);
+  EXPECT_EQ(view.device_id, 0x154cu);
+  EXPECT_EQ(view.iommu_group, 54);
+  EXPECT_EQ(view.mdev_uuid, std::nullopt);
 }
 
 TEST(SliceBuilder, MdevInstancesGetStableUuidsAndCounters) {
@@ -112,6 +124,14 @@ TEST(SliceBuilder, MdevInstancesGetStableUuidsAndCounters) {
   EXPECT_EQ(StringAttr(*one, "type"), "mdev");
   EXPECT_EQ(one->attributes.count("resource.kubernetes.io/pciBusID"), 0u);
   EXPECT_EQ(one->attributes.count("parentPciAddress"), 0u);
+
+  const PublishedDeviceView view = DecodePublishedDevice(*one);
+  EXPECT_TRUE(view.IsMdev());
+  EXPECT_EQ(view.mdev_uuid, MdevInstanceUuid("node-1", "mtty", "mtty-1", 0));
+  EXPECT_EQ(view.mdev_type, "mtty-1");
+  EXPECT_EQ(view.mdev_parent, "mtty");
+  EXPECT_EQ(view.pci_bus_id, std::nullopt);
+  EXPECT_EQ(view.parent_pci_address, std::nullopt);
 }
 
 TEST(SliceBuilder, ExistingInstancesAreAccountedForAndTheWholeGpuNoLongerFits) {

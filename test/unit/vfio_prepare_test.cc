@@ -18,6 +18,7 @@
 #include "prepare/device_health.h"
 #include "prepare/vfio_device_preparer.h"
 #include "simulated_kernel.h"
+#include "slicepublisher/device_attributes.h"
 #include "slicepublisher/slice_builder.h"
 #include "unit/fixture_node.h"
 
