@@ -57,11 +57,17 @@ void AddFunctions(const sysfs::SysfsReader& sysfs, Digest& digest) {
     return;
   }
   char target[512];
-  ForEachEntry(bus, [&](std::string_view name) {
-    digest.Add(name);
-    const std::string link = std::string(name) + "/driver";
+  const auto add_link = [&](const std::string& link) {
     const ssize_t n = ::readlinkat(bus, link.c_str(), target, sizeof target);
     digest.Add(n > 0 ? std::string_view(target, static_cast<size_t>(n)) : std::string_view());
+  };
+  ForEachEntry(bus, [&](std::string_view name) {
+    digest.Add(name);
+    add_link(std::string(name) + "/driver");
+    // The kernel links a new function into its IOMMU group only after the function is listed on
+    // the bus (the IOMMU core runs from the bus's add notifier), so a scan can catch a device
+    // without its group; the group link must change the digest for the next check to rescan.
+    add_link(std::string(name) + "/iommu_group");
   });
   ::close(bus);
 }

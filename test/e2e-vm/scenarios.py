@@ -356,9 +356,13 @@ def scenario_mdev():
           "published capacity 24 agrees with 24 mtty-1 / 12 mtty-2")
     response = node.prepare(f"vms/vgpu/{uid}")
     if check(claim_error(response, uid) == "", f"prepare: {claim_error(response, uid)}"):
-        published = [d for s in node.slices() for d in s["spec"].get("devices", [])
-                     if d["name"] == "mdev-mtty-mtty-2-0"][0]
-        mdev_uuid = published["attributes"]["mdevUUID"]["string"]
+        # The rescan after the create republishes the pool; a list taken while its slices are
+        # being updated can miss the device for a moment, as it can for the scheduler.
+        published = wait_for(lambda: next((d for s in node.slices()
+                                            for d in s["spec"].get("devices", [])
+                                            if d["name"] == "mdev-mtty-mtty-2-0"), None),
+                             "mdev-mtty-mtty-2-0 in the slices")
+        mdev_uuid = (published or {}).get("attributes", {}).get("mdevUUID", {}).get("string", "")
         check(os.path.isdir(f"/sys/bus/mdev/devices/{mdev_uuid}"),
               f"mdev {mdev_uuid} (the published UUID) exists")
         g = int(os.path.basename(os.readlink(f"/sys/bus/mdev/devices/{mdev_uuid}/iommu_group")))

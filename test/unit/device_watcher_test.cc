@@ -188,6 +188,14 @@ TEST(ChangeProbe, SeesBindingsDevicesAndMdevsAndNothingElse) {
   std::filesystem::remove(gpu + "/driver");
   const uint64_t unbound = ProbeDeviceState(sysfs);
   EXPECT_NE(unbound, first);
+  // A function listed on the bus before the kernel linked it into its IOMMU group (the order a
+  // hot-add happens in) changes the digest again when the link appears.
+  const std::string group = std::filesystem::read_symlink(gpu + "/iommu_group").string();
+  std::filesystem::remove(gpu + "/iommu_group");
+  const uint64_t without_group = ProbeDeviceState(sysfs);
+  EXPECT_NE(without_group, unbound);
+  std::filesystem::create_directory_symlink(group, gpu + "/iommu_group");
+  EXPECT_EQ(ProbeDeviceState(sysfs), unbound);
   // An mdev instance appears under its type.
   const std::string types = node.sysfs_root() + "/class/mdev_bus/0000:3b:00.0/mdev_supported_types";
   const std::string type = std::filesystem::directory_iterator(types)->path().string();
