@@ -51,8 +51,9 @@ SliceDevice PciDevice(const discovery::SelectedDevice& selected, const PciFuncti
     a[attribute::kPfPciAddress] = fn.sriov_vf->pf;
     if (fn.sriov_vf->index >= 0) a[attribute::kVfIndex] = int64_t{fn.sriov_vf->index};
   }
-  if (!fn.netdevs.empty())
+  if (!fn.netdevs.empty()) {
     a[attribute::kNetdev] = Truncate(fn.netdevs.front(), kMaxStringAttribute);
+  }
   return device;
 }
 
