@@ -3,15 +3,29 @@
 # manifests, lint, the real-kernel VM scenarios); then the unit and integration suites under
 # ASan+UBSan and the unit suite and in-process concurrency tests under TSan (hack/sanitize.sh), and
 # each libFuzzer target for FUZZ_SECONDS (hack/fuzz.sh, default 60). Exits non-zero on any failure.
-# SKIP_SANITIZERS=1 / SKIP_FUZZ=1 leave those out for a quick local run; CI never sets them.
+#   ./hack/test.sh           everything, as CI runs it (.ci/run)
+#   ./hack/test.sh --quick   contributors' inner loop: build, then the unit and integration
+#                            suites only (a few minutes); says what it left out
+# SKIP_SANITIZERS=1 / SKIP_FUZZ=1 leave those stages out of a full run; CI never sets them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quick=0
+case "${1:-}" in
+  "") ;;
+  --quick) quick=1 ;;
+  *) echo "test.sh: unknown argument '$1' (usage: hack/test.sh [--quick])" >&2; exit 2 ;;
+esac
 ./hack/install-deps.sh
 ./hack/build.sh
 BUILD_DIR=${BUILD_DIR:-build}
-cd "$BUILD_DIR"
-ctest --output-on-failure --no-tests=error --timeout 300 -j "$(nproc)"
-cd - >/dev/null
+if [ "$quick" = 1 ]; then
+  ctest --test-dir "$BUILD_DIR" -L 'unit|integration' --output-on-failure --no-tests=error \
+    --timeout 300 -j "$(nproc)"
+  echo "test.sh --quick: unit and integration passed; NOT run: lint, manifests, image," \
+    "real-kernel VM scenarios, sanitizers, fuzzing (run ./hack/test.sh before a pull request)" >&2
+  exit 0
+fi
+ctest --test-dir "$BUILD_DIR" --output-on-failure --no-tests=error --timeout 300 -j "$(nproc)"
 skipped=""
 if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then ./hack/sanitize.sh; else skipped+=" sanitizers"; fi
 if [ "${SKIP_FUZZ:-0}" != 1 ]; then ./hack/fuzz.sh; else skipped+=" fuzzing"; fi
