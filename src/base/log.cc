@@ -1,5 +1,6 @@
 #include "base/log.h"
 
+#include <spdlog/logger.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/null_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -24,10 +25,6 @@ Logger Logger::ToStderr(int verbosity) {
   return Logger(MakeLogger(std::make_shared<spdlog::sinks::stderr_sink_mt>()), "main", verbosity);
 }
 
-Logger Logger::ToSink(std::shared_ptr<spdlog::sinks::sink> sink, int verbosity) {
-  return Logger(MakeLogger(std::move(sink)), "main", verbosity);
-}
-
 Logger Logger::Discard() {
   return Logger(MakeLogger(std::make_shared<spdlog::sinks::null_sink_mt>()), "main", -1);
 }
@@ -37,20 +34,20 @@ Logger Logger::WithComponent(std::string component) const {
 }
 
 void Logger::Info(std::string_view message, std::initializer_list<LogField> fields) const {
-  if (verbosity_ >= 0) Write(spdlog::level::info, message, fields);
+  if (verbosity_ >= 0) Write(Level::kInfo, message, fields);
 }
 void Logger::Warn(std::string_view message, std::initializer_list<LogField> fields) const {
-  if (verbosity_ >= 0) Write(spdlog::level::warn, message, fields);
+  if (verbosity_ >= 0) Write(Level::kWarn, message, fields);
 }
 void Logger::Error(std::string_view message, std::initializer_list<LogField> fields) const {
-  if (verbosity_ >= 0) Write(spdlog::level::err, message, fields);
+  if (verbosity_ >= 0) Write(Level::kError, message, fields);
 }
 void Logger::Debug(int level, std::string_view message,
                    std::initializer_list<LogField> fields) const {
-  if (verbosity_ >= level) Write(spdlog::level::debug, message, fields);
+  if (verbosity_ >= level) Write(Level::kDebug, message, fields);
 }
 
-void Logger::Write(spdlog::level::level_enum level, std::string_view message,
+void Logger::Write(Level level, std::string_view message,
                    std::initializer_list<LogField> fields) const {
   std::string line = component_;
   line += ' ';
@@ -61,7 +58,20 @@ void Logger::Write(spdlog::level::level_enum level, std::string_view message,
     line += '=';
     line += LogQuote(value);
   }
-  logger_->log(level, line);
+  switch (level) {
+    case Level::kDebug:
+      logger_->log(spdlog::level::debug, line);
+      break;
+    case Level::kInfo:
+      logger_->log(spdlog::level::info, line);
+      break;
+    case Level::kWarn:
+      logger_->log(spdlog::level::warn, line);
+      break;
+    case Level::kError:
+      logger_->log(spdlog::level::err, line);
+      break;
+  }
 }
 
 std::string LogQuote(std::string_view value) {

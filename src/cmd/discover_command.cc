@@ -1,6 +1,7 @@
 #include "cmd/discover_command.h"
 
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "cmd/device_sources.h"
 #include "discovery/admin_policy.h"

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "base/k8s_names.h"
 #include "cmd/device_sources.h"

@@ -2,7 +2,7 @@
 // would publish it as, and why not where it would not. A table for people, JSON for tools.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 #include "discovery/device_selection.h"

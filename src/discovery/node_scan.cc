@@ -1,5 +1,7 @@
 #include "discovery/node_scan.h"
 
+#include <nlohmann/json.hpp>
+
 #include "discovery/discover_report.h"
 #include "discovery/inventory_scanner.h"
 

@@ -1,5 +1,6 @@
 #include "kubeletplugin/plugin_server.h"
 
+#include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -126,6 +127,9 @@ Result<std::unique_ptr<PluginServer>> PluginServer::Start(
   server->log_.Info("registration socket ready", {{"socket", layout.registration_socket}});
   return server;
 }
+
+PluginServer::PluginServer(SocketLayout layout, Logger log)
+    : layout_(std::move(layout)), log_(std::move(log)) {}
 
 PluginServer::~PluginServer() { Stop(); }
 

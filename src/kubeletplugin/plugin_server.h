@@ -4,13 +4,17 @@
 // socket goes first. Stale socket files are unlinked before bind; both are removed on stop.
 #pragma once
 
-#include <grpcpp/grpcpp.h>
-
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/log.h"
 #include "base/result.h"
+
+namespace grpc {
+class Server;
+class Service;
+}  // namespace grpc
 
 namespace vfio_dra::kubeletplugin {
 
@@ -45,8 +49,7 @@ class PluginServer {
   void Stop();
 
  private:
-  PluginServer(SocketLayout layout, Logger log)
-      : layout_(std::move(layout)), log_(std::move(log)) {}
+  PluginServer(SocketLayout layout, Logger log);
 
   SocketLayout layout_;
   Logger log_;

@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <limits>
+#include <nlohmann/json.hpp>
 
 namespace vfio_dra::slicepublisher {
 namespace {

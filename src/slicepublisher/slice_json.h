@@ -3,7 +3,7 @@
 // for comparison with the desired state; quantities are compared by value ("1000" == "1k").
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 #include "base/result.h"
