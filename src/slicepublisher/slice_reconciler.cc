@@ -307,18 +307,16 @@ void SliceReconciler::SyncLoop() {
 Status SliceReconciler::Sync() {
   if (Status s = EnsureProfile(); !s.ok()) return s;
   if (Status s = EnsureNodeUid(); !s.ok()) return s;
-  std::shared_ptr<const discovery::NodeScan> scan;
   std::map<std::string, CachedSlice> cache;
   ServerProfile profile;
-  std::string node_uid;
+  SliceMeta meta;
   DesiredPool pool;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    scan = scan_;
     cache = cache_;
     profile = profile_;
-    node_uid = node_uid_;
-    pool = BuildDesiredPool(*scan, {options_.node_name, profile.Layout()}, capacity_);
+    meta.node_uid = node_uid_;
+    pool = BuildDesiredPool(*scan_, {options_.node_name, profile.Layout()}, capacity_);
   }
   for (const std::string& warning : pool.warnings) {
     log_.Warn("slice layout", {{"warning", warning}});
@@ -329,45 +327,60 @@ Status SliceReconciler::Sync() {
     return s.error().Wrap("not publishing: the desired slices would be rejected");
   }
   if (options_.published != nullptr) options_.published->Set(pool);
-  const std::string path = "/apis/resource.k8s.io/" + profile.api_version + "/resourceslices";
 
-  // Match desired slices to existing ones by their device and counter-set names.
-  std::vector<std::string> current_names;
-  int64_t generation = 0;
+  const WritePlan plan = PlanWrites(pool, cache);
+  if (plan.obsolete.empty() && plan.creates == 0 && plan.changed.empty()) return Status::Ok();
+  meta.api_version = profile.api_version;
+  meta.driver = options_.driver;
+  meta.node_name = options_.node_name;
+  meta.pool_name = pool.name;
+  meta.generation = plan.generation;
+  meta.slice_count = static_cast<int64_t>(pool.slices.size());
+  const std::string path = "/apis/resource.k8s.io/" + profile.api_version + "/resourceslices";
+  // Obsolete slices go first: stale devices disappear even if the rest fails.
+  if (Status s = DeleteObsolete(plan, cache, path); !s.ok()) return s;
+  if (Status s = UpdateChanged(pool, plan, cache, path, meta); !s.ok()) return s;
+  if (Status s = CreateNew(pool, plan, path, meta); !s.ok()) return s;
+  log_.Info("ResourceSlices published", {{"slices", std::to_string(pool.slices.size())},
+                                         {"generation", std::to_string(plan.generation)},
+                                         {"deleted", std::to_string(plan.obsolete.size())}});
+  return Status::Ok();
+}
+
+SliceReconciler::WritePlan SliceReconciler::PlanWrites(
+    const DesiredPool& pool, const std::map<std::string, CachedSlice>& cache) const {
+  WritePlan plan;
   for (const auto& [name, slice] : cache) {
-    current_names.push_back(name);
-    generation = std::max(generation, PoolInt(slice.object, "generation"));
+    plan.generation = std::max(plan.generation, PoolInt(slice.object, "generation"));
   }
-  std::vector<std::string> match(pool.slices.size());
+  // Match desired slices to existing ones by their device and counter-set names.
+  plan.match.resize(pool.slices.size());
   std::set<std::string> used;
   if (pool.slices.size() == 1 && cache.size() == 1) {
-    match[0] = cache.begin()->first;
-    used.insert(match[0]);
+    plan.match[0] = cache.begin()->first;
+    used.insert(plan.match[0]);
   } else {
     for (size_t i = 0; i < pool.slices.size(); ++i) {
       const std::string key = MatchKey(pool.slices[i]);
       for (const auto& [name, slice] : cache) {
         if (!used.count(name) && MatchKey(slice.content) == key) {
-          match[i] = name;
+          plan.match[i] = name;
           used.insert(name);
           break;
         }
       }
     }
   }
-  std::vector<std::string> obsolete;
-  for (const auto& name : current_names) {
-    if (!used.count(name)) obsolete.push_back(name);
+  for (const auto& [name, slice] : cache) {
+    if (!used.count(name)) plan.obsolete.push_back(name);
   }
   const auto count = static_cast<int64_t>(pool.slices.size());
-  std::vector<size_t> changed;
-  size_t creates = 0;
   for (size_t i = 0; i < pool.slices.size(); ++i) {
-    if (match[i].empty()) {
-      ++creates;
+    if (plan.match[i].empty()) {
+      ++plan.creates;
       continue;
     }
-    const CachedSlice& current = cache.at(match[i]);
+    const CachedSlice& current = cache.at(plan.match[i]);
     bool same = current.content == pool.slices[i];
     if (!same) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -377,63 +390,55 @@ Status SliceReconciler::Sync() {
     const json& spec = current.object["spec"];
     if (!same || PoolInt(current.object, "resourceSliceCount") != count ||
         spec["pool"].value("name", "") != pool.name ||
-        PoolInt(current.object, "generation") != generation) {
-      changed.push_back(i);
+        PoolInt(current.object, "generation") != plan.generation) {
+      plan.changed.push_back(i);
     }
   }
-  if (obsolete.empty() && creates == 0 && changed.empty()) return Status::Ok();
-  const bool bump = !obsolete.empty() || creates > 0 || changed.size() > 1 || generation == 0;
+  if (plan.obsolete.empty() && plan.creates == 0 && plan.changed.empty()) return plan;
+  // A change that touches more than one slice needs a new pool generation, so that a reader
+  // never combines slices of two states; every kept slice is then rewritten with it.
+  const bool bump =
+      !plan.obsolete.empty() || plan.creates > 0 || plan.changed.size() > 1 || plan.generation == 0;
   if (bump) {
-    ++generation;
-    changed.clear();
+    ++plan.generation;
+    plan.changed.clear();
     for (size_t i = 0; i < pool.slices.size(); ++i) {
-      if (!match[i].empty()) changed.push_back(i);
+      if (!plan.match[i].empty()) plan.changed.push_back(i);
     }
   }
+  return plan;
+}
 
-  // What the server stored differs from what we sent: counters dropped (gate off) or other
-  // fields dropped. Either way, adopt it instead of rewriting forever.
-  auto check_stored = [&](const SliceContent& sent, const json& stored) {
-    auto stored_content = SliceContentFromJson(stored);
-    if (!stored_content.ok() || *stored_content == sent) return;
-    if (HasCounters(sent) && !HasCounters(*stored_content)) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!profile_.counters_dropped) {
-        profile_.counters_dropped = true;
-        log_.Warn(
-            "the API server dropped sharedCounters/consumesCounters (DRAPartitionableDevices "
-            "is off): publishing whole devices and existing mdev instances only");
-      }
-      dirty_ = true;
-      return;
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    const std::string key = ContentFingerprint(sent);
-    if (!adopted_.count(key)) {
+// What the server stored differs from what we sent: counters dropped (gate off) or other fields
+// dropped. Either way, adopt it instead of rewriting forever.
+void SliceReconciler::AdoptStored(const SliceContent& sent, const json& stored) {
+  auto stored_content = SliceContentFromJson(stored);
+  if (!stored_content.ok() || *stored_content == sent) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (HasCounters(sent) && !HasCounters(*stored_content)) {
+    if (!profile_.counters_dropped) {
+      profile_.counters_dropped = true;
       log_.Warn(
-          "the API server stored a ResourceSlice differently from what was sent (a feature "
-          "gate may be off); adopting the stored form",
-          {{"slice", stored["metadata"].value("name", "")}});
+          "the API server dropped sharedCounters/consumesCounters (DRAPartitionableDevices "
+          "is off): publishing whole devices and existing mdev instances only");
     }
-    adopted_[key] = ContentFingerprint(*stored_content);
-  };
-  auto meta_for = [&](size_t i, const std::string& name, const std::string& rv) {
-    SliceMeta meta;
-    meta.api_version = profile.api_version;
-    meta.driver = options_.driver;
-    meta.node_name = options_.node_name;
-    meta.pool_name = pool.name;
-    meta.generation = generation;
-    meta.slice_count = count;
-    meta.node_uid = node_uid;
-    meta.name = name;
-    meta.resource_version = rv;
-    (void)i;
-    return meta;
-  };
+    dirty_ = true;
+    return;
+  }
+  const std::string key = ContentFingerprint(sent);
+  if (!adopted_.count(key)) {
+    log_.Warn(
+        "the API server stored a ResourceSlice differently from what was sent (a feature "
+        "gate may be off); adopting the stored form",
+        {{"slice", stored["metadata"].value("name", "")}});
+  }
+  adopted_[key] = ContentFingerprint(*stored_content);
+}
 
-  // 1. Obsolete slices go first: stale devices disappear even if the rest fails.
-  for (const std::string& name : obsolete) {
+Status SliceReconciler::DeleteObsolete(const WritePlan& plan,
+                                       const std::map<std::string, CachedSlice>& cache,
+                                       const std::string& path) {
+  for (const std::string& name : plan.obsolete) {
     const json& object = cache.at(name).object;
     Status s = api_.Delete(path + "/" + name, object["metadata"].value("uid", ""),
                            object["metadata"].value("resourceVersion", ""));
@@ -444,37 +449,48 @@ Status SliceReconciler::Sync() {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.deletes;
   }
-  // 2. Updates, with the resourceVersion we know; a conflict re-reads the object and retries.
-  for (size_t i : changed) {
-    std::string name = match[i];
-    std::string rv = cache.at(name).object["metadata"].value("resourceVersion", "");
+  return Status::Ok();
+}
+
+// Updates carry the resourceVersion we know; a conflict re-reads the object and retries.
+Status SliceReconciler::UpdateChanged(const DesiredPool& pool, const WritePlan& plan,
+                                      const std::map<std::string, CachedSlice>& cache,
+                                      const std::string& path, SliceMeta meta) {
+  for (size_t i : plan.changed) {
+    meta.name = plan.match[i];
+    meta.resource_version = cache.at(meta.name).object["metadata"].value("resourceVersion", "");
     for (int attempt = 0;; ++attempt) {
-      auto stored =
-          api_.Update(path + "/" + name, SliceToJson(pool.slices[i], meta_for(i, name, rv)));
+      auto stored = api_.Update(path + "/" + meta.name, SliceToJson(pool.slices[i], meta));
       if (stored.ok()) {
-        check_stored(pool.slices[i], *stored);
+        AdoptStored(pool.slices[i], *stored);
         Remember(*stored);
         std::lock_guard<std::mutex> lock(mu_);
         ++stats_.updates;
         break;
       }
       if (stored.error().kind != ErrorKind::kConflict || attempt >= 3) {
-        return stored.error().Wrap("cannot update ResourceSlice " + name);
+        return stored.error().Wrap("cannot update ResourceSlice " + meta.name);
       }
       {
         std::lock_guard<std::mutex> lock(mu_);
         ++stats_.conflicts;
       }
-      auto fresh = api_.Get(path + "/" + name);
-      if (!fresh.ok()) return fresh.error().Wrap("cannot re-read ResourceSlice " + name);
+      auto fresh = api_.Get(path + "/" + meta.name);
+      if (!fresh.ok()) return fresh.error().Wrap("cannot re-read ResourceSlice " + meta.name);
       Remember(*fresh);
-      rv = (*fresh)["metadata"].value("resourceVersion", "");
+      meta.resource_version = (*fresh)["metadata"].value("resourceVersion", "");
     }
   }
-  // 3. New slices.
+  return Status::Ok();
+}
+
+Status SliceReconciler::CreateNew(const DesiredPool& pool, const WritePlan& plan,
+                                  const std::string& path, SliceMeta meta) {
+  meta.name.clear();
+  meta.resource_version.clear();
   for (size_t i = 0; i < pool.slices.size(); ++i) {
-    if (!match[i].empty()) continue;
-    auto stored = api_.Create(path, SliceToJson(pool.slices[i], meta_for(i, "", "")));
+    if (!plan.match[i].empty()) continue;
+    auto stored = api_.Create(path, SliceToJson(pool.slices[i], meta));
     if (!stored.ok()) {
       if (stored.error().kind == ErrorKind::kNotFound) {
         std::lock_guard<std::mutex> lock(mu_);
@@ -482,14 +498,11 @@ Status SliceReconciler::Sync() {
       }
       return stored.error().Wrap("cannot create a ResourceSlice");
     }
-    check_stored(pool.slices[i], *stored);
+    AdoptStored(pool.slices[i], *stored);
     Remember(*stored);
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.creates;
   }
-  log_.Info("ResourceSlices published", {{"slices", std::to_string(count)},
-                                         {"generation", std::to_string(generation)},
-                                         {"deleted", std::to_string(obsolete.size())}});
   return Status::Ok();
 }
 

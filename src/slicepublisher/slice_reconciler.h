@@ -76,9 +76,28 @@ class SliceReconciler {
     nlohmann::json object;
     SliceContent content;
   };
+  // What one Sync writes: desired slices matched to existing ones by device and counter-set names.
+  struct WritePlan {
+    std::vector<std::string> match;     // per desired slice: the slice it rewrites, or "" (create)
+    std::vector<std::string> obsolete;  // existing slices no desired slice matches
+    std::vector<size_t> changed;        // desired slices whose match must be updated
+    size_t creates = 0;
+    int64_t generation = 0;  // the pool generation to write
+  };
   void SyncLoop();
   void WatchLoop();
+  // One pass: build and validate the desired pool, then delete, update and create slices.
   Status Sync();
+  WritePlan PlanWrites(const DesiredPool& pool,
+                       const std::map<std::string, CachedSlice>& cache) const;
+  void AdoptStored(const SliceContent& sent, const nlohmann::json& stored);
+  Status DeleteObsolete(const WritePlan& plan, const std::map<std::string, CachedSlice>& cache,
+                        const std::string& path);
+  Status UpdateChanged(const DesiredPool& pool, const WritePlan& plan,
+                       const std::map<std::string, CachedSlice>& cache, const std::string& path,
+                       SliceMeta meta);
+  Status CreateNew(const DesiredPool& pool, const WritePlan& plan, const std::string& path,
+                   SliceMeta meta);
   Status EnsureProfile();
   Status EnsureNodeUid();
   Status ListIntoCache(std::string& resource_version);
