@@ -42,102 +42,86 @@ std::string DriverText(const PciFunction& fn) {
   return fn.driver.empty() ? "no driver" : "driver " + fn.driver;
 }
 
-}  // namespace
-
-bool IsKnownNicVendor(uint32_t vendor_id) {
-  static const std::set<uint32_t> kVendors = {
-      0x8086,  // Intel
-      0x15b3,  // Mellanox / NVIDIA networking
-      0x14e4,  // Broadcom
-      0x1077,  // QLogic / Marvell
-      0x1425,  // Chelsio
-      0x1924,  // Solarflare / AMD
-      0x177d,  // Cavium / Marvell
-      0x19e5,  // Huawei
-      0x1dd8,  // Pensando / AMD
-      0x19ee,  // Netronome
-  };
-  return kVendors.count(vendor_id) > 0;
+// Phase 1: a function on its own (kind, policy, and the rules that need no group context). True
+// when it is a candidate for publication.
+bool JudgeFunction(const Inventory& inventory, const AdminPolicy& policy, const PciFunction& fn,
+                   FunctionDecision& decision) {
+  if (fn.IsBridge()) {
+    decision.reason = "bridge: never managed";
+    return false;
+  }
+  const DeviceKind kind = KindOf(fn, policy);
+  decision.kind = kind;
+  const char* kind_name = DeviceKindName(kind);
+  if (!policy.KindEnabled(kind)) {
+    decision.reason =
+        fmt::format("kind {} is turned off by the policy ({})", kind_name, policy.source);
+    return false;
+  }
+  if (const DeviceSelector* denied = FirstMatch(policy.deny, fn, std::nullopt)) {
+    decision.reason = "denied by the policy (" + denied->where + ")";
+    return false;
+  }
+  if (fn.address.find(':') > 4) {
+    // Behind a VMD controller the kernel invents a domain beyond 16 bits: such devices share
+    // the controller's DMA identity and have no standard pciBusID form.
+    decision.reason = "behind a VMD controller (PCI domain " +
+                      fn.address.substr(0, fn.address.find(':')) +
+                      "): shares the controller's DMA identity; never managed";
+    return false;
+  }
+  if (fn.sriov_pf.has_value() && fn.sriov_pf->num_vfs > 0) {
+    decision.reason = fmt::format("SR-IOV PF with {} VFs enabled: its VFs are managed instead",
+                                  fn.sriov_pf->num_vfs);
+    return false;
+  }
+  bool selected = false;
+  switch (kind) {
+    case DeviceKind::kGpu:
+      selected = !policy.HasSelectorsFor(DeviceKind::kGpu) ||
+                 FirstMatch(policy.select, fn, DeviceKind::kGpu) != nullptr;
+      if (!selected) decision.reason = "no gpu selector of the policy matches";
+      break;
+    case DeviceKind::kVf:
+      if (policy.HasSelectorsFor(DeviceKind::kVf)) {
+        selected = FirstMatch(policy.select, fn, DeviceKind::kVf) != nullptr;
+        if (!selected) decision.reason = "no vf selector of the policy matches";
+      } else {
+        selected = fn.BaseClass() == 0x02 && IsKnownNicVendor(fn.vendor_id);
+        if (!selected) {
+          decision.reason = fmt::format(
+              "VF of vendor {:04x} class {:04x} is not a known NIC VF; publish it with a vf "
+              "selector",
+              fn.vendor_id, fn.ClassAndSubclass());
+        }
+      }
+      break;
+    case DeviceKind::kHostdev:
+      selected = FirstMatch(policy.select, fn, DeviceKind::kHostdev) != nullptr;
+      if (!selected) {
+        decision.reason = "host devices are published only when a hostdev selector matches";
+      }
+      break;
+    case DeviceKind::kMdev:
+      break;
+  }
+  if (!selected) return false;
+  if (!fn.iommu_group.has_value() && !policy.unsafe_no_iommu) {
+    decision.reason = inventory.iommu_enabled
+                          ? "no IOMMU group"
+                          : "no IOMMU group: the IOMMU is off (boot with intel_iommu=on or "
+                            "amd_iommu=on; unsafeNoIommu in the policy overrides, unsafely)";
+    return false;
+  }
+  return true;
 }
 
-DeviceSelection SelectDevices(const Inventory& inventory, const AdminPolicy& policy) {
-  DeviceSelection selection;
-  std::set<std::string> candidates;
-
-  // 1. Each function on its own: kind, policy, and the rules that need no group context.
-  for (const auto& [address, fn] : inventory.functions) {
-    FunctionDecision& decision = selection.functions[address];
-    if (fn.IsBridge()) {
-      decision.reason = "bridge: never managed";
-      continue;
-    }
-    const DeviceKind kind = KindOf(fn, policy);
-    decision.kind = kind;
-    const char* kind_name = DeviceKindName(kind);
-    if (!policy.KindEnabled(kind)) {
-      decision.reason =
-          fmt::format("kind {} is turned off by the policy ({})", kind_name, policy.source);
-      continue;
-    }
-    if (const DeviceSelector* denied = FirstMatch(policy.deny, fn, std::nullopt)) {
-      decision.reason = "denied by the policy (" + denied->where + ")";
-      continue;
-    }
-    if (fn.address.find(':') > 4) {
-      // Behind a VMD controller the kernel invents a domain beyond 16 bits: such devices share
-      // the controller's DMA identity and have no standard pciBusID form.
-      decision.reason = "behind a VMD controller (PCI domain " +
-                        fn.address.substr(0, fn.address.find(':')) +
-                        "): shares the controller's DMA identity; never managed";
-      continue;
-    }
-    if (fn.sriov_pf.has_value() && fn.sriov_pf->num_vfs > 0) {
-      decision.reason = fmt::format("SR-IOV PF with {} VFs enabled: its VFs are managed instead",
-                                    fn.sriov_pf->num_vfs);
-      continue;
-    }
-    bool selected = false;
-    switch (kind) {
-      case DeviceKind::kGpu:
-        selected = !policy.HasSelectorsFor(DeviceKind::kGpu) ||
-                   FirstMatch(policy.select, fn, DeviceKind::kGpu) != nullptr;
-        if (!selected) decision.reason = "no gpu selector of the policy matches";
-        break;
-      case DeviceKind::kVf:
-        if (policy.HasSelectorsFor(DeviceKind::kVf)) {
-          selected = FirstMatch(policy.select, fn, DeviceKind::kVf) != nullptr;
-          if (!selected) decision.reason = "no vf selector of the policy matches";
-        } else {
-          selected = fn.BaseClass() == 0x02 && IsKnownNicVendor(fn.vendor_id);
-          if (!selected) {
-            decision.reason = fmt::format(
-                "VF of vendor {:04x} class {:04x} is not a known NIC VF; publish it with a vf "
-                "selector",
-                fn.vendor_id, fn.ClassAndSubclass());
-          }
-        }
-        break;
-      case DeviceKind::kHostdev:
-        selected = FirstMatch(policy.select, fn, DeviceKind::kHostdev) != nullptr;
-        if (!selected) {
-          decision.reason = "host devices are published only when a hostdev selector matches";
-        }
-        break;
-      case DeviceKind::kMdev:
-        break;
-    }
-    if (!selected) continue;
-    if (!fn.iommu_group.has_value() && !policy.unsafe_no_iommu) {
-      decision.reason = inventory.iommu_enabled
-                            ? "no IOMMU group"
-                            : "no IOMMU group: the IOMMU is off (boot with intel_iommu=on or "
-                              "amd_iommu=on; unsafeNoIommu in the policy overrides, unsafely)";
-      continue;
-    }
-    candidates.insert(address);
-  }
-
-  // 2. GPU companions on the same slot and group belong to their GPU.
+// Phase 2: GPU companions on the same slot and group belong to their GPU: they leave the
+// candidates and are bound with it. Returns the companions by GPU address.
+std::map<std::string, std::vector<std::string>> AttachCompanions(const Inventory& inventory,
+                                                                 const AdminPolicy& policy,
+                                                                 std::set<std::string>& candidates,
+                                                                 DeviceSelection& selection) {
   std::map<std::string, std::vector<std::string>> companions;
   std::set<std::string> companion_set;
   for (const std::string& address : candidates) {
@@ -158,7 +142,13 @@ DeviceSelection SelectDevices(const Inventory& inventory, const AdminPolicy& pol
   }
   for (const std::string& c : companion_set) candidates.erase(c);
 
-  // 3. Per IOMMU group: one published device, and no endpoint left that the host uses.
+  return companions;
+}
+
+// Phase 3: per IOMMU group, one published device, and no endpoint left that the host uses.
+void SelectPerGroup(const Inventory& inventory, const std::set<std::string>& candidates,
+                    std::map<std::string, std::vector<std::string>>& companions,
+                    DeviceSelection& selection) {
   std::map<int, std::vector<std::string>> by_group;
   for (const std::string& address : candidates) {
     const PciFunction& fn = inventory.functions.at(address);
@@ -222,8 +212,11 @@ DeviceSelection SelectDevices(const Inventory& inventory, const AdminPolicy& pol
   }
   std::sort(selection.devices.begin(), selection.devices.end(),
             [](const SelectedDevice& a, const SelectedDevice& b) { return a.address < b.address; });
+}
 
-  // 4. Mediated device types.
+// Phase 4: mediated device types.
+void SelectMdevTypes(const Inventory& inventory, const AdminPolicy& policy,
+                     DeviceSelection& selection) {
   for (const MdevParent& parent : inventory.mdev_parents) {
     const PciFunction* parent_fn =
         parent.pci_address.empty() ? nullptr : inventory.Find(parent.pci_address);
@@ -259,6 +252,37 @@ DeviceSelection SelectDevices(const Inventory& inventory, const AdminPolicy& pol
       selection.mdev_decisions.push_back(decision);
     }
   }
+}
+
+}  // namespace
+
+bool IsKnownNicVendor(uint32_t vendor_id) {
+  static const std::set<uint32_t> kVendors = {
+      0x8086,  // Intel
+      0x15b3,  // Mellanox / NVIDIA networking
+      0x14e4,  // Broadcom
+      0x1077,  // QLogic / Marvell
+      0x1425,  // Chelsio
+      0x1924,  // Solarflare / AMD
+      0x177d,  // Cavium / Marvell
+      0x19e5,  // Huawei
+      0x1dd8,  // Pensando / AMD
+      0x19ee,  // Netronome
+  };
+  return kVendors.count(vendor_id) > 0;
+}
+
+DeviceSelection SelectDevices(const Inventory& inventory, const AdminPolicy& policy) {
+  DeviceSelection selection;
+  std::set<std::string> candidates;
+  for (const auto& [address, fn] : inventory.functions) {
+    if (JudgeFunction(inventory, policy, fn, selection.functions[address])) {
+      candidates.insert(address);
+    }
+  }
+  auto companions = AttachCompanions(inventory, policy, candidates, selection);
+  SelectPerGroup(inventory, candidates, companions, selection);
+  SelectMdevTypes(inventory, policy, selection);
   return selection;
 }
 
