@@ -58,119 +58,122 @@ bool IsQualifiedName(const std::string& name) {
   return domain.size() <= 63 && IsDnsSubdomain(domain) && IsCIdentifier(name.substr(slash + 1));
 }
 
-Status ValidatePool(const DesiredPool& pool, const ValidationTarget& target) {
-  if (target.driver.empty() || target.driver.size() > 63 || !IsDnsSubdomain(target.driver)) {
-    return MakeError(ErrorKind::kInvalidArgument,
-                     "driver name \"" + target.driver + "\" must be a DNS subdomain of at most 63");
-  }
-  if (pool.name.empty() || pool.name.size() > 253 || !IsDnsSubdomain(pool.name)) {
-    return MakeError(ErrorKind::kInvalidArgument, "pool name \"" + pool.name + "\" is invalid");
-  }
-  if (pool.slices.empty()) {
-    return MakeError(ErrorKind::kInvalidArgument, "a pool needs at least one slice");
-  }
+namespace {
+
+using CounterNames = std::map<std::string, std::set<std::string>>;  // set -> counter names
+
+Status ValidateCounterSets(size_t s, const SliceContent& slice, const ValidationTarget& target,
+                           CounterNames& counter_sets) {
   const bool v135 = target.kubernetes_minor >= 35;
-  std::set<std::string> device_names;
-  std::map<std::string, std::set<std::string>> counter_sets;  // set -> counter names
-  for (size_t s = 0; s < pool.slices.size(); ++s) {
-    const SliceContent& slice = pool.slices[s];
-    if (v135 && !slice.devices.empty() && !slice.shared_counters.empty()) {
-      return Rule(s, "spec", "only one of `sharedCounters` or `devices` is allowed (1.35+)");
+  if (!slice.shared_counters.empty() && target.layout == CounterLayout::kNone) {
+    return Rule(s, "spec.sharedCounters", "counters are not supported by this server");
+  }
+  if (target.kubernetes_minor < 33 && !slice.shared_counters.empty()) {
+    return Rule(s, "spec.sharedCounters", "not available before Kubernetes 1.33");
+  }
+  if (v135 && slice.shared_counters.size() > 8) {
+    return Rule(
+        s, "spec.sharedCounters",
+        fmt::format("must have at most 8 counter sets, has {}", slice.shared_counters.size()));
+  }
+  size_t total_counters = 0;
+  for (const CounterSet& set : slice.shared_counters) {
+    if (!IsDnsLabel(set.name)) {
+      return Rule(s, "counter set " + set.name, "name must be a DNS label");
     }
-    if (!slice.shared_counters.empty() && target.layout == CounterLayout::kNone) {
-      return Rule(s, "spec.sharedCounters", "counters are not supported by this server");
+    if (counter_sets.count(set.name)) {
+      return Rule(s, "counter set " + set.name, "duplicate counter set name in the pool");
     }
-    if (target.kubernetes_minor < 33 && !slice.shared_counters.empty()) {
-      return Rule(s, "spec.sharedCounters", "not available before Kubernetes 1.33");
+    if (set.counters.empty() || set.counters.size() > 32) {
+      return Rule(s, "counter set " + set.name, "must have 1 to 32 counters");
     }
-    size_t total_counters = 0;
-    if (v135 && slice.shared_counters.size() > 8) {
-      return Rule(
-          s, "spec.sharedCounters",
-          fmt::format("must have at most 8 counter sets, has {}", slice.shared_counters.size()));
+    for (const auto& [name, value] : set.counters) {
+      if (!IsDnsLabel(name)) {
+        return Rule(s, "counter set " + set.name, "counter name " + name + " must be a DNS label");
+      }
+      if (value < 0) return Rule(s, "counter set " + set.name, "counter values must be >= 0");
+      counter_sets[set.name].insert(name);
     }
-    for (const CounterSet& set : slice.shared_counters) {
-      if (!IsDnsLabel(set.name)) {
-        return Rule(s, "counter set " + set.name, "name must be a DNS label");
-      }
-      if (counter_sets.count(set.name)) {
-        return Rule(s, "counter set " + set.name, "duplicate counter set name in the pool");
-      }
-      if (set.counters.empty() || set.counters.size() > 32) {
-        return Rule(s, "counter set " + set.name, "must have 1 to 32 counters");
-      }
-      for (const auto& [name, value] : set.counters) {
-        if (!IsDnsLabel(name)) {
-          return Rule(s, "counter set " + set.name,
-                      "counter name " + name + " must be a DNS label");
-        }
-        if (value < 0) return Rule(s, "counter set " + set.name, "counter values must be >= 0");
-        counter_sets[set.name].insert(name);
-      }
-      total_counters += set.counters.size();
+    total_counters += set.counters.size();
+  }
+  if (!v135 && total_counters > 32) {
+    return Rule(s, "spec.sharedCounters",
+                fmt::format("the total number of shared counters must not exceed 32, has {}",
+                            total_counters));
+  }
+  return Status::Ok();
+}
+
+Status ValidateDevice(size_t s, const SliceDevice& device, const ValidationTarget& target,
+                      std::set<std::string>& device_names) {
+  const bool v135 = target.kubernetes_minor >= 35;
+  const std::string where = "device " + device.name;
+  if (!IsDnsLabel(device.name)) return Rule(s, where, "name must be a DNS label");
+  if (!device_names.insert(device.name).second) {
+    return Rule(s, where, "duplicate device name in the pool");
+  }
+  if (device.attributes.size() > 32) {
+    return Rule(
+        s, where,
+        fmt::format("at most 32 attributes and capacities, has {}", device.attributes.size()));
+  }
+  for (const auto& [name, value] : device.attributes) {
+    if (!IsQualifiedName(name)) {
+      return Rule(s, where, "attribute name \"" + name + "\" is not a qualified name");
     }
-    if (!v135 && total_counters > 32) {
-      return Rule(s, "spec.sharedCounters",
-                  fmt::format("the total number of shared counters must not exceed 32, has {}",
-                              total_counters));
+    if (const auto* text = std::get_if<std::string>(&value); text && text->size() > 64) {
+      return Rule(s, where, "attribute " + name + " is longer than 64 characters");
     }
-    bool any_consumes = false;
-    size_t consumed = 0;
-    for (const SliceDevice& device : slice.devices) {
-      const std::string where = "device " + device.name;
-      if (!IsDnsLabel(device.name)) return Rule(s, where, "name must be a DNS label");
-      if (!device_names.insert(device.name).second) {
-        return Rule(s, where, "duplicate device name in the pool");
+    if (const auto* version = std::get_if<VersionString>(&value)) {
+      if (version->value.size() > 64 || !IsSemver(version->value)) {
+        return Rule(s, where, "attribute " + name + " is not a semantic version");
       }
-      if (device.attributes.size() > 32) {
-        return Rule(
-            s, where,
-            fmt::format("at most 32 attributes and capacities, has {}", device.attributes.size()));
-      }
-      for (const auto& [name, value] : device.attributes) {
-        if (!IsQualifiedName(name)) {
-          return Rule(s, where, "attribute name \"" + name + "\" is not a qualified name");
-        }
-        if (const auto* text = std::get_if<std::string>(&value); text && text->size() > 64) {
-          return Rule(s, where, "attribute " + name + " is longer than 64 characters");
-        }
-        if (const auto* version = std::get_if<VersionString>(&value)) {
-          if (version->value.size() > 64 || !IsSemver(version->value)) {
-            return Rule(s, where, "attribute " + name + " is not a semantic version");
-          }
-        }
-      }
-      if (!device.consumes_counters.empty()) {
-        any_consumes = true;
-        if (target.layout == CounterLayout::kNone) {
-          return Rule(s, where, "consumesCounters is not supported by this server");
-        }
-        if (v135 && device.consumes_counters.size() > 2) {
-          return Rule(s, where, "at most 2 consumesCounters entries (1.35+)");
-        }
-      }
-      for (const CounterConsumption& c : device.consumes_counters) {
-        consumed += c.counters.size();
-        if (c.counters.empty() || c.counters.size() > 32) {
-          return Rule(s, where, "consumesCounters entries need 1 to 32 counters");
-        }
-      }
-    }
-    const size_t max_devices = (v135 && any_consumes) ? 64 : 128;
-    if (slice.devices.size() > max_devices) {
-      return Rule(s, "spec.devices",
-                  fmt::format("must have at most {} items{}, has {}", max_devices,
-                              max_devices == 64 ? " when devices consume counters" : "",
-                              slice.devices.size()));
-    }
-    if (!v135 && consumed > 1024) {
-      return Rule(
-          s, "spec.devices",
-          fmt::format("the total number of counters in devices must not exceed 1024, has {}",
-                      consumed));
     }
   }
-  // Pool-wide: every consumed counter exists; before 1.35 only in the device's own slice.
+  if (!device.consumes_counters.empty()) {
+    if (target.layout == CounterLayout::kNone) {
+      return Rule(s, where, "consumesCounters is not supported by this server");
+    }
+    if (v135 && device.consumes_counters.size() > 2) {
+      return Rule(s, where, "at most 2 consumesCounters entries (1.35+)");
+    }
+  }
+  for (const CounterConsumption& c : device.consumes_counters) {
+    if (c.counters.empty() || c.counters.size() > 32) {
+      return Rule(s, where, "consumesCounters entries need 1 to 32 counters");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ValidateDevices(size_t s, const SliceContent& slice, const ValidationTarget& target,
+                       std::set<std::string>& device_names) {
+  const bool v135 = target.kubernetes_minor >= 35;
+  bool any_consumes = false;
+  size_t consumed = 0;
+  for (const SliceDevice& device : slice.devices) {
+    if (Status st = ValidateDevice(s, device, target, device_names); !st.ok()) return st;
+    any_consumes = any_consumes || !device.consumes_counters.empty();
+    for (const CounterConsumption& c : device.consumes_counters) consumed += c.counters.size();
+  }
+  const size_t max_devices = (v135 && any_consumes) ? 64 : 128;
+  if (slice.devices.size() > max_devices) {
+    return Rule(s, "spec.devices",
+                fmt::format("must have at most {} items{}, has {}", max_devices,
+                            max_devices == 64 ? " when devices consume counters" : "",
+                            slice.devices.size()));
+  }
+  if (!v135 && consumed > 1024) {
+    return Rule(s, "spec.devices",
+                fmt::format("the total number of counters in devices must not exceed 1024, has {}",
+                            consumed));
+  }
+  return Status::Ok();
+}
+
+// Pool-wide: every consumed counter exists; before 1.35 only in the device's own slice.
+Status ValidateConsumedCounters(const DesiredPool& pool, const CounterNames& counter_sets,
+                                bool v135) {
   for (size_t s = 0; s < pool.slices.size(); ++s) {
     std::set<std::string> local;
     for (const CounterSet& set : pool.slices[s].shared_counters) local.insert(set.name);
@@ -193,6 +196,33 @@ Status ValidatePool(const DesiredPool& pool, const ValidationTarget& target) {
     }
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidatePool(const DesiredPool& pool, const ValidationTarget& target) {
+  if (target.driver.empty() || target.driver.size() > 63 || !IsDnsSubdomain(target.driver)) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "driver name \"" + target.driver + "\" must be a DNS subdomain of at most 63");
+  }
+  if (pool.name.empty() || pool.name.size() > 253 || !IsDnsSubdomain(pool.name)) {
+    return MakeError(ErrorKind::kInvalidArgument, "pool name \"" + pool.name + "\" is invalid");
+  }
+  if (pool.slices.empty()) {
+    return MakeError(ErrorKind::kInvalidArgument, "a pool needs at least one slice");
+  }
+  const bool v135 = target.kubernetes_minor >= 35;
+  std::set<std::string> device_names;
+  CounterNames counter_sets;
+  for (size_t s = 0; s < pool.slices.size(); ++s) {
+    const SliceContent& slice = pool.slices[s];
+    if (v135 && !slice.devices.empty() && !slice.shared_counters.empty()) {
+      return Rule(s, "spec", "only one of `sharedCounters` or `devices` is allowed (1.35+)");
+    }
+    if (Status st = ValidateCounterSets(s, slice, target, counter_sets); !st.ok()) return st;
+    if (Status st = ValidateDevices(s, slice, target, device_names); !st.ok()) return st;
+  }
+  return ValidateConsumedCounters(pool, counter_sets, v135);
 }
 
 }  // namespace vfio_dra::slicepublisher
