@@ -202,68 +202,75 @@ Result<PciFunction> ReadPciFunction(const sysfs::SysfsReader& sysfs, const std::
   return ReadFunction(sysfs, address, address, true);
 }
 
-Inventory ScanInventory(const sysfs::SysfsReader& sysfs, PciNames* names, const DeviceBusy& busy) {
-  Inventory inventory;
+namespace {
+
+// Reads every PCI function into the inventory; functions that cannot be read become warnings,
+// and the IOMMU groups they belong to are returned (by address) so those groups count as in use.
+// Reading a function is a dozen small syscalls and independent of every other function, so large
+// nodes are read on several threads; results are merged in address order.
+std::map<std::string, int> ReadFunctions(const sysfs::SysfsReader& sysfs, PciNames* names,
+                                         const DeviceBusy& busy, Inventory& inventory) {
   std::map<std::string, int> unreadable_groups;
   auto entries = sysfs.List("bus/pci/devices");
   if (!entries.ok()) {
     inventory.warnings.push_back("no PCI devices: " + entries.error().message);
-  } else {
-    // Reading a function is a dozen small syscalls and independent of every other function, so
-    // large nodes are read on several threads; results are merged in address order.
-    const size_t count = entries->size();
-    std::vector<std::optional<Result<PciFunction>>> read(count);
-    std::vector<std::optional<std::string>> addresses(count);
-    auto read_range = [&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; ++i) {
-        auto address = sysfs::CanonicalBdf((*entries)[i]);
-        if (!address.ok()) {
-          read[i] = address.error();
-          continue;
-        }
-        addresses[i] = *address;
-        read[i] = ReadFunction(sysfs, (*entries)[i], *address, !busy || !busy(*address));
-      }
-    };
-    const size_t threads =
-        count < 256 ? 1 : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 4);
-    std::vector<std::thread> workers;
-    const size_t per_thread = (count + threads - 1) / threads;
-    for (size_t t = 1; t < threads; ++t) {
-      workers.emplace_back(read_range, std::min(count, t * per_thread),
-                           std::min(count, (t + 1) * per_thread));
-    }
-    read_range(0, std::min(count, per_thread));
-    for (auto& worker : workers) worker.join();
-
-    for (size_t i = 0; i < count; ++i) {
-      const std::string& entry = (*entries)[i];
-      if (!addresses[i].has_value()) {
-        inventory.warnings.push_back("skipping " + sysfs.Path("bus/pci/devices/" + entry) + ": " +
-                                     read[i]->error().message);
-        continue;
-      }
-      const std::string& address = *addresses[i];
-      Result<PciFunction>& fn = *read[i];
-      if (!fn.ok()) {
-        inventory.warnings.push_back("skipping PCI function " + address + ": " +
-                                     fn.error().message);
-        if (auto group = ReadGroupLink(sysfs, "bus/pci/devices/" + entry + "/iommu_group");
-            group.ok() && group->has_value()) {
-          unreadable_groups[address] = **group;
-        }
-        continue;
-      }
-      if (names != nullptr) {
-        fn->vendor_name = names->VendorName(fn->vendor_id);
-        fn->device_name = names->DeviceName(fn->vendor_id, fn->device_id);
-      }
-      inventory.functions.emplace(address, std::move(*fn));
-    }
+    return unreadable_groups;
   }
+  const size_t count = entries->size();
+  std::vector<std::optional<Result<PciFunction>>> read(count);
+  std::vector<std::optional<std::string>> addresses(count);
+  auto read_range = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      auto address = sysfs::CanonicalBdf((*entries)[i]);
+      if (!address.ok()) {
+        read[i] = address.error();
+        continue;
+      }
+      addresses[i] = *address;
+      read[i] = ReadFunction(sysfs, (*entries)[i], *address, !busy || !busy(*address));
+    }
+  };
+  const size_t threads =
+      count < 256 ? 1 : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 4);
+  std::vector<std::thread> workers;
+  const size_t per_thread = (count + threads - 1) / threads;
+  for (size_t t = 1; t < threads; ++t) {
+    workers.emplace_back(read_range, std::min(count, t * per_thread),
+                         std::min(count, (t + 1) * per_thread));
+  }
+  read_range(0, std::min(count, per_thread));
+  for (auto& worker : workers) worker.join();
 
-  // IOMMU groups from the functions' own links (the kernel's per-group listing says the same
-  // for PCI functions and would cost a directory read per group).
+  for (size_t i = 0; i < count; ++i) {
+    const std::string& entry = (*entries)[i];
+    if (!addresses[i].has_value()) {
+      inventory.warnings.push_back("skipping " + sysfs.Path("bus/pci/devices/" + entry) + ": " +
+                                   read[i]->error().message);
+      continue;
+    }
+    const std::string& address = *addresses[i];
+    Result<PciFunction>& fn = *read[i];
+    if (!fn.ok()) {
+      inventory.warnings.push_back("skipping PCI function " + address + ": " + fn.error().message);
+      if (auto group = ReadGroupLink(sysfs, "bus/pci/devices/" + entry + "/iommu_group");
+          group.ok() && group->has_value()) {
+        unreadable_groups[address] = **group;
+      }
+      continue;
+    }
+    if (names != nullptr) {
+      fn->vendor_name = names->VendorName(fn->vendor_id);
+      fn->device_name = names->DeviceName(fn->vendor_id, fn->device_id);
+    }
+    inventory.functions.emplace(address, std::move(*fn));
+  }
+  return unreadable_groups;
+}
+
+// IOMMU groups from the functions' own links (the kernel's per-group listing says the same for
+// PCI functions and would cost a directory read per group).
+void CollectIommuGroups(const sysfs::SysfsReader& sysfs,
+                        const std::map<std::string, int>& unreadable_groups, Inventory& inventory) {
   for (const auto& [address, fn] : inventory.functions) {
     if (!fn.iommu_group.has_value()) continue;
     IommuGroup& group = inventory.iommu_groups[*fn.iommu_group];
@@ -279,8 +286,10 @@ Inventory ScanInventory(const sysfs::SysfsReader& sysfs, PciNames* names, const 
     inventory.iommu_enabled = !groups->empty();
   }
   inventory.iommu_enabled = inventory.iommu_enabled || !inventory.iommu_groups.empty();
+}
 
-  // SR-IOV: VF indexes come from the PF's virtfnN links.
+// SR-IOV: VF indexes come from the PF's virtfnN links.
+void LinkVirtualFunctions(const sysfs::SysfsReader& sysfs, Inventory& inventory) {
   for (auto& [address, fn] : inventory.functions) {
     if (!fn.sriov_pf.has_value()) continue;
     auto links = sysfs.List("bus/pci/devices/" + address);
@@ -303,7 +312,15 @@ Inventory ScanInventory(const sysfs::SysfsReader& sysfs, PciNames* names, const 
       }
     }
   }
+}
 
+}  // namespace
+
+Inventory ScanInventory(const sysfs::SysfsReader& sysfs, PciNames* names, const DeviceBusy& busy) {
+  Inventory inventory;
+  const auto unreadable_groups = ReadFunctions(sysfs, names, busy, inventory);
+  CollectIommuGroups(sysfs, unreadable_groups, inventory);
+  LinkVirtualFunctions(sysfs, inventory);
   ScanMdevParents(sysfs, inventory);
   return inventory;
 }
