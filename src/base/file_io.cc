@@ -11,6 +11,20 @@
 
 namespace vfio_dra {
 
+Status EnsureDirectory(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return MakeError(ErrorKind::kUnavailable,
+                     "cannot create directory " + dir + ": " + ec.message());
+  }
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return MakeError(ErrorKind::kUnavailable, dir + " is not a directory");
+  }
+  return Status::Ok();
+}
+
 std::string ErrnoText(int err) {
   return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")";
 }

@@ -18,6 +18,10 @@ Result<std::string> ReadFileToString(const std::string& path, size_t max_bytes =
 // its directory entry are both on disk.
 Status WriteFileAtomically(const std::string& path, const std::string& contents, mode_t mode);
 
+// Creates `dir` and its parents if missing; an error (naming the directory) when that fails or
+// `dir` exists and is not a directory.
+Status EnsureDirectory(const std::string& dir);
+
 // Makes the entries of `dir` durable (after a rename or unlink in it).
 Status SyncDirectory(const std::string& dir);
 

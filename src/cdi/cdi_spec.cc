@@ -131,12 +131,7 @@ Status SpecDirectory::Write(const std::string& file_name, const Spec& spec) cons
                      "refusing CDI spec file name \"" + file_name + "\": not a single safe name");
   }
   if (Status s = ValidateSpec(spec); !s.ok()) return s;
-  std::error_code ec;
-  std::filesystem::create_directories(dir_, ec);
-  if (ec) {
-    return MakeError(ErrorKind::kUnavailable,
-                     "cannot create the CDI directory " + dir_ + ": " + ec.message());
-  }
+  if (Status s = EnsureDirectory(dir_); !s.ok()) return s.error().Wrap("CDI directory");
   return WriteFileAtomically(PathOf(file_name), SpecJson(spec).dump(2) + "\n", file_mode_);
 }
 

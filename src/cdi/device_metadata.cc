@@ -18,12 +18,7 @@ Error BadName(const std::string& what, const std::string& value) {
 }
 
 Status MakeDirs(const std::filesystem::path& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return MakeError(ErrorKind::kUnavailable,
-                     "cannot create " + dir.string() + ": " + ec.message());
-  }
+  if (Status s = EnsureDirectory(dir.string()); !s.ok()) return s;
   ::chmod(dir.c_str(), 0755);
   return Status::Ok();
 }

@@ -1,6 +1,7 @@
 #include "cmd/serve_daemon.h"
 
 #include "base/clock.h"
+#include "base/file_io.h"
 #include "cmd/device_sources.h"
 #include "discovery/change_probe.h"
 #include "discovery/node_scan.h"
@@ -67,13 +68,13 @@ Status ServeDaemon::BuildApiClients() {
 }
 
 Status ServeDaemon::BuildPreparation() {
-  if (Status s = kubeletplugin::EnsureDirectory(options_.plugin_data_dir); !s.ok()) {
+  if (Status s = EnsureDirectory(options_.plugin_data_dir); !s.ok()) {
     return s.error().Wrap("cannot prepare the plugin data directory");
   }
   auto serializer = kubeletplugin::CallSerializer::Open(layout_.lock_file);
   if (!serializer.ok()) return serializer.error().Wrap("cannot set up call serialization");
   serializer_ = std::move(*serializer);
-  if (Status s = kubeletplugin::EnsureDirectory(options_.cdi_dir); !s.ok()) {
+  if (Status s = EnsureDirectory(options_.cdi_dir); !s.ok()) {
     return s.error().Wrap("cannot prepare the CDI spec directory");
   }
   sysfs_writer_ = environment_.make_sysfs_writer ? environment_.make_sysfs_writer(options_)

@@ -76,20 +76,6 @@ SocketLayout SocketLayout::For(const std::string& plugin_data_dir, const std::st
   return layout;
 }
 
-Status EnsureDirectory(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return MakeError(ErrorKind::kUnavailable,
-                     "cannot create directory " + dir + ": " + ec.message());
-  }
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return MakeError(ErrorKind::kUnavailable, dir + " is not a directory");
-  }
-  return Status::Ok();
-}
-
 Status RemoveStaleSocket(const std::string& path) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) {

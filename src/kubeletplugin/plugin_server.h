@@ -32,9 +32,6 @@ struct SocketLayout {
 // not a socket is an error: we never delete a file we did not create.
 Status RemoveStaleSocket(const std::string& path);
 
-// Creates `dir` and its parents if missing.
-Status EnsureDirectory(const std::string& dir);
-
 class PluginServer {
  public:
   // `dra_services` are served on the DRA socket; `registration` on the registration socket.

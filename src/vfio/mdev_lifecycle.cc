@@ -1,7 +1,6 @@
 #include "vfio/mdev_lifecycle.h"
 
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 
 #include "base/file_io.h"
@@ -39,10 +38,9 @@ Status MdevLifecycle::CheckExisting(const MdevIdentity& mdev) const {
   return Status::Ok();
 }
 
-Result<bool> MdevLifecycle::Create(const MdevIdentity& mdev) {
+Status MdevLifecycle::Create(const MdevIdentity& mdev) {
   if (Exists(mdev.uuid)) {
-    if (Status s = CheckExisting(mdev); !s.ok()) return s.error();
-    return false;
+    return CheckExisting(mdev);
   }
   const std::string type_dir =
       "class/mdev_bus/" + mdev.parent + "/mdev_supported_types/" + mdev.type_id;
@@ -61,25 +59,24 @@ Result<bool> MdevLifecycle::Create(const MdevIdentity& mdev) {
   }
   const int err = writer_.Write(sysfs_.Path(type_dir + "/create"), mdev.uuid);
   if (err == EEXIST) {
-    if (Status s = CheckExisting(mdev); !s.ok()) return s.error();
-    return false;
+    return CheckExisting(mdev);
   }
   if (err == EUSERS || err == ENOSPC) {
     return MakeError(ErrorKind::kFailedPrecondition,
-                     Describe(mdev) + ": no capacity left on the parent (" + std::strerror(err) +
+                     Describe(mdev) + ": no capacity left on the parent (" + ErrnoText(err) +
                          "; another type may be in use on it)");
   }
   if (err != 0) {
     return MakeError(ErrorKind::kFailedPrecondition, Describe(mdev) + ": writing the UUID to " +
                                                          sysfs_.Path(type_dir + "/create") +
-                                                         " failed: " + std::strerror(err));
+                                                         " failed: " + ErrnoText(err));
   }
   if (!Exists(mdev.uuid)) {
     return MakeError(ErrorKind::kFailedPrecondition,
                      Describe(mdev) + ": the kernel accepted the create but " +
                          sysfs_.Path(InstancePath(mdev.uuid)) + " does not exist");
   }
-  return true;
+  return Status::Ok();
 }
 
 Status MdevLifecycle::Remove(const std::string& uuid, Deadline deadline) {

@@ -29,8 +29,9 @@ class MdevLifecycle {
                 std::chrono::milliseconds timeout)
       : sysfs_(sysfs), writer_(writer), gate_(gate), timeout_(timeout) {}
 
-  // Ok(true) when this call created the instance, Ok(false) when it existed already.
-  Result<bool> Create(const MdevIdentity& mdev);
+  // Creates the instance; one that exists already with the same parent and type is fine (a retry
+  // after a crash), with another parent or type an error.
+  Status Create(const MdevIdentity& mdev);
   // Removing an instance that does not exist succeeds; waits at most until `deadline`.
   Status Remove(const std::string& uuid, Deadline deadline = {});
   bool Exists(const std::string& uuid) const;

@@ -4,8 +4,8 @@
 #include <sys/sysmacros.h>
 
 #include <cerrno>
-#include <cstring>
 
+#include "base/file_io.h"
 #include "sysfs/sysfs_parse.h"
 
 namespace vfio_dra::vfio {
@@ -38,7 +38,7 @@ Status VfioNodes::CheckNode(const CharDeviceNode& node) const {
     const int err = errno;
     return MakeError(err == ENOENT ? ErrorKind::kNotFound : ErrorKind::kFailedPrecondition,
                      "device node " + host + " (" + std::to_string(node.major) + ":" +
-                         std::to_string(node.minor) + ") is missing: " + std::strerror(err));
+                         std::to_string(node.minor) + ") is missing: " + ErrnoText(err));
   }
   if (!S_ISCHR(st.st_mode)) {
     return MakeError(ErrorKind::kFailedPrecondition,
