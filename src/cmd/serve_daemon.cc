@@ -3,6 +3,7 @@
 #include "base/clock.h"
 #include "base/file_io.h"
 #include "cmd/device_sources.h"
+#include "cmd/metric_catalog.h"
 #include "discovery/change_probe.h"
 #include "discovery/node_scan.h"
 #include "prepare/device_health.h"
@@ -153,13 +154,7 @@ void ServeDaemon::BuildKubeletServices() {
 }
 
 void ServeDaemon::DeclareMetrics() {
-  metrics_.DeclareGauge("vfio_dra_published_devices",
-                        "devices in this node's ResourceSlices, by kind");
-  metrics_.DeclareCounter("vfio_dra_slice_writes_total",
-                          "ResourceSlice writes, by operation (create, update, delete)");
-  metrics_.DeclareCounter("vfio_dra_slice_syncs_total",
-                          "ResourceSlice syncs, by result (ok, error)");
-  metrics_.DeclareGauge("vfio_dra_checkpoint_claims", "claims in the prepare checkpoint, by state");
+  DeclareMetricCatalog(metrics_);
   metrics_.AddCollector([this](MetricsRegistry& m) {
     for (const auto& [kind, count] : published_.CountByType()) {
       m.Set("vfio_dra_published_devices", {{"kind", kind}}, count);

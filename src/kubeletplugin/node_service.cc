@@ -13,18 +13,7 @@ DraNodeService::DraNodeService(std::string driver_name, ClaimSource& claims,
       preparer_(preparer),
       serializer_(serializer),
       log_(std::move(log)),
-      metrics_(metrics) {
-  if (metrics_ == nullptr) return;
-  metrics_->DeclareCounter(
-      "vfio_dra_requests_total",
-      "kubelet calls by method (NodePrepareResources, NodeUnprepareResources)");
-  metrics_->DeclareCounter(
-      "vfio_dra_claims_total",
-      "claims handled, by operation (prepare, unprepare) and result (ok, error)");
-  metrics_->DeclareHistogram("vfio_dra_claim_duration_seconds",
-                             "time to prepare or unprepare one claim, including the wait for the "
-                             "node's device lock");
-}
+      metrics_(metrics) {}
 
 void DraNodeService::Record(const char* operation, const std::string& error,
                             std::chrono::steady_clock::duration took) {

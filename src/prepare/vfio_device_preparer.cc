@@ -66,16 +66,7 @@ VfioDevicePreparer::VfioDevicePreparer(PreparerOptions options, const sysfs::Sys
       metadata_(options_.plugin_data_dir, cdi::SpecDirectory(options_.cdi_dir),
                 options_.driver_name),
       kind_(options_.driver_name + "/vfio"),
-      log_(std::move(log)) {
-  if (options_.metrics != nullptr) {
-    options_.metrics->DeclareHistogram(
-        "vfio_dra_device_operation_duration_seconds",
-        "time of one device operation: bind (to vfio-pci), restore (to the original driver), "
-        "mdev_create, mdev_remove");
-    options_.metrics->DeclareCounter("vfio_dra_device_operation_errors_total",
-                                     "device operations that failed, by operation");
-  }
-}
+      log_(std::move(log)) {}
 
 template <typename Op>
 auto VfioDevicePreparer::Timed(const char* operation, Op op) -> decltype(op()) {

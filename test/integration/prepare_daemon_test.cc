@@ -359,6 +359,18 @@ TEST_F(PrepareDaemonTest, MetricsAndHealthFollowAPrepare) {
   ASSERT_TRUE(failed);
   EXPECT_EQ(Sample(failed->body, R"(vfio_dra_claims_total{operation="prepare",result="error"})"),
             1);
+  // Every family on the page was declared in the metric catalog: it has help text.
+  std::istringstream lines(failed->body);
+  std::set<std::string> typed, helped;
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    std::string hash, keyword, family;
+    words >> hash >> keyword >> family;
+    if (hash != "#") continue;
+    (keyword == "TYPE" ? typed : helped).insert(family);
+  }
+  EXPECT_GE(typed.size(), 9u);
+  EXPECT_EQ(typed, helped) << "a family recorded without a declaration in cmd/metric_catalog.cc";
 }
 
 // The kubelet's health stream over a prepare: every device healthy, then a prepared GPU function

@@ -1,0 +1,31 @@
+#include "cmd/metric_catalog.h"
+
+namespace vfio_dra::cmd {
+
+void DeclareMetricCatalog(MetricsRegistry& metrics) {
+  // The kubelet-facing service (kubeletplugin::DraNodeService).
+  metrics.DeclareCounter("vfio_dra_requests_total",
+                         "kubelet calls by method (NodePrepareResources, NodeUnprepareResources)");
+  metrics.DeclareCounter(
+      "vfio_dra_claims_total",
+      "claims handled, by operation (prepare, unprepare) and result (ok, error)");
+  metrics.DeclareHistogram("vfio_dra_claim_duration_seconds",
+                           "time to prepare or unprepare one claim, including the wait for the "
+                           "node's device lock");
+  // Device work (prepare::VfioDevicePreparer).
+  metrics.DeclareHistogram("vfio_dra_device_operation_duration_seconds",
+                           "time of one device operation: bind (to vfio-pci), restore (to the "
+                           "original driver), mdev_create, mdev_remove");
+  metrics.DeclareCounter("vfio_dra_device_operation_errors_total",
+                         "device operations that failed, by operation");
+  // Publication and state, read at scrape time (ServeDaemon's collector).
+  metrics.DeclareGauge("vfio_dra_published_devices",
+                       "devices in this node's ResourceSlices, by kind");
+  metrics.DeclareCounter("vfio_dra_slice_writes_total",
+                         "ResourceSlice writes, by operation (create, update, delete)");
+  metrics.DeclareCounter("vfio_dra_slice_syncs_total",
+                         "ResourceSlice syncs, by result (ok, error)");
+  metrics.DeclareGauge("vfio_dra_checkpoint_claims", "claims in the prepare checkpoint, by state");
+}
+
+}  // namespace vfio_dra::cmd
