@@ -11,10 +11,9 @@
 #include "cmd/device_sources.h"
 #include "discovery/admin_policy.h"
 #include "discovery/node_scan.h"
+#include "slicepublisher/publishable_pool.h"
 #include "slicepublisher/server_profile.h"
-#include "slicepublisher/slice_builder.h"
 #include "slicepublisher/slice_json.h"
-#include "slicepublisher/slice_validator.h"
 
 namespace vfio_dra::cmd {
 namespace {
@@ -80,16 +79,15 @@ int RunSlices(SlicesOptions options) {
   for (const std::string& warning : scan->inventory.warnings) {
     std::cerr << "warning: " << warning << std::endl;
   }
-  slicepublisher::ServerProfile profile{options.api_version, *minor, false};
   slicepublisher::MdevCapacityMemory capacity;
   capacity.Observe(scan->inventory);
-  const slicepublisher::DesiredPool pool =
-      slicepublisher::BuildDesiredPool(*scan, {options.node_name, profile.Layout()}, capacity);
+  const slicepublisher::PublishablePool publishable = slicepublisher::BuildPublishablePool(
+      *scan, {options.node_name, options.driver_name, {options.api_version, *minor, false}},
+      capacity);
+  const slicepublisher::DesiredPool& pool = publishable.pool;
   for (const std::string& warning : pool.warnings) std::cerr << "warning: " << warning << std::endl;
-  if (Status s = slicepublisher::ValidatePool(
-          pool, {*minor, options.driver_name, options.node_name, profile.Layout()});
-      !s.ok()) {
-    return Fail("the slices would be rejected: " + s.error().message);
+  if (!publishable.valid.ok()) {
+    return Fail("the slices would be rejected: " + publishable.valid.error().message);
   }
   nlohmann::json items = nlohmann::json::array();
   for (const auto& content : pool.slices) {

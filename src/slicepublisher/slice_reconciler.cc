@@ -4,7 +4,7 @@
 #include <set>
 
 #include "kube/backoff.h"
-#include "slicepublisher/slice_validator.h"
+#include "slicepublisher/publishable_pool.h"
 
 namespace vfio_dra::slicepublisher {
 namespace {
@@ -310,21 +310,21 @@ Status SliceReconciler::Sync() {
   std::map<std::string, CachedSlice> cache;
   ServerProfile profile;
   SliceMeta meta;
-  DesiredPool pool;
+  PublishablePool publishable;
   {
     std::lock_guard<std::mutex> lock(mu_);
     cache = cache_;
     profile = profile_;
     meta.node_uid = node_uid_;
-    pool = BuildDesiredPool(*scan_, {options_.node_name, profile.Layout()}, capacity_);
+    publishable =
+        BuildPublishablePool(*scan_, {options_.node_name, options_.driver, profile}, capacity_);
   }
+  const DesiredPool& pool = publishable.pool;
   for (const std::string& warning : pool.warnings) {
     log_.Warn("slice layout", {{"warning", warning}});
   }
-  if (Status s = ValidatePool(
-          pool, {profile.kubernetes_minor, options_.driver, options_.node_name, profile.Layout()});
-      !s.ok()) {
-    return s.error().Wrap("not publishing: the desired slices would be rejected");
+  if (!publishable.valid.ok()) {
+    return publishable.valid.error().Wrap("not publishing: the desired slices would be rejected");
   }
   if (options_.published != nullptr) options_.published->Set(pool);
 
