@@ -148,6 +148,16 @@ json RecordJson(const ClaimRecord& r) {
             {"replayable", r.replayable}}}};
 }
 
+// The fields version 1 and version 2 records name alike.
+void ReadClaimFields(const json& j, ClaimRecord& r) {
+  r.namespace_ = j.at("namespace").get<std::string>();
+  r.name = j.at("name").get<std::string>();
+  r.state = ParseState(j.at("state").get<std::string>());
+  for (const json& f : j.at("functions")) r.functions.push_back(FunctionFromJson(f));
+  for (const json& m : j.at("mdevs")) r.mdevs.push_back(MdevFromJson(m));
+  r.cdi_files = j.at("cdiFiles").get<std::vector<std::string>>();
+}
+
 // Throws nlohmann::json exceptions on a wrong shape; the caller turns them into "corrupt".
 ClaimRecord RecordFromJson(const json& root) {
   const int version = root.at("version").get<int>();
@@ -162,12 +172,7 @@ ClaimRecord RecordFromJson(const json& root) {
   ClaimRecord r;
   r.boot_id = root.at("bootID").get<std::string>();
   r.uid = j.at("uid").get<std::string>();
-  r.namespace_ = j.at("namespace").get<std::string>();
-  r.name = j.at("name").get<std::string>();
-  r.state = ParseState(j.at("state").get<std::string>());
-  for (const json& f : j.at("functions")) r.functions.push_back(FunctionFromJson(f));
-  for (const json& m : j.at("mdevs")) r.mdevs.push_back(MdevFromJson(m));
-  r.cdi_files = j.at("cdiFiles").get<std::vector<std::string>>();
+  ReadClaimFields(j, r);
   for (const json& d : j.at("devices")) r.devices.push_back(DeviceFromJson(d));
   r.replayable = j.at("replayable").get<bool>();
   return r;
@@ -178,12 +183,7 @@ ClaimRecord RecordFromVersion1(const std::string& uid, const std::string& boot_i
   ClaimRecord r;
   r.uid = uid;
   r.boot_id = boot_id;
-  r.namespace_ = j.at("namespace").get<std::string>();
-  r.name = j.at("name").get<std::string>();
-  r.state = ParseState(j.at("state").get<std::string>());
-  for (const json& f : j.at("functions")) r.functions.push_back(FunctionFromJson(f));
-  for (const json& m : j.at("mdevs")) r.mdevs.push_back(MdevFromJson(m));
-  r.cdi_files = j.at("cdiFiles").get<std::vector<std::string>>();
+  ReadClaimFields(j, r);
   r.replayable = false;
   const json& response = j.at("response");
   if (!response.is_array()) return r;
