@@ -343,6 +343,12 @@ def check_readme(root, plugin):
     tools = {"--test-dir", "--output-on-failure", "--tag", "--file", "--kustomize", "--for",
              "--timeout", "--namespace", "--selector", "--all-namespaces", "--raw",
              "--messages", "--registrar-dir", "--field-selector"}
+    # Flags our own scripts accept: the `--flag)` labels of their argument `case`.
+    hack = os.path.join(root, "hack")
+    for script in sorted(os.listdir(hack)):
+        if script.endswith(".sh"):
+            with open(os.path.join(hack, script), encoding="utf-8") as f:
+                tools |= set(re.findall(r"^\s*(--[a-z][a-z0-9-]*)\)", f.read(), re.M))
     with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
         text = f.read()
     for flag in sorted(set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", text))):
@@ -394,6 +400,8 @@ BREAKS = [
      "does not list deviceclasses.yaml"),
     ("README.md", "`--unbind-timeout`", "`--unbind-timeouts`",
      "names --unbind-timeouts, which no vfio-dra-plugin command has"),
+    ("README.md", "`./hack/test.sh --quick`", "`./hack/test.sh --quik`",
+     "names --quik, which no vfio-dra-plugin command has"),
 ]
 
 
@@ -402,6 +410,7 @@ def self_test(root, plugin, fixture_tool):
     for path, text, replacement, expected in BREAKS:
         with tempfile.TemporaryDirectory() as tmp:
             shutil.copytree(os.path.join(root, "deploy"), os.path.join(tmp, "deploy"))
+            shutil.copytree(os.path.join(root, "hack"), os.path.join(tmp, "hack"))
             shutil.copy(os.path.join(root, "README.md"), tmp)
             target = os.path.join(tmp, path)
             with open(target, encoding="utf-8") as f:
