@@ -23,7 +23,13 @@ LAYERS = [
     "cmd",
 ]
 
-INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/[^"]+"')
+# Narrow seams: a module may see only these headers of an earlier one. The kubelet-facing side
+# sees device preparation through its contract alone, so it stays usable without the rest.
+SEAMS = {
+    ("kubeletplugin", "prepare"): {"claim_ref.h", "device_preparer.h"},
+}
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/([^"]+)"')
 
 
 def self_test():
@@ -41,9 +47,18 @@ def self_test():
         with open(os.path.join(src, "base", "b.h"), "w") as f:
             f.write('#include <string>\n#include "vfio/a.h"\n')
         upward = run()
+        with open(os.path.join(src, "base", "b.h"), "w") as f:
+            f.write("#include <string>\n")
+        for module in ("prepare", "kubeletplugin"):
+            os.makedirs(os.path.join(src, module))
+        with open(os.path.join(src, "kubeletplugin", "c.cc"), "w") as f:
+            f.write('#include "prepare/device_preparer.h"\n#include "prepare/plan.h"\n')
+        seam = run()
         os.makedirs(os.path.join(src, "misc"))
         unlisted = run()
     ok = (clean.returncode == 0 and upward.returncode == 1 and "src/base/b.h:2" in upward.stdout
+          and seam.returncode == 1 and "src/kubeletplugin/c.cc:2" in seam.stdout
+          and "c.cc:1" not in seam.stdout
           and unlisted.returncode == 1 and "src/misc/" in unlisted.stdout)
     print("include layering self-test: " + ("ok" if ok else "FAILED"))
     return 0 if ok else 1
@@ -72,13 +87,18 @@ def main():
                         match = INCLUDE.match(line)
                         if not match:
                             continue
-                        target = match.group(1)
+                        target, header = match.group(1), match.group(2)
                         if target not in rank:
                             continue  # generated (proto) or third-party headers
+                        rel = os.path.relpath(file, os.path.join(src, ".."))
                         if rank[target] > rank[module]:
-                            rel = os.path.relpath(file, os.path.join(src, ".."))
                             problems.append(f"{rel}:{number}: {module} includes {target}, which "
                                             f"comes after it ({' -> '.join(LAYERS)})")
+                        seam = SEAMS.get((module, target))
+                        if seam is not None and header not in seam:
+                            problems.append(f"{rel}:{number}: {module} includes {target}/{header}; "
+                                            f"it may see {target} only through "
+                                            f"{', '.join(sorted(seam))}")
     for problem in problems:
         print(problem)
     if problems:

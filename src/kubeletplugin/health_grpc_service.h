@@ -16,7 +16,7 @@
 
 #include "base/log.h"
 #include "dra_health_v1alpha1.grpc.pb.h"
-#include "prepare/device_health.h"
+#include "prepare/device_preparer.h"
 
 namespace vfio_dra::kubeletplugin {
 

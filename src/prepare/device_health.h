@@ -9,18 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "prepare/device_preparer.h"
 #include "prepare/prepare_checkpoint.h"
 #include "slicepublisher/published_devices.h"
 #include "sysfs/sysfs_reader.h"
 
 namespace vfio_dra::prepare {
-
-struct DeviceHealthStatus {
-  std::string pool;
-  std::string device;
-  bool healthy = true;
-  std::string message;  // why it is unhealthy; a short description when healthy
-};
 
 // Published devices first (by name), then prepared devices that are no longer published.
 std::vector<DeviceHealthStatus> CheckDeviceHealth(

@@ -1,5 +1,6 @@
 // DevicePreparer: the seam between the kubelet-facing service and the device work (vfio binding,
-// mdev creation, CDI specs, checkpoint). The node service does the protocol (claim lookup,
+// mdev creation, CDI specs, checkpoint). With ClaimRef and DeviceHealthStatus it is all that
+// src/kubeletplugin sees of src/prepare. The node service does the protocol (claim lookup,
 // validation, filtering to our driver, serialization); a DevicePreparer only sees claims that are
 // valid, allocated, and have results for this driver.
 #pragma once
@@ -21,6 +22,14 @@ struct PreparedDevice {
   std::string device_name;
   std::vector<std::string> cdi_device_ids;
   std::optional<std::string> share_id;
+};
+
+// One device's verdict for the kubelet's health stream (see device_health.h for the rules).
+struct DeviceHealthStatus {
+  std::string pool;
+  std::string device;
+  bool healthy = true;
+  std::string message;  // why it is unhealthy; a short description when healthy
 };
 
 class DevicePreparer {
