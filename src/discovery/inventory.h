@@ -69,6 +69,9 @@ struct MdevType {
   std::string description;
   std::string device_api;
   int available_instances = 0;
+  // What the vendor states the parent holds of this type when empty (NVIDIA: `max_instance=N`
+  // in the description); absent when the vendor says nothing.
+  std::optional<int> stated_max_instances;
 };
 
 struct MdevInstance {

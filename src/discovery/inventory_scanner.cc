@@ -168,6 +168,7 @@ void ScanMdevParents(const sysfs::SysfsReader& sysfs, Inventory& inventory) {
       type.available_instances = static_cast<int>(*count);
       if (auto n = sysfs.Read(dir + "/name"); n.ok()) type.name = trim(*n);
       if (auto d = sysfs.Read(dir + "/description"); d.ok()) type.description = trim(*d);
+      type.stated_max_instances = sysfs::ParseMdevMaxInstance(type.description);
       parent.types.push_back(std::move(type));
     }
     if (auto entries = sysfs.List(base); entries.ok()) {

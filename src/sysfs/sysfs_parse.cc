@@ -155,4 +155,27 @@ bool IsMdevUuid(std::string_view text) {
   return true;
 }
 
+std::optional<int> ParseMdevMaxInstance(std::string_view description) {
+  static constexpr std::string_view kKey = "max_instance=";
+  size_t at = 0;
+  while ((at = description.find(kKey, at)) != std::string_view::npos) {
+    // Only a whole key counts: "xmax_instance=" is another key.
+    const bool key_start = at == 0 || description[at - 1] == ' ' || description[at - 1] == ',';
+    at += kKey.size();
+    if (!key_start) continue;
+    size_t end = at;
+    while (end < description.size() && std::isdigit(static_cast<unsigned char>(description[end]))) {
+      ++end;
+    }
+    const bool value_end = end == description.size() || description[end] == ',' ||
+                           description[end] == ' ' || description[end] == '\n';
+    if (end == at || end - at > 6 || !value_end) return std::nullopt;
+    int value = 0;
+    for (size_t i = at; i < end; ++i) value = value * 10 + (description[i] - '0');
+    if (value <= 0) return std::nullopt;
+    return value;
+  }
+  return std::nullopt;
+}
+
 }  // namespace vfio_dra::sysfs

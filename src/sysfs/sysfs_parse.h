@@ -36,4 +36,10 @@ std::string PcieRootFromPath(std::string_view path);
 // A canonical mdev UUID (8-4-4-4-12 lower-case hex).
 bool IsMdevUuid(std::string_view text);
 
+// The vendor's own statement of how many instances of an mdev type the parent holds when it is
+// otherwise empty, from the type's `description`. NVIDIA writes comma-separated key=value pairs
+// ("num_heads=4, frl_config=45, framebuffer=2048M, max_resolution=5120x2880, max_instance=12").
+// Absent when the description states nothing (or nothing positive and in range).
+std::optional<int> ParseMdevMaxInstance(std::string_view description);
+
 }  // namespace vfio_dra::sysfs
