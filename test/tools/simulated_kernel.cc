@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <regex>
 #include <sstream>
 #include <stdexcept>
@@ -82,16 +83,33 @@ SimulatedKernel::SimulatedKernel(std::string sysfs_root, std::string dev_root)
   if (fs::exists(Abs("class/mdev_bus"))) {
     for (const auto& parent : fs::directory_iterator(Abs("class/mdev_bus"))) {
       const std::string dir = fs::canonical(parent.path()).lexically_relative(root_).string();
+      bool any_instance = false;
+      bool idle_type_offered = false;  // a type without instances still offers some
       for (const auto& type : fs::directory_iterator(Abs(dir + "/mdev_supported_types"))) {
         int existing = 0;
         for ([[maybe_unused]] const auto& d : fs::directory_iterator(type.path() / "devices")) {
           ++existing;
         }
+        const int available = ParseInt(ReadText(type.path() / "available_instances"), 0);
+        any_instance = any_instance || existing > 0;
+        idle_type_offered = idle_type_offered || (existing == 0 && available > 0);
+        // The vendor's statement where there is one (the fixture then shows the state the
+        // kernel would); otherwise the fixture is taken to show the types' real maxima.
+        const std::string description =
+            fs::exists(type.path() / "description") ? ReadText(type.path() / "description") : "";
         mdev_max_[dir][type.path().filename().string()] =
-            ParseInt(ReadText(type.path() / "available_instances"), 0) + existing;
+            sysfs::ParseMdevMaxInstance(description).value_or(available + existing);
       }
+      // An NVIDIA parent that offers other types while one runs is in heterogeneous mode.
+      if (any_instance && idle_type_offered) mdev_mixed_.insert(dir);
     }
   }
+  // Sizes the fixture knows but the tree cannot state (a busy parent of a silent vendor).
+  std::ifstream hints(MdevMaxHintFile(root_));
+  std::string hint_dir;
+  std::string hint_type;
+  int hint_max = 0;
+  while (hints >> hint_dir >> hint_type >> hint_max) mdev_max_[hint_dir][hint_type] = hint_max;
   SaveState();
 }
 
@@ -131,7 +149,8 @@ SimulatedKernel::~SimulatedKernel() {
 }
 
 void SimulatedKernel::SaveState() const {
-  nlohmann::json state = {{"hostDrivers", host_driver_}, {"mdevMax", mdev_max_}};
+  nlohmann::json state = {
+      {"hostDrivers", host_driver_}, {"mdevMax", mdev_max_}, {"mdevMixed", mdev_mixed_}};
   WriteText(state_file_, state.dump(2));
 }
 
@@ -139,6 +158,7 @@ void SimulatedKernel::LoadState() {
   const auto state = nlohmann::json::parse(ReadText(state_file_));
   host_driver_ = state.at("hostDrivers").get<std::map<std::string, std::string>>();
   mdev_max_ = state.at("mdevMax").get<std::map<std::string, std::map<std::string, int>>>();
+  mdev_mixed_ = state.value("mdevMixed", std::set<std::string>{});
 }
 
 void SimulatedKernel::FailVfioBind(const std::string& address, int err) {
@@ -542,18 +562,46 @@ int SimulatedKernel::CreateMdev(const std::string& parent_dir, const std::string
   fx.Symlink(dir + "/iommu_group", "kernel/iommu_groups/" + name);
   fx.WriteFile("class/vfio/" + name + "/dev", std::to_string(kVfioGroupMajor) + ":" + name + "\n");
   MakeNode("vfio/" + name, kVfioGroupMajor, group);
-  // NVIDIA runs one type per physical GPU: once an instance exists, the other types have none.
-  std::error_code ec;
-  const bool nvidia = fs::read_symlink(Abs(parent_dir + "/driver"), ec).filename() == "nvidia";
-  for (const auto& [other, max] : mdev_max_[parent_dir]) {
-    const std::string file = parent_dir + "/mdev_supported_types/" + other + "/available_instances";
-    if (other == type) {
-      WriteText(Abs(file), std::to_string(available - 1) + "\n");
-    } else if (nvidia) {
-      WriteText(Abs(file), "0\n");
-    }
-  }
+  RecomputeAvailable(parent_dir);
   return 0;
+}
+
+void SimulatedKernel::RecomputeAvailable(const std::string& parent_dir) {
+  std::map<std::string, int> count;  // instances per type
+  for (const auto& [t, max] : mdev_max_[parent_dir]) {
+    const fs::path devices = Abs(parent_dir + "/mdev_supported_types/" + t + "/devices");
+    count[t] = 0;
+    if (!fs::exists(devices)) continue;
+    for ([[maybe_unused]] const auto& d : fs::directory_iterator(devices)) ++count[t];
+  }
+  // NVIDIA runs one type per physical GPU unless heterogeneous mode is on: once an instance
+  // exists, the other types have none. In heterogeneous mode, and for other vendors (mtty, Intel
+  // GVT-g), the parent counts space: an instance of any type takes its share of the parent, and
+  // each type reports how many more of it fit in what is left.
+  std::error_code ec;
+  const bool one_type = fs::read_symlink(Abs(parent_dir + "/driver"), ec).filename() == "nvidia" &&
+                        mdev_mixed_.count(parent_dir) == 0;
+  int64_t lcm = 1;
+  for (const auto& [t, max] : mdev_max_[parent_dir]) {
+    if (max > 0) lcm = std::lcm(lcm, int64_t{max});
+  }
+  int64_t used = 0;
+  std::string in_use;
+  for (const auto& [t, n] : count) {
+    const int max = mdev_max_[parent_dir][t];
+    if (n > 0 && max > 0) used += n * (lcm / max);
+    if (n > 0) in_use = t;
+  }
+  for (const auto& [t, max] : mdev_max_[parent_dir]) {
+    int available = 0;
+    if (max > 0 && one_type) {
+      available = in_use.empty() || in_use == t ? max - count[t] : 0;
+    } else if (max > 0) {
+      available = static_cast<int>(std::max<int64_t>(0, lcm - used) / (lcm / max));
+    }
+    WriteText(Abs(parent_dir + "/mdev_supported_types/" + t + "/available_instances"),
+              std::to_string(available) + "\n");
+  }
 }
 
 int SimulatedKernel::RemoveMdev(const std::string& uuid) {
@@ -573,20 +621,7 @@ int SimulatedKernel::RemoveMdev(const std::string& uuid) {
     RemoveNode("vfio/" + name);
   }
   fs::remove_all(Abs(dir));
-  bool any_left = false;
-  for (const auto& [t, max] : mdev_max_[parent_dir]) {
-    const fs::path devices = Abs(parent_dir + "/mdev_supported_types/" + t + "/devices");
-    if (fs::exists(devices) && !fs::is_empty(devices)) any_left = true;
-  }
-  for (const auto& [t, max] : mdev_max_[parent_dir]) {
-    const std::string file = parent_dir + "/mdev_supported_types/" + t + "/available_instances";
-    const int now = ParseInt(ReadText(Abs(file)), 0);
-    if (!any_left) {
-      WriteText(Abs(file), std::to_string(max) + "\n");
-    } else if (t == type) {
-      WriteText(Abs(file), std::to_string(std::min(max, now + 1)) + "\n");
-    }
-  }
+  RecomputeAvailable(parent_dir);
   return 0;
 }
 

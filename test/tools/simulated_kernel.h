@@ -3,9 +3,10 @@
 // driver_override, a driver's bind/unbind, drivers_probe, mdev create/remove and sriov_numvfs,
 // including the uevent DRIVER line, /sys/class/vfio, vfio-dev cdevs, the /dev/vfio nodes (real
 // character devices made with mknod, so the daemon's checks run as on a node) and mdev
-// available_instances (with NVIDIA's one-type-per-parent rule). It injects faults (a bind that
-// fails, an unbind that hangs, an mdev create without capacity, a device that vanishes) and logs
-// every write, so tests can check that nothing outside the managed devices' attributes was
+// available_instances (NVIDIA's one-type-per-parent rule; other vendors count space, as mtty and
+// GVT-g do, so an instance of one type lowers what the others offer). It injects faults (a bind
+// that fails, an unbind that hangs, an mdev create without capacity, a device that vanishes) and
+// logs every write, so tests can check that nothing outside the managed devices' attributes was
 // written. What the tree cannot hold (which host driver matches a device) is kept next to it in
 // "<sysfs root>.sim.json", so a restarted daemon process sees the same kernel.
 //
@@ -121,6 +122,9 @@ class SimulatedKernel final : public sysfs::SysfsWriter {
   mutable std::condition_variable cv_;
   std::map<std::string, std::string> host_driver_;              // address -> matching host driver
   std::map<std::string, std::map<std::string, int>> mdev_max_;  // parent dir -> type -> max
+  std::set<std::string> mdev_mixed_;  // NVIDIA parents in heterogeneous mode (count space)
+  // Rewrites every type's available_instances of a parent from what exists on it.
+  void RecomputeAvailable(const std::string& parent_dir);
   std::map<std::string, int> fail_bind_;
   std::set<std::string> hang_unbind_;
   bool released_ = false;

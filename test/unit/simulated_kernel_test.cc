@@ -111,5 +111,36 @@ TEST_F(SimulatedKernelTest, MdevCreateCountsInstancesAndAppliesNvidiasOneTypeRul
   EXPECT_EQ(Write(types + "nvidia-222/create", "7a1c2f0e-5b7d-4c1e-9a11-000000000002"), 0);
 }
 
+// mtty (and Intel GVT-g, and NVIDIA in heterogeneous mode) count space: an instance of one type
+// lowers what every other type offers.
+TEST(SimulatedKernelSpace, ParentsThatMixTypesCountSpace) {
+  FixtureNode node("vgpu-busy");
+  SimulatedKernel kernel(node.sysfs_root(), node.dir() + "/dev");
+  auto available = [&](const std::string& parent, const std::string& type) {
+    std::ifstream in(node.sysfs_root() + "/class/mdev_bus/" + parent + "/mdev_supported_types/" +
+                     type + "/available_instances");
+    int n = -1;
+    in >> n;
+    return n;
+  };
+  auto create = [&](const std::string& parent, const std::string& type, int n) {
+    return kernel.Write(node.sysfs_root() + "/class/mdev_bus/" + parent + "/mdev_supported_types/" +
+                            type + "/create",
+                        "9e8d7c6b-0000-4000-8000-00000000000" + std::to_string(n));
+  };
+  // mtty: 19 ports left; a dual-port instance takes 2 of them.
+  ASSERT_EQ(create("mtty", "mtty-2", 1), 0);
+  EXPECT_EQ(available("mtty", "mtty-1"), 17);
+  EXPECT_EQ(available("mtty", "mtty-2"), 8);
+  // A heterogeneous T4 with 12 of 16 units free: an 8A instance takes 8.
+  ASSERT_EQ(create("0000:3b:00.0", "nvidia-228", 2), 0);
+  EXPECT_EQ(available("0000:3b:00.0", "nvidia-222"), 4);
+  EXPECT_EQ(available("0000:3b:00.0", "nvidia-226"), 1);
+  EXPECT_EQ(available("0000:3b:00.0", "nvidia-228"), 0);
+  // A T4 in one-type mode refuses any other type.
+  EXPECT_EQ(create("0000:3c:00.0", "nvidia-222", 3), EUSERS);
+  EXPECT_EQ(available("0000:3c:00.0", "nvidia-223"), 6);
+}
+
 }  // namespace
 }  // namespace vfio_dra::testing
