@@ -38,6 +38,34 @@ Status MdevLifecycle::CheckExisting(const MdevIdentity& mdev) const {
   return Status::Ok();
 }
 
+Status MdevLifecycle::NoCapacity(const MdevIdentity& mdev, const std::string& why) const {
+  // What runs on the parent tells the admin whether this is a full parent or the one-type rule.
+  const std::string types_dir = "class/mdev_bus/" + mdev.parent + "/mdev_supported_types";
+  std::string in_use;
+  std::string other_type;
+  if (auto types = sysfs_.List(types_dir); types.ok()) {
+    for (const std::string& type : *types) {
+      auto devices = sysfs_.List(types_dir + "/" + type + "/devices");
+      if (!devices.ok() || devices->empty()) continue;
+      in_use += (in_use.empty() ? "" : ", ") + type + " (" + std::to_string(devices->size()) +
+                (devices->size() == 1 ? " instance)" : " instances)");
+      if (type != mdev.type_id) other_type = type;
+    }
+  }
+  std::string message = Describe(mdev) + ": no capacity left on the parent (" + why + ")";
+  if (in_use.empty()) return MakeError(ErrorKind::kFailedPrecondition, message);
+  message += "; in use on " + mdev.parent + ": " + in_use;
+  if (!other_type.empty()) {
+    message += ". If this parent runs one type at a time, pin one type for it in the policy (" +
+               std::string("select: [{kind: mdev, address: \"") + mdev.parent + "\", mdevType: \"" +
+               other_type +
+               "\"}]) so that only that type is offered; the kubelet retries this claim on this "
+               "node until an instance of " +
+               other_type + " is removed or the claim is deleted";
+  }
+  return MakeError(ErrorKind::kFailedPrecondition, message);
+}
+
 Status MdevLifecycle::Create(const MdevIdentity& mdev) {
   if (Exists(mdev.uuid)) {
     return CheckExisting(mdev);
@@ -51,10 +79,7 @@ Status MdevLifecycle::Create(const MdevIdentity& mdev) {
   }
   if (auto available = sysfs_.Read(type_dir + "/available_instances"); available.ok()) {
     if (auto count = sysfs::ParseDecimalAttribute(*available); count.ok() && *count <= 0) {
-      return MakeError(ErrorKind::kFailedPrecondition,
-                       Describe(mdev) +
-                           ": no capacity left (available_instances is 0; another "
-                           "type may be in use on this parent)");
+      return NoCapacity(mdev, "available_instances is 0");
     }
   }
   const int err = writer_.Write(sysfs_.Path(type_dir + "/create"), mdev.uuid);
@@ -62,9 +87,7 @@ Status MdevLifecycle::Create(const MdevIdentity& mdev) {
     return CheckExisting(mdev);
   }
   if (err == EUSERS || err == ENOSPC) {
-    return MakeError(ErrorKind::kFailedPrecondition,
-                     Describe(mdev) + ": no capacity left on the parent (" + ErrnoText(err) +
-                         "; another type may be in use on it)");
+    return NoCapacity(mdev, "the kernel refused the create: " + ErrnoText(err));
   }
   if (err != 0) {
     return MakeError(ErrorKind::kFailedPrecondition, Describe(mdev) + ": writing the UUID to " +

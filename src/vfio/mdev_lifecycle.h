@@ -40,6 +40,9 @@ class MdevLifecycle {
 
  private:
   Status CheckExisting(const MdevIdentity& mdev) const;
+  // The error for a parent without room: names what runs on it and, when another type does, the
+  // policy setting that keeps one type per parent.
+  Status NoCapacity(const MdevIdentity& mdev, const std::string& why) const;
 
   const sysfs::SysfsReader& sysfs_;
   sysfs::SysfsWriter& writer_;

@@ -169,7 +169,7 @@ class PrepareTest : public ::testing::Test {
   std::unique_ptr<FixtureNode> node_;
   std::unique_ptr<sysfs::SysfsReader> sysfs_;
   std::unique_ptr<SimulatedKernel> kernel_;
-  slicepublisher::MdevCapacityMemory capacity_;
+  slicepublisher::MdevTypeMaxima capacity_;
   slicepublisher::PublishedDevices published_;
   std::unique_ptr<prepare::VfioDevicePreparer> preparer_;
   std::function<void(const std::string&)> step_hook_;
@@ -509,6 +509,26 @@ TEST_F(PrepareTest, NoMdevCapacityIsAClearClaimErrorAndLeavesNothingBehind) {
   EXPECT_THAT(prepared.error().message, HasSubstr("nvidia-223 on 0000:3b:00.0"));
   EXPECT_TRUE(CdiFiles().empty());
   EXPECT_EQ(Recorded(kUid), std::nullopt);
+}
+
+// The window before a one-type parent's first instance exists: the scheduler may allocate two
+// types of it at once. The second prepare fails naming the parent, the type in use and the
+// policy setting that avoids it.
+TEST_F(PrepareTest, ASecondTypeOnAOneTypeParentNamesTheTypeInUseAndThePolicyPin) {
+  Use("vm-host");
+  ASSERT_TRUE(Prepare(Claim({{"vgpu", "mdev-0000-3b-00-0-nvidia-222-0"}})).ok());
+  auto second = Prepare(Claim({{"vgpu", "mdev-0000-3b-00-0-nvidia-223-0"}}, Uid(2), "other"));
+  ASSERT_FALSE(second.ok());
+  EXPECT_THAT(second.error().message, HasSubstr("no capacity left on the parent"));
+  EXPECT_THAT(second.error().message, HasSubstr("in use on 0000:3b:00.0: nvidia-222 (1 instance)"));
+  EXPECT_THAT(
+      second.error().message,
+      HasSubstr(R"(select: [{kind: mdev, address: "0000:3b:00.0", mdevType: "nvidia-222"}])"));
+  EXPECT_EQ(Recorded(Uid(2)), std::nullopt);
+  // Once published again, the parent offers only the type in use.
+  Publish();
+  EXPECT_TRUE(published_.Find("node1", "mdev-0000-3b-00-0-nvidia-222-1").has_value());
+  EXPECT_FALSE(published_.Find("node1", "mdev-0000-3b-00-0-nvidia-223-0").has_value());
 }
 
 TEST_F(PrepareTest, AFunctionAlreadyOnVfioPciIsUsedAsItIsAndStaysBound) {
