@@ -39,7 +39,7 @@ std::shared_ptr<const discovery::NodeScan> SyntheticNode(int devices) {
 
 void BM_BuildAndValidate(benchmark::State& state) {
   auto scan = SyntheticNode(static_cast<int>(state.range(0)));
-  slicepublisher::MdevCapacityMemory capacity;
+  slicepublisher::MdevTypeMaxima capacity;
   for (auto _ : state) {
     auto pool = slicepublisher::BuildDesiredPool(
         *scan, {"node-1", slicepublisher::CounterLayout::kOwnSlice}, capacity);

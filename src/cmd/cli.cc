@@ -120,6 +120,9 @@ int RunCli(int argc, char** argv, const ServeEnvironment& environment) {
       ->capture_default_str();
   slices->add_option("--pci-ids", slices_options.pci_ids, "pci.ids file for device names")
       ->capture_default_str();
+  slices->add_option("--plugin-data-dir", slices_options.plugin_data_dir,
+                     "the daemon's data directory, for the mdev type maxima it learned (read only; "
+                     "default /var/lib/kubelet/plugins/<driver-name>)");
 
   try {
     app.parse(argc, argv);

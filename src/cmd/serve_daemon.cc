@@ -112,6 +112,8 @@ void ServeDaemon::BuildPublishing() {
   reconciler_options.published = &published_;
   reconciler_options.driver = options_.driver_name;
   reconciler_options.node_name = options_.node_name;
+  reconciler_options.mdev_maxima_path =
+      options_.plugin_data_dir + "/" + slicepublisher::kMdevTypeMaximaFile;
   reconciler_.emplace(*api_, reconciler_options, root_.WithComponent("slices"));
 
   discovery::DeviceWatcherOptions watch_options;

@@ -79,11 +79,20 @@ int RunSlices(SlicesOptions options) {
   for (const std::string& warning : scan->inventory.warnings) {
     std::cerr << "warning: " << warning << std::endl;
   }
-  slicepublisher::MdevCapacityMemory capacity;
-  capacity.Observe(scan->inventory);
+  const std::string data_dir = options.plugin_data_dir.empty()
+                                   ? "/var/lib/kubelet/plugins/" + options.driver_name
+                                   : options.plugin_data_dir;
+  const std::string maxima_path = data_dir + "/" + slicepublisher::kMdevTypeMaximaFile;
+  auto maxima = slicepublisher::MdevTypeMaxima::Load(maxima_path);
+  if (!maxima.ok()) {
+    std::cerr << "warning: " << maxima.error().message
+              << " (vGPU counters are computed from what the kernel shows alone)" << std::endl;
+    maxima = slicepublisher::MdevTypeMaxima{};
+  }
+  maxima->Observe(scan->inventory);
   const slicepublisher::PublishablePool publishable = slicepublisher::BuildPublishablePool(
       *scan, {options.node_name, options.driver_name, {options.api_version, *minor, false}},
-      capacity);
+      *maxima);
   const slicepublisher::DesiredPool& pool = publishable.pool;
   for (const std::string& warning : pool.warnings) std::cerr << "warning: " << warning << std::endl;
   if (!publishable.valid.ok()) {

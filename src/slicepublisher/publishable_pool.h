@@ -25,6 +25,6 @@ struct PublishablePool {
 };
 
 PublishablePool BuildPublishablePool(const discovery::NodeScan& scan, const PoolTarget& target,
-                                     const MdevCapacityMemory& capacity);
+                                     const MdevTypeMaxima& maxima);
 
 }  // namespace vfio_dra::slicepublisher

@@ -6,6 +6,7 @@
 
 #include "slicepublisher/device_attributes.h"
 #include "slicepublisher/device_names.h"
+#include "slicepublisher/mdev_counters.h"
 
 namespace vfio_dra::slicepublisher {
 namespace {
@@ -95,32 +96,77 @@ void Chunk(std::vector<SliceDevice> devices, size_t limit, std::vector<SliceCont
   }
 }
 
-}  // namespace
-
-void MdevCapacityMemory::Observe(const discovery::Inventory& inventory) {
-  for (const MdevParent& parent : inventory.mdev_parents) {
-    for (const discovery::MdevType& type : parent.types) {
-      int existing = 0;
-      for (const auto& instance : parent.instances) {
-        if (instance.type_id == type.id) ++existing;
+// One partitionable parent: its counter set (mdev_counters.h), the whole-device entry (when the
+// parent is a published PCI function), the instances that exist and the potential ones.
+ParentGroup BuildParentGroup(const MdevParent& parent, const PciFunction* parent_fn,
+                             std::optional<SliceDevice> whole,
+                             const std::set<std::pair<std::string, std::string>>& published_types,
+                             const BuildOptions& options, const MdevTypeMaxima& maxima,
+                             std::vector<std::string>& warnings) {
+  const bool counters = options.layout != CounterLayout::kNone;
+  const MdevCounterPlan plan = PlanMdevCounters(parent, maxima);
+  if (!plan.problem.empty()) {
+    warnings.push_back("mdev parent " + parent.name + ": " + plan.problem +
+                       "; only its existing instances are published");
+  }
+  ParentGroup group;
+  if (counters) {
+    group.counter_set = CounterSetName(parent.name, parent_fn != nullptr);
+    group.capacity = plan.capacity;
+  }
+  if (whole) {
+    if (counters) {
+      whole->consumes_counters.push_back(
+          {group.counter_set, {{kCapacityCounter, plan.whole_consumes}}});
+    }
+    group.devices.push_back(std::move(*whole));
+  }
+  std::map<std::string, std::optional<int>> existing;  // uuid -> IOMMU group
+  for (const auto& instance : parent.instances) existing[instance.uuid] = instance.iommu_group;
+  for (const auto& type : parent.types) {
+    if (!published_types.count({parent.name, type.id})) continue;
+    const MdevTypeCounters& numbers = plan.types.at(type.id);
+    std::set<std::string> ours;
+    for (int i = 0; i < numbers.names; ++i) {
+      ours.insert(MdevInstanceUuid(options.node_name, parent.name, type.id, i));
+    }
+    int foreign = 0;
+    for (const auto& instance : parent.instances) {
+      if (instance.type_id != type.id || ours.count(instance.uuid)) continue;
+      ++foreign;
+      group.devices.push_back(MdevDevice(ForeignMdevDeviceName(instance.uuid), instance.uuid, type,
+                                         parent, parent_fn, instance.iommu_group));
+    }
+    // Existing instances of ours keep their names; potential ones are offered only as far as
+    // the kernel can still create them (without counters, not at all).
+    int offered = 0;
+    for (int i = 0; i < numbers.names - foreign; ++i) {
+      const std::string uuid = MdevInstanceUuid(options.node_name, parent.name, type.id, i);
+      auto it = existing.find(uuid);
+      if (it == existing.end() &&
+          (!counters || offered >= numbers.offerable || numbers.consumes <= 0)) {
+        continue;
       }
-      int& max = max_[{parent.name, type.id}];
-      max = std::max(max, type.available_instances + existing);
+      SliceDevice device = MdevDevice(MdevDeviceName(parent.name, type.id, i), uuid, type, parent,
+                                      parent_fn, it == existing.end() ? std::nullopt : it->second);
+      if (it == existing.end()) {
+        ++offered;
+        device.consumes_counters.push_back(
+            {group.counter_set, {{kCapacityCounter, numbers.consumes}}});
+      }
+      group.devices.push_back(std::move(device));
     }
   }
+  return group;
 }
 
-int MdevCapacityMemory::MaxInstances(const std::string& parent, const std::string& type_id) const {
-  auto it = max_.find({parent, type_id});
-  return it == max_.end() ? 0 : it->second;
-}
+}  // namespace
 
 DesiredPool BuildDesiredPool(const discovery::NodeScan& scan, const BuildOptions& options,
-                             const MdevCapacityMemory& capacity) {
+                             const MdevTypeMaxima& maxima) {
   const discovery::Inventory& inventory = scan.inventory;
   DesiredPool pool;
   pool.name = options.node_name;
-  const bool counters = options.layout != CounterLayout::kNone;
 
   std::map<std::string, SliceDevice> whole_devices;  // by address
   for (const auto& selected : scan.selection.devices) {
@@ -140,68 +186,15 @@ DesiredPool BuildDesiredPool(const discovery::NodeScan& scan, const BuildOptions
     if (!any_published) continue;
     const PciFunction* parent_fn =
         parent.pci_address.empty() ? nullptr : inventory.Find(parent.pci_address);
-    ParentGroup group;
-    // L: the lcm of the maximum instance counts of every type that can exist on this parent.
-    int64_t lcm = 1;
-    std::map<std::string, int> max_by_type;
-    for (const auto& type : parent.types) {
-      const int max = capacity.MaxInstances(parent.name, type.id);
-      max_by_type[type.id] = max;
-      if (max > 0) lcm = std::lcm(lcm, int64_t{max});
-    }
-    int64_t used = 0;
-    std::set<std::string> existing_uuids;
-    for (const auto& instance : parent.instances) {
-      existing_uuids.insert(instance.uuid);
-      const int max = max_by_type.count(instance.type_id) ? max_by_type[instance.type_id] : 0;
-      if (max > 0) used += lcm / max;
-    }
-    if (counters) {
-      group.counter_set = CounterSetName(parent.name, parent_fn != nullptr);
-      group.capacity = std::max<int64_t>(0, lcm - used);
-    }
-    // The whole-device entry of a partitionable GPU takes the entire parent.
-    if (parent_fn != nullptr && whole_devices.count(parent_fn->address)) {
-      SliceDevice whole = whole_devices[parent_fn->address];
-      whole_devices.erase(parent_fn->address);
-      if (counters) {
-        whole.consumes_counters.push_back({group.counter_set, {{kCapacityCounter, lcm}}});
-      }
-      group.devices.push_back(std::move(whole));
-    }
-    for (const auto& type : parent.types) {
-      if (!published_types.count({parent.name, type.id})) continue;
-      const int max = max_by_type[type.id];
-      int foreign = 0;
-      std::set<std::string> ours;
-      for (int i = 0; i < max; ++i) {
-        ours.insert(MdevInstanceUuid(options.node_name, parent.name, type.id, i));
-      }
-      for (const auto& instance : parent.instances) {
-        if (instance.type_id != type.id) continue;
-        if (!ours.count(instance.uuid)) {
-          ++foreign;
-          group.devices.push_back(MdevDevice(ForeignMdevDeviceName(instance.uuid), instance.uuid,
-                                             type, parent, parent_fn, instance.iommu_group));
-        }
-      }
-      for (int i = 0; i < max - foreign; ++i) {
-        const std::string uuid = MdevInstanceUuid(options.node_name, parent.name, type.id, i);
-        const bool exists = existing_uuids.count(uuid) > 0;
-        if (!exists && !counters) continue;  // without counters only real instances are safe
-        std::optional<int> group_id;
-        for (const auto& instance : parent.instances) {
-          if (instance.uuid == uuid) group_id = instance.iommu_group;
-        }
-        SliceDevice device = MdevDevice(MdevDeviceName(parent.name, type.id, i), uuid, type, parent,
-                                        parent_fn, group_id);
-        if (!exists) {
-          device.consumes_counters.push_back({group.counter_set, {{kCapacityCounter, lcm / max}}});
-        }
-        group.devices.push_back(std::move(device));
+    std::optional<SliceDevice> whole;
+    if (parent_fn != nullptr) {
+      if (auto it = whole_devices.find(parent_fn->address); it != whole_devices.end()) {
+        whole = std::move(it->second);
+        whole_devices.erase(it);
       }
     }
-    groups.push_back(std::move(group));
+    groups.push_back(BuildParentGroup(parent, parent_fn, std::move(whole), published_types, options,
+                                      maxima, pool.warnings));
   }
 
   // Whole devices that are not partitionable, in address order.

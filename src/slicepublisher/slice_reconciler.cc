@@ -1,6 +1,8 @@
 #include "slicepublisher/slice_reconciler.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <optional>
 #include <set>
 
 #include "kube/backoff.h"
@@ -41,7 +43,25 @@ int64_t PoolInt(const json& object, const char* key) {
 }  // namespace
 
 SliceReconciler::SliceReconciler(kube::ApiClient& api, ReconcilerOptions options, Logger log)
-    : api_(api), options_(std::move(options)), log_(std::move(log)) {}
+    : api_(api), options_(std::move(options)), log_(std::move(log)) {
+  LoadMaxima();
+}
+
+void SliceReconciler::LoadMaxima() {
+  if (options_.mdev_maxima_path.empty()) return;
+  auto loaded = MdevTypeMaxima::Load(options_.mdev_maxima_path);
+  if (loaded.ok()) {
+    maxima_ = std::move(*loaded);
+    return;
+  }
+  // A cache of what the kernel showed: start from the kernel alone, keep the bad copy for a look.
+  const std::string aside = options_.mdev_maxima_path + ".bad";
+  const bool moved = std::rename(options_.mdev_maxima_path.c_str(), aside.c_str()) == 0;
+  log_.Warn(
+      "ignoring the learned mdev type maxima; vGPU counters start from what the kernel "
+      "shows now and may be too small until each parent has been seen without instances",
+      {{"error", loaded.error().message}, {"kept_as", moved ? aside : "(left in place)"}});
+}
 
 SliceReconciler::~SliceReconciler() { Stop(); }
 
@@ -74,12 +94,27 @@ void SliceReconciler::MarkDirty() {
 }
 
 void SliceReconciler::SetScan(std::shared_ptr<const discovery::NodeScan> scan) {
-  std::lock_guard<std::mutex> lock(mu_);
-  scan_ = std::move(scan);
-  capacity_.Observe(scan_->inventory);
-  dirty_ = true;
-  stats_.in_sync = false;
-  wake_.notify_all();
+  std::optional<MdevTypeMaxima> to_save;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    scan_ = std::move(scan);
+    if (maxima_.Observe(scan_->inventory) && !options_.mdev_maxima_path.empty()) {
+      to_save = maxima_;
+    }
+    dirty_ = true;
+    stats_.in_sync = false;
+    wake_.notify_all();
+  }
+  // Written outside the lock (an fsync must not stall syncs); only the watcher thread sets scans,
+  // so saves cannot overtake each other.
+  if (to_save) {
+    if (Status s = to_save->Save(options_.mdev_maxima_path); !s.ok()) {
+      log_.Warn(
+          "cannot keep the learned mdev type maxima; a restart may publish smaller vGPU "
+          "counters until each parent is seen without instances",
+          {{"error", s.error().message}});
+    }
+  }
 }
 
 void SliceReconciler::Resync() { MarkDirty(); }
@@ -317,7 +352,7 @@ Status SliceReconciler::Sync() {
     profile = profile_;
     meta.node_uid = node_uid_;
     publishable =
-        BuildPublishablePool(*scan_, {options_.node_name, options_.driver, profile}, capacity_);
+        BuildPublishablePool(*scan_, {options_.node_name, options_.driver, profile}, maxima_);
   }
   const DesiredPool& pool = publishable.pool;
   for (const std::string& warning : pool.warnings) {

@@ -37,6 +37,9 @@ struct ReconcilerOptions {
   // Told every pool the reconciler sets out to publish (device preparation looks devices up
   // there); may be null.
   PublishedDevices* published = nullptr;
+  // Where the learned mdev type maxima are kept across restarts (mdev_type_maxima.h); empty:
+  // in memory only.
+  std::string mdev_maxima_path;
 };
 
 struct ReconcilerStats {
@@ -107,6 +110,7 @@ class SliceReconciler {
   // Applies a server response to the cache (so the watch echo of our own write is a no-op).
   void Remember(const nlohmann::json& object);
   void Forget(const std::string& name);
+  void LoadMaxima();
 
   kube::ApiClient& api_;
   ReconcilerOptions options_;
@@ -120,7 +124,7 @@ class SliceReconciler {
   std::map<std::string, CachedSlice> cache_;  // by slice name
   bool cache_ready_ = false;
   ReconcilerStats stats_;
-  MdevCapacityMemory capacity_;
+  MdevTypeMaxima maxima_;
   ServerProfile profile_;
   bool profile_known_ = false;
   std::string node_uid_;

@@ -75,7 +75,7 @@ Harness& TheHarness() {
         "version: v1\nselect:\n  - kind: hostdev\n    address: \"0000:06:00.0\"\n", "fuzz");
     if (parsed.ok()) policy = *parsed;
     auto scan = discovery::ScanNode(*harness->sysfs, nullptr, policy);
-    slicepublisher::MdevCapacityMemory capacity;
+    slicepublisher::MdevTypeMaxima capacity;
     capacity.Observe(scan->inventory);
     harness->published.Set(slicepublisher::BuildDesiredPool(
         *scan, {"node1", slicepublisher::CounterLayout::kOwnSlice}, capacity));

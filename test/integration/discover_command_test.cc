@@ -79,10 +79,11 @@ TEST_P(DiscoverCommandTest, JsonAgreesWithTheTable) {
 TEST_P(DiscoverCommandTest, SlicesMatchTheGoldenFileForEachRelease) {
   ASSERT_TRUE(BuildFixture(GetParam(), dir_ + "/sys"));
   for (const std::string release : {"1.34", "1.35", "1.36"}) {
-    CommandResult result = RunCommand(
-        {VFIO_DRA_PLUGIN_BINARY, "slices", "--sysfs-root", dir_ + "/sys", "--pci-ids",
-         dir_ + "/pci.ids", "--node-name", "node-1", "--kubernetes-version", release, "-o", "json"},
-        std::chrono::seconds(30));
+    CommandResult result =
+        RunCommand({VFIO_DRA_PLUGIN_BINARY, "slices", "--sysfs-root", dir_ + "/sys", "--pci-ids",
+                    dir_ + "/pci.ids", "--node-name", "node-1", "--kubernetes-version", release,
+                    "-o", "json", "--plugin-data-dir", dir_ + "/data"},
+                   std::chrono::seconds(30));
     ASSERT_EQ(result.exit_code, 0) << result.output;
     auto list = nlohmann::json::parse(result.output, nullptr, false);
     ASSERT_FALSE(list.is_discarded()) << result.output;

@@ -554,7 +554,7 @@ TEST_F(PrepareDaemonTest, SoakUnderApiFaultsLosesAndDoublesNothingAndSlicesConve
   auto policy = discovery::LoadAdminPolicy(dir_ + "/policy.yaml");
   ASSERT_TRUE(policy.ok());
   auto scan = discovery::ScanNode(sysfs, nullptr, *policy);
-  slicepublisher::MdevCapacityMemory capacity;
+  slicepublisher::MdevTypeMaxima capacity;
   capacity.Observe(scan->inventory);
   const auto desired = slicepublisher::BuildDesiredPool(
       *scan, {"node1", slicepublisher::CounterLayout::kOwnSlice}, capacity);

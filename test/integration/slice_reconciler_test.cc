@@ -6,11 +6,14 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "discovery/node_scan.h"
 #include "fake_apiserver.h"
 #include "kube/client_config.h"
 #include "kube/curl_transport.h"
+#include "slicepublisher/mdev_type_maxima.h"
 #include "sysfs_fixture.h"
 
 namespace vfio_dra::slicepublisher {
@@ -50,7 +53,7 @@ class SliceReconcilerTest : public ::testing::Test {
     auto names = discovery::PciNames::Open({root, dir_ + "/pci.ids", false});
     return discovery::ScanNode(sysfs, names.ok() ? names->get() : nullptr, {});
   }
-  void StartReconciler(const std::string& fixture) {
+  void StartReconciler(const std::string& fixture, const std::string& maxima_path = "") {
     auto config = kube::LoadKubeconfigFile(server_->WriteKubeconfig(dir_));
     ASSERT_TRUE(config.ok());
     transport_ = std::move(*kube::CurlTransport::Create(*config, "test"));
@@ -67,6 +70,7 @@ class SliceReconcilerTest : public ::testing::Test {
     options.initial_backoff = std::chrono::milliseconds(50);
     options.max_backoff = std::chrono::seconds(2);
     options.watch_timeout = std::chrono::seconds(5);
+    options.mdev_maxima_path = maxima_path;
     reconciler_ = std::make_unique<SliceReconciler>(*client_, options, Logger::Discard());
     reconciler_->SetScan(Scan(fixture));
     reconciler_->Start();
@@ -111,6 +115,38 @@ TEST_F(SliceReconcilerTest, PublishesTheNodeAndANoChangeResyncWritesNothing) {
   reconciler_->SetScan(Scan("vgpu"));  // the same node again
   ASSERT_TRUE(reconciler_->WaitInSync(kWait));
   EXPECT_EQ(server_->SliceWrites(), writes);
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST_F(SliceReconcilerTest, WhatAnEmptyParentShowsIsKeptForTheNextStart) {
+  StartServer();
+  const std::string path = dir_ + "/" + kMdevTypeMaximaFile;
+  StartReconciler("mtty", path);  // the parent holds no instance: its maxima are exact
+  ASSERT_TRUE(reconciler_->WaitInSync(kWait));
+  const json kept = json::parse(ReadAll(path));
+  EXPECT_EQ(kept["kind"], "MdevTypeMaxima");
+  EXPECT_EQ(kept["version"], kMdevTypeMaximaVersion);
+  EXPECT_EQ(kept["parents"]["mtty"]["types"]["mtty-1"]["max"], 24);
+  EXPECT_EQ(kept["parents"]["mtty"]["types"]["mtty-1"]["seenEmpty"], true);
+  EXPECT_EQ(kept["parents"]["mtty"]["types"]["mtty-2"]["max"], 12);
+}
+
+TEST_F(SliceReconcilerTest, AMalformedMaximaFileIsSetAsideAndTheNodeStillPublishes) {
+  StartServer();
+  const std::string path = dir_ + "/" + kMdevTypeMaximaFile;
+  {
+    std::ofstream out(path);
+    out << "{\"kind\": \"MdevTypeMaxima\", \"version\": 1, \"parents\": [";  // cut off
+  }
+  StartReconciler("mtty", path);
+  ASSERT_TRUE(reconciler_->WaitInSync(kWait));
+  EXPECT_FALSE(server_->Slices().empty());
+  EXPECT_THAT(ReadAll(path + ".bad"), HasSubstr("\"parents\": ["));  // kept for the admin
+  EXPECT_EQ(json::parse(ReadAll(path))["parents"]["mtty"]["types"]["mtty-2"]["max"], 12);
 }
 
 TEST_F(SliceReconcilerTest, ADeletedSliceIsRecreatedWithinTwoSeconds) {

@@ -30,7 +30,7 @@ Built Build(const FixtureNode& node, CounterLayout layout) {
   sysfs::SysfsReader sysfs(node.sysfs_root());
   auto names = discovery::PciNames::Open({node.sysfs_root(), node.pci_ids(), false});
   auto scan = discovery::ScanNode(sysfs, names.ok() ? names->get() : nullptr, {});
-  MdevCapacityMemory capacity;
+  MdevTypeMaxima capacity;
   capacity.Observe(scan->inventory);
   return {BuildDesiredPool(*scan, {"node-1", layout}, capacity), scan};
 }
