@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 
 #include "base/text.h"
@@ -176,6 +177,12 @@ std::optional<int> ParseMdevMaxInstance(std::string_view description) {
     return value;
   }
   return std::nullopt;
+}
+
+bool IsDriverName(std::string_view text) {
+  return !text.empty() && text.size() <= 64 && std::all_of(text.begin(), text.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '_';
+  });
 }
 
 }  // namespace vfio_dra::sysfs

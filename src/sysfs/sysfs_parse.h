@@ -36,6 +36,10 @@ std::string PcieRootFromPath(std::string_view path);
 // A canonical mdev UUID (8-4-4-4-12 lower-case hex).
 bool IsMdevUuid(std::string_view text);
 
+// A name that can be a kernel driver's (letters, digits, '-', '_'; at most 64): it becomes a
+// sysfs path (bus/pci/drivers/<name>/bind), so nothing else may pass.
+bool IsDriverName(std::string_view text);
+
 // The vendor's own statement of how many instances of an mdev type the parent holds when it is
 // otherwise empty, from the type's `description`. NVIDIA writes comma-separated key=value pairs
 // ("num_heads=4, frl_config=45, framebuffer=2048M, max_resolution=5120x2880, max_instance=12").
