@@ -13,6 +13,10 @@ namespace {
 
 using vfio_dra::cmd::ServeOptions;
 
+constexpr const char* kModulesAliasHelp =
+    "the kernel's modules.alias, for VFIO variant drivers (default: "
+    "/lib/modules/<release>/modules.alias when --sysfs-root is /sys)";
+
 void AddServeFlags(CLI::App& serve, ServeOptions& o) {
   serve
       .add_option("--driver-name", o.driver_name,
@@ -33,6 +37,7 @@ void AddServeFlags(CLI::App& serve, ServeOptions& o) {
   serve.add_option("--cdi-dir", o.cdi_dir, "directory for CDI specs")->capture_default_str();
   serve.add_option("--config", o.config_file, "admin policy file (YAML); default: built-in policy");
   serve.add_option("--pci-ids", o.pci_ids, "pci.ids file for device names")->capture_default_str();
+  serve.add_option("--modules-alias", o.modules_alias, kModulesAliasHelp);
   serve
       .add_option("--rescan-interval", o.rescan_interval_seconds,
                   "seconds between checks for device changes (a cheap probe; a full rescan when "
@@ -97,6 +102,7 @@ int RunCli(int argc, char** argv, const ServeEnvironment& environment) {
       ->capture_default_str();
   discover->add_option("--pci-ids", discover_options.pci_ids, "pci.ids file for device names")
       ->capture_default_str();
+  discover->add_option("--modules-alias", discover_options.modules_alias, kModulesAliasHelp);
 
   vfio_dra::cmd::SlicesOptions slices_options;
   CLI::App* slices = app.add_subcommand(
@@ -120,6 +126,7 @@ int RunCli(int argc, char** argv, const ServeEnvironment& environment) {
       ->capture_default_str();
   slices->add_option("--pci-ids", slices_options.pci_ids, "pci.ids file for device names")
       ->capture_default_str();
+  slices->add_option("--modules-alias", slices_options.modules_alias, kModulesAliasHelp);
   slices->add_option("--plugin-data-dir", slices_options.plugin_data_dir,
                      "the daemon's data directory, for the mdev type maxima it learned (read only; "
                      "default /var/lib/kubelet/plugins/<driver-name>)");

@@ -11,6 +11,7 @@ struct DiscoverOptions {
   std::string config_file;
   std::string output = "table";  // table | json
   std::string pci_ids = "/usr/share/misc/pci.ids";
+  std::string modules_alias;  // empty: this kernel's, when reading the real /sys
 };
 
 // Returns the exit code: 0, or 1 when the policy cannot be loaded.

@@ -35,11 +35,13 @@ Result<std::unique_ptr<ServeDaemon>> ServeDaemon::Build(const ServeOptions& opti
 }
 
 Status ServeDaemon::BuildDiscovery() {
-  auto sources = OpenDeviceSources(options_.config_file, options_.sysfs_root, options_.pci_ids);
+  auto sources = OpenDeviceSources(
+      {options_.config_file, options_.sysfs_root, options_.pci_ids, options_.modules_alias});
   if (!sources.ok()) return sources.error().Wrap("the admin policy is invalid");
   for (const std::string& warning : sources->warnings) log_.Warn(warning, {});
   policy_ = std::move(sources->policy);
   names_ = std::move(sources->names);
+  vfio_drivers_ = std::move(sources->vfio_drivers);
   sysfs_.emplace(options_.sysfs_root);
   return Status::Ok();
 }
@@ -89,6 +91,7 @@ Status ServeDaemon::BuildPreparation() {
   preparer_options.dev_root = options_.dev_root;
   preparer_options.unbind_timeout = std::chrono::seconds(options_.unbind_timeout_seconds);
   preparer_options.before_step = environment_.before_prepare_step;
+  preparer_options.vfio_drivers = vfio_drivers_;
   auto preparer = prepare::VfioDevicePreparer::Open(preparer_options, *sysfs_, *sysfs_writer_,
                                                     published_, root_.WithComponent("prepare"));
   if (!preparer.ok()) return preparer.error().Wrap("cannot start device preparation");
@@ -125,7 +128,8 @@ void ServeDaemon::BuildPublishing() {
           return preparer_->DeviceBusy(address);
         };
         preparer_->Refresh();
-        context.managed_original_drivers = *preparer_->ManagedOriginalDrivers();
+        context.managed = *preparer_->ManagedFunctions();
+        context.vfio_drivers = vfio_drivers_.get();
         return discovery::ScanNode(*sysfs_, names_.get(), policy_, context);
       },
       [this](const std::shared_ptr<const discovery::NodeScan>& scan) {

@@ -21,6 +21,7 @@ struct ServeOptions {
   std::string cdi_dir = "/var/run/cdi";
   std::string config_file;  // admin policy (discovery)
   std::string pci_ids = "/usr/share/misc/pci.ids";
+  std::string modules_alias;  // empty: this kernel's, when reading the real /sys
   int rescan_interval_seconds = 30;
   std::string pod_uid;  // rolling updates: per-instance socket names
   int verbosity = 0;

@@ -69,13 +69,16 @@ int RunSlices(SlicesOptions options) {
               << std::endl;
     return 2;
   }
-  auto sources = OpenDeviceSources(options.config_file, options.sysfs_root, options.pci_ids);
+  auto sources = OpenDeviceSources(
+      {options.config_file, options.sysfs_root, options.pci_ids, options.modules_alias});
   if (!sources.ok()) return Fail(sources.error().message);
   for (const std::string& warning : sources->warnings) {
     std::cerr << "warning: " << warning << std::endl;
   }
   sysfs::SysfsReader sysfs(options.sysfs_root);
-  auto scan = discovery::ScanNode(sysfs, sources->names.get(), sources->policy);
+  discovery::ScanContext scan_context;
+  scan_context.vfio_drivers = sources->vfio_drivers.get();
+  auto scan = discovery::ScanNode(sysfs, sources->names.get(), sources->policy, scan_context);
   for (const std::string& warning : scan->inventory.warnings) {
     std::cerr << "warning: " << warning << std::endl;
   }

@@ -15,6 +15,7 @@ struct SlicesOptions {
   std::string api_version = "v1";
   std::string output = "yaml";
   std::string pci_ids = "/usr/share/misc/pci.ids";
+  std::string modules_alias;  // empty: this kernel's, when reading the real /sys
   // Where the daemon keeps the mdev type maxima it learned (read only; a missing file is fine).
   std::string plugin_data_dir;  // default /var/lib/kubelet/plugins/<driver-name>
 };

@@ -138,6 +138,49 @@ Result<DeviceSelector> ParseSelector(const std::string& path, const YAML::Node& 
   return selector;
 }
 
+Result<VfioDriverRule> ParseVfioDriverRule(const std::string& path, const YAML::Node& node,
+                                           const std::string& where) {
+  if (!node.IsMap()) return PolicyError(path, node, where, "must be a mapping");
+  VfioDriverRule rule;
+  bool has_match = false;
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    if (key == "match") {
+      has_match = true;
+      const YAML::Node& match = kv.second;
+      if (match.IsMap() && match.size() == 0) {
+        rule.match.where = where + ".match";  // every function
+        continue;
+      }
+      auto selector = ParseSelector(path, match, where + ".match", false);
+      if (!selector.ok()) return selector.error();
+      if (!selector->mdev_types.empty()) {
+        return PolicyError(path, match, where + ".match.mdevType",
+                           "does not apply: mdevs have no VFIO driver of their own");
+      }
+      rule.match = std::move(*selector);
+    } else if (key == "use") {
+      if (!kv.second.IsScalar()) {
+        return PolicyError(path, kv.second, where + ".use", "must be a name");
+      }
+      rule.use = kv.second.as<std::string>();
+      if (!sysfs::IsDriverName(rule.use)) {
+        return PolicyError(path, kv.second, where + ".use",
+                           "\"" + rule.use +
+                               "\" is not a driver name (letters, digits, - and _; e.g. vfio-pci, "
+                               "mlx5_vfio_pci)");
+      }
+    } else {
+      return PolicyError(path, kv.first, where + "." + key, "unknown key (known: match, use)");
+    }
+  }
+  if (!has_match) {
+    return PolicyError(path, node, where + ".match", "is required ({} for every function)");
+  }
+  if (rule.use.empty()) return PolicyError(path, node, where + ".use", "is required");
+  return rule;
+}
+
 bool MatchesClass(const DeviceSelector& s, uint32_t class_code) {
   if (s.classes.empty()) return true;
   return s.classes.count(class_code >> 8) > 0 || s.classes.count(class_code | 0x1000000u) > 0;
@@ -271,13 +314,21 @@ Result<AdminPolicy> ParseAdminPolicy(const std::string& yaml_text, const std::st
           if (!selector.ok()) return selector.error();
           (key == "select" ? policy.select : policy.deny).push_back(std::move(*selector));
         }
+      } else if (key == "vfioDrivers") {
+        if (!value.IsSequence()) return PolicyError(path, value, key, "must be a list");
+        for (size_t i = 0; i < value.size(); ++i) {
+          auto rule = ParseVfioDriverRule(path, value[i], key + "[" + std::to_string(i) + "]");
+          if (!rule.ok()) return rule.error();
+          policy.vfio_drivers.push_back(std::move(*rule));
+        }
       } else if (key == "unsafeNoIommu") {
         auto flag = Bool(path, value, key);
         if (!flag.ok()) return flag.error();
         policy.unsafe_no_iommu = *flag;
       } else {
-        return PolicyError(path, kv.first, key,
-                           "unknown key (known: version, kinds, select, deny, unsafeNoIommu)");
+        return PolicyError(
+            path, kv.first, key,
+            "unknown key (known: version, kinds, select, deny, vfioDrivers, unsafeNoIommu)");
       }
     }
   } catch (const YAML::Exception& e) {

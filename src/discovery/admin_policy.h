@@ -16,6 +16,9 @@
 //       mdevType: "nvidia-222" # mdev only
 //   deny:
 //     - address: "0000:00:1f.6"
+//   vfioDrivers:               # which VFIO driver prepare binds a function to; first match wins
+//     - match: {vendor: "15b3", device: "101e"}   # selector fields, no kind needed
+//       use: vfio-pci          # a driver or module name; without a rule modules.alias decides
 //   unsafeNoIommu: false
 #pragma once
 
@@ -50,6 +53,13 @@ struct DeviceSelector {
   bool MatchesMdev(const std::string& type_id, const PciFunction* parent) const;
 };
 
+// The admin's choice of VFIO driver for the functions `match` selects, over what the kernel's
+// module aliases would pick.
+struct VfioDriverRule {
+  DeviceSelector match;
+  std::string use;
+};
+
 struct AdminPolicy {
   bool gpu_enabled = true;
   bool mdev_enabled = true;
@@ -58,6 +68,7 @@ struct AdminPolicy {
   bool unsafe_no_iommu = false;
   std::vector<DeviceSelector> select;
   std::vector<DeviceSelector> deny;
+  std::vector<VfioDriverRule> vfio_drivers;
   std::string source = "built-in default policy";
 
   bool KindEnabled(DeviceKind kind) const;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <set>
 
+#include "discovery/vfio_driver_choice.h"
+
 namespace vfio_dra::discovery {
 namespace {
 
@@ -189,8 +191,9 @@ void SelectPerGroup(const Inventory& inventory, const std::set<std::string>& can
       blocker = fmt::format(
           "IOMMU group {} also holds {} ({}{}), which {}; binding the group would take it away",
           group_id, member, fn->device_name.empty() ? "" : fn->device_name + ", ", DriverText(*fn),
-          fn->driver == "vfio-pci" ? "is bound to vfio-pci outside vfio-dra"
-                                   : "the host uses and vfio-dra does not manage");
+          IsVfioDriverFor(*fn, fn->driver)
+              ? "is bound to " + fn->driver + " outside vfio-dra"
+              : std::string("the host uses and vfio-dra does not manage"));
       break;
     }
     if (!blocker.empty()) {

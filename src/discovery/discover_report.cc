@@ -36,7 +36,25 @@ std::string Outcome(const PciFunction& fn, const FunctionDecision& decision,
     }
     if (device.unsafe_no_iommu) out += " UNSAFE: no IOMMU group";
   }
+  // vfio-pci is the rule; anything else is worth a look before the first prepare.
+  const VfioDriverChoice& vfio = fn.vfio_driver;
+  if (vfio.source != VfioDriverChoice::Source::kDefault || !vfio.loaded) {
+    out += ", binds to " + vfio.driver + " (" + vfio.why + ")";
+    if (!vfio.loaded) out += " NOT LOADED";
+  }
   return out;
+}
+
+const char* VfioSourceName(VfioDriverChoice::Source source) {
+  switch (source) {
+    case VfioDriverChoice::Source::kModuleAlias:
+      return "moduleAlias";
+    case VfioDriverChoice::Source::kPolicy:
+      return "policy";
+    case VfioDriverChoice::Source::kDefault:
+      break;
+  }
+  return "default";
 }
 
 }  // namespace
@@ -131,6 +149,12 @@ nlohmann::json DiscoverJson(const Inventory& inventory, const DeviceSelection& s
     entry["numaNode"] = fn.numa_node ? json(*fn.numa_node) : json(nullptr);
     if (decision.kind) entry["kind"] = DeviceKindName(*decision.kind);
     if (!decision.reason.empty()) entry["reason"] = decision.reason;
+    if (!fn.IsBridge()) {
+      entry["vfioDriver"] = {{"name", fn.vfio_driver.driver},
+                             {"source", VfioSourceName(fn.vfio_driver.source)},
+                             {"loaded", fn.vfio_driver.loaded}};
+      if (!fn.vfio_driver.why.empty()) entry["vfioDriver"]["why"] = fn.vfio_driver.why;
+    }
     if (fn.sriov_pf) {
       entry["sriov"] = {{"totalVFs", fn.sriov_pf->total_vfs},
                         {"numVFs", fn.sriov_pf->num_vfs},

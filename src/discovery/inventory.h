@@ -25,6 +25,18 @@ struct SriovVf {
   int index = -1;  // N of the PF's virtfnN link
 };
 
+// The VFIO driver prepare binds a function to: a vendor variant driver where the kernel's module
+// aliases (or the admin policy) name one, plain vfio-pci otherwise.
+struct VfioDriverChoice {
+  enum class Source { kDefault, kModuleAlias, kPolicy };
+  std::string driver = "vfio-pci";  // its name under /sys/bus/pci/drivers
+  std::string module;               // the module an alias named ("" otherwise)
+  Source source = Source::kDefault;
+  bool loaded = true;  // false: the driver is not registered now, so a bind would fail
+  std::string why;     // for reports: the alias module or the policy rule
+  bool operator==(const VfioDriverChoice&) const = default;
+};
+
 struct PciFunction {
   std::string address;
   uint32_t vendor_id = 0;
@@ -47,6 +59,8 @@ struct PciFunction {
   std::optional<SriovPf> sriov_pf;
   std::optional<SriovVf> sriov_vf;
   std::vector<std::string> netdevs;
+  std::string modalias;  // "pci:v...d...sv...sd...bc..sc..i..", as the kernel writes it
+  VfioDriverChoice vfio_driver;
 
   uint32_t BaseClass() const { return class_code >> 16; }
   uint32_t ClassAndSubclass() const { return class_code >> 8; }  // e.g. 0x0300

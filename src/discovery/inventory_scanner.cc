@@ -1,5 +1,7 @@
 #include "discovery/inventory_scanner.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <optional>
 #include <set>
@@ -87,6 +89,15 @@ Result<PciFunction> ReadFunction(const sysfs::SysfsReader& sysfs, const std::str
     fn.class_code = *cls_file;
   }
   if (auto revision = ReadHexFile(dir, "revision", 2); revision.ok()) fn.revision = *revision;
+  if (auto modalias = uevent->find("MODALIAS"); modalias != uevent->end()) {
+    fn.modalias = modalias->second;
+  } else {
+    // The kernel's own format (pci-sysfs.c), from what was read above.
+    fn.modalias =
+        fmt::format("pci:v{:08X}d{:08X}sv{:08X}sd{:08X}bc{:02X}sc{:02X}i{:02X}", fn.vendor_id,
+                    fn.device_id, fn.subsystem_vendor_id, fn.subsystem_device_id,
+                    fn.class_code >> 16, (fn.class_code >> 8) & 0xff, fn.class_code & 0xff);
+  }
   if (auto driver = uevent->find("DRIVER"); driver != uevent->end()) {
     fn.driver = driver->second;
   } else if (auto driver_link = dir.LinkBaseName("driver"); driver_link.ok()) {

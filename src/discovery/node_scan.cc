@@ -11,11 +11,16 @@ std::shared_ptr<const NodeScan> ScanNode(const sysfs::SysfsReader& sysfs, PciNam
                                          const AdminPolicy& policy, const ScanContext& context) {
   auto scan = std::make_shared<NodeScan>();
   scan->inventory = ScanInventory(sysfs, names, context.busy);
-  for (const auto& [address, original] : context.managed_original_drivers) {
+  if (context.vfio_drivers != nullptr) {
+    for (auto& [address, fn] : scan->inventory.functions) {
+      if (!fn.IsBridge()) fn.vfio_driver = context.vfio_drivers->Choose(fn, sysfs);
+    }
+  }
+  for (const auto& [address, managed] : context.managed) {
     auto it = scan->inventory.functions.find(address);
-    // Only while vfio-pci holds it: after a reboot the function is back on its own driver.
-    if (it == scan->inventory.functions.end() || it->second.driver != "vfio-pci") continue;
-    it->second.driver = original;
+    // Only while the VFIO driver holds it: after a reboot the function is back on its own driver.
+    if (it == scan->inventory.functions.end() || it->second.driver != managed.vfio_driver) continue;
+    it->second.driver = managed.original_driver;
     it->second.bound_by_vfio_dra = true;
   }
   scan->selection = SelectDevices(scan->inventory, policy);

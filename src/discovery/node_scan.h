@@ -11,6 +11,7 @@
 #include "discovery/inventory.h"
 #include "discovery/inventory_scanner.h"
 #include "discovery/pci_names.h"
+#include "discovery/vfio_driver_choice.h"
 #include "sysfs/sysfs_reader.h"
 
 namespace vfio_dra::discovery {
@@ -20,12 +21,21 @@ struct NodeScan {
   DeviceSelection selection;
 };
 
+// A function vfio-dra has bound for a prepared claim.
+struct ManagedFunction {
+  std::string original_driver;           // the driver it had before ("" for none)
+  std::string vfio_driver = "vfio-pci";  // the VFIO driver it was bound to
+  bool operator==(const ManagedFunction&) const = default;
+};
+
 // What the daemon knows beyond sysfs when it scans.
 struct ScanContext {
   // Functions whose kernel lock an operation of ours is blocked in (see ScanInventory).
   DeviceBusy busy;
-  // Functions vfio-dra has bound for prepared claims -> the driver each had before ("" for none).
-  std::map<std::string, std::string> managed_original_drivers;
+  // Functions vfio-dra has bound for prepared claims.
+  std::map<std::string, ManagedFunction> managed;
+  // Picks each function's VFIO driver; null: vfio-pci for every function.
+  const VfioDriverChooser* vfio_drivers = nullptr;
 };
 
 // Scans the node under `policy`; `names` may be null.

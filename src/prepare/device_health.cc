@@ -40,14 +40,17 @@ std::optional<std::string> PreparedProblem(const sysfs::SysfsReader& sysfs,
                                            const PreparedTarget& target) {
   for (const std::string& address : target.functions) {
     if (auto problem = FunctionProblem(sysfs, address, std::nullopt)) return problem;
+    auto recorded = target.vfio_drivers.find(address);
+    const std::string expected =
+        recorded == target.vfio_drivers.end() ? vfio::kVfioPciDriver : recorded->second;
     auto driver = sysfs.LinkBaseName(FunctionDir(address) + "/driver");
     if (!driver.ok()) {
       return "PCI function " + address + " prepared for claim " + target.claim +
-             " has no driver; it should be on vfio-pci";
+             " has no driver; it should be on " + expected;
     }
-    if (*driver != "vfio-pci") {
+    if (*driver != expected) {
       return "PCI function " + address + " prepared for claim " + target.claim + " is bound to " +
-             *driver + ", not vfio-pci";
+             *driver + ", not " + expected;
     }
   }
   if (!target.mdev_uuid.empty()) {

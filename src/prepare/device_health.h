@@ -2,8 +2,9 @@
 // this node publishes and every device a completed prepare holds, read fresh from sysfs each time.
 // A device is UNHEALTHY when its PCI function (or an mdev's parent) has vanished, when the
 // function lost or changed its IOMMU group since it was published, when a prepared function is no
-// longer on vfio-pci, or when a prepared mdev is gone; HEALTHY otherwise. Addresses and UUIDs come
-// from our own slices and checkpoint, and are still checked for form before they become paths.
+// longer on the VFIO driver it was bound to, or when a prepared mdev is gone; HEALTHY otherwise.
+// Addresses and UUIDs come from our own slices and checkpoint, and are still checked for form
+// before they become paths.
 #pragma once
 
 #include <string>

@@ -1,5 +1,7 @@
 #include "prepare/device_plan.h"
 
+#include <algorithm>
+
 #include "base/k8s_names.h"
 #include "base/text.h"
 #include "discovery/inventory_scanner.h"
@@ -31,8 +33,24 @@ Status CheckNotBusy(const PlanContext& context, const std::string& address) {
   return Status::Ok();
 }
 
+// The VFIO driver for `fn`; an error naming what to do when that driver is not loaded.
+Result<std::string> ChooseVfioDriver(const PlanContext& context, const discovery::PciFunction& fn) {
+  if (context.vfio_drivers == nullptr) return std::string(vfio::kVfioPciDriver);
+  const discovery::VfioDriverChoice choice = context.vfio_drivers->Choose(fn, context.sysfs);
+  if (choice.loaded) return choice.driver;
+  const std::string module = choice.module.empty() ? choice.driver : choice.module;
+  return MakeError(ErrorKind::kFailedPrecondition,
+                   "PCI function " + fn.address + " is to be bound to " + choice.driver + " (" +
+                       choice.why + "), which is not loaded: load it on the node (modprobe " +
+                       module + "), or choose another driver for it in the policy (vfioDrivers: " +
+                       "[{match: {address: \"" + fn.address + "\"}, use: vfio-pci}])");
+}
+
+// The functions of `group` that must be bound with the device (every PCI function but bridges),
+// with the VFIO driver of each added to `drivers`.
 Result<std::vector<std::string>> GroupFunctions(const PlanContext& context, int group,
-                                                const std::string& device) {
+                                                const std::string& device,
+                                                std::map<std::string, std::string>& drivers) {
   const sysfs::SysfsReader& sysfs = context.sysfs;
   const std::string dir = "kernel/iommu_groups/" + std::to_string(group) + "/devices";
   auto entries = sysfs.List(dir);
@@ -52,7 +70,13 @@ Result<std::vector<std::string>> GroupFunctions(const PlanContext& context, int 
                              " has a member that cannot be read, so the group cannot be handed "
                              "out safely");
     }
-    if (!fn->IsBridge()) functions.push_back(*address);
+    if (fn->IsBridge()) continue;
+    auto driver = ChooseVfioDriver(context, *fn);
+    if (!driver.ok()) {
+      return driver.error().Wrap("IOMMU group " + std::to_string(group) + " of " + device);
+    }
+    drivers[*address] = *driver;
+    functions.push_back(*address);
   }
   return functions;
 }
@@ -126,9 +150,12 @@ Result<PlannedDevice> PlanPci(PlannedDevice planned, const PublishedDeviceView& 
                          "not supported yet by this vfio-dra version; remove the "
                          "field or set the MAC on the PF before allocation");
   }
+  auto vfio_driver = ChooseVfioDriver(context, *fn);
+  if (!vfio_driver.ok()) return vfio_driver.error().Wrap("device " + name);
+  planned.vfio_drivers[*address] = *vfio_driver;
   if (fn->iommu_group) {
     planned.iommu_group = *fn->iommu_group;
-    auto functions = GroupFunctions(context, *fn->iommu_group, *address);
+    auto functions = GroupFunctions(context, *fn->iommu_group, *address, planned.vfio_drivers);
     if (!functions.ok()) return functions.error();
     planned.functions = std::move(*functions);
   } else {
@@ -232,6 +259,11 @@ Result<std::vector<PlannedDevice>> PlanClaim(
   return plan;
 }
 
+std::string VfioDriverOf(const PlannedDevice& device, const std::string& address) {
+  auto it = device.vfio_drivers.find(address);
+  return it == device.vfio_drivers.end() ? std::string(vfio::kVfioPciDriver) : it->second;
+}
+
 RecordedDevice RecordOf(const PlannedDevice& device) {
   RecordedDevice out;
   out.request = device.result.request;
@@ -278,6 +310,11 @@ Result<std::vector<PlannedDevice>> PlanFromRecord(
     planned.kind = d.is_mdev ? PlannedKind::kMdev : PlannedKind::kPci;
     planned.address = d.address;
     planned.functions = d.functions;
+    for (const FunctionRecord& f : record.functions) {
+      if (std::find(d.functions.begin(), d.functions.end(), f.address) != d.functions.end()) {
+        planned.vfio_drivers[f.address] = f.vfio_driver;
+      }
+    }
     planned.iommu_group = d.iommu_group;
     planned.mdev = d.mdev;
     planned.mdev_created_by_driver = d.mdev_created_by_driver;

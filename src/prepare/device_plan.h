@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "discovery/vfio_driver_choice.h"
 #include "kube/resource_claim.h"
 #include "prepare/prepare_checkpoint.h"
 #include "prepare/vfio_config.h"
@@ -29,8 +30,9 @@ struct PlannedDevice {
   kube::DeviceRequestAllocationResult result;
   slicepublisher::SliceDevice published;
   PlannedKind kind = PlannedKind::kPci;
-  std::string address;                  // PCI: the published function
-  std::vector<std::string> functions;   // PCI: every function to bind, `address` first
+  std::string address;                              // PCI: the published function
+  std::vector<std::string> functions;               // PCI: every function to bind, `address` first
+  std::map<std::string, std::string> vfio_drivers;  // PCI: the VFIO driver of each function
   std::optional<int> iommu_group;       // PCI: as published (none: unsafe no-IOMMU mode)
   vfio::MdevIdentity mdev;              // mdev
   bool mdev_created_by_driver = false;  // mdev: one of the UUIDs vfio-dra creates
@@ -47,7 +49,12 @@ struct PlanContext {
   // Why a PCI function cannot be touched now (an earlier operation on it is blocked in the
   // kernel); its attributes are not even read then, since the reads would block too. May be null.
   std::function<std::optional<std::string>(const std::string& address)> busy;
+  // Picks each function's VFIO driver; null: vfio-pci for every function.
+  const discovery::VfioDriverChooser* vfio_drivers = nullptr;
 };
+
+// The VFIO driver `device` binds `address` to.
+std::string VfioDriverOf(const PlannedDevice& device, const std::string& address);
 
 // One entry per result, in the order of `ours`; the first problem fails the whole claim.
 Result<std::vector<PlannedDevice>> PlanClaim(

@@ -11,6 +11,7 @@
 
 #include "base/file_io.h"
 #include "base/k8s_names.h"
+#include "sysfs/sysfs_parse.h"
 
 namespace vfio_dra::prepare {
 namespace {
@@ -36,7 +37,8 @@ json FunctionsJson(const std::vector<FunctionRecord>& functions) {
     json entry = {{"address", f.address},
                   {"originalDriver", f.driver},
                   {"originalOverride", f.override},
-                  {"wasOnVfio", f.was_on_vfio}};
+                  {"wasOnVfio", f.was_on_vfio},
+                  {"vfioDriver", f.vfio_driver}};
     if (f.identity.Known()) {
       entry["identity"] = {{"vendor", f.identity.vendor},
                            {"device", f.identity.device},
@@ -59,6 +61,13 @@ FunctionRecord FunctionFromJson(const json& f) {
   r.driver = f.at("originalDriver").get<std::string>();
   r.override = f.at("originalOverride").get<std::string>();
   r.was_on_vfio = f.at("wasOnVfio").get<bool>();
+  if (std::string vfio_driver = OptionalString(f, "vfioDriver"); !vfio_driver.empty()) {
+    if (!sysfs::IsDriverName(vfio_driver)) {
+      throw json::other_error::create(
+          501, "vfioDriver \"" + vfio_driver + "\" is not a driver name", nullptr);
+    }
+    r.vfio_driver = std::move(vfio_driver);
+  }
   if (auto it = f.find("identity"); it != f.end()) {
     r.identity.vendor = it->at("vendor").get<std::string>();
     r.identity.device = it->at("device").get<std::string>();
@@ -245,8 +254,8 @@ std::string PciIdentity::Display() const {
 }
 
 FunctionRecord FunctionRecord::From(const vfio::OriginalBinding& binding, PciIdentity identity) {
-  return FunctionRecord{binding.address, binding.driver, binding.override, binding.was_on_vfio,
-                        std::move(identity)};
+  return FunctionRecord{binding.address,     binding.driver,      binding.override,
+                        binding.was_on_vfio, std::move(identity), binding.vfio_driver};
 }
 
 std::string ClaimRecord::Display() const {
@@ -410,6 +419,9 @@ std::vector<PreparedTarget> PreparedTargets(const CheckpointView& view) {
         target.mdev_uuid = device.mdev.uuid;
       } else {
         target.functions = device.functions;
+        for (const FunctionRecord& f : record.functions) {
+          target.vfio_drivers[f.address] = f.vfio_driver;
+        }
       }
       out.push_back(std::move(target));
     }
@@ -417,10 +429,12 @@ std::vector<PreparedTarget> PreparedTargets(const CheckpointView& view) {
   return out;
 }
 
-std::map<std::string, std::string> ManagedOriginalDrivers(const CheckpointView& view) {
-  std::map<std::string, std::string> out;
+std::map<std::string, discovery::ManagedFunction> ManagedFunctions(const CheckpointView& view) {
+  std::map<std::string, discovery::ManagedFunction> out;
   for (const auto& [uid, record] : view.claims) {
-    for (const FunctionRecord& f : record.functions) out.emplace(f.address, f.driver);
+    for (const FunctionRecord& f : record.functions) {
+      out.emplace(f.address, discovery::ManagedFunction{f.driver, f.vfio_driver});
+    }
   }
   return out;
 }

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "discovery/node_scan.h"
 #include "vfio/mdev_lifecycle.h"
 #include "vfio/vfio_pci_binder.h"
 
@@ -55,8 +56,12 @@ struct FunctionRecord {
   std::string override;  // empty: driver_override was unset
   bool was_on_vfio = false;
   PciIdentity identity;  // empty for records upgraded from version 1
+  // The VFIO driver it was bound to (records written before variant drivers: vfio-pci).
+  std::string vfio_driver = vfio::kVfioPciDriver;
 
-  vfio::OriginalBinding Binding() const { return {address, driver, override, was_on_vfio}; }
+  vfio::OriginalBinding Binding() const {
+    return {address, driver, override, was_on_vfio, vfio_driver};
+  }
   static FunctionRecord From(const vfio::OriginalBinding& binding, PciIdentity identity);
   bool operator==(const FunctionRecord&) const = default;
 };
@@ -157,14 +162,15 @@ struct PreparedTarget {
   std::string claim;  // "<namespace>/<name>"
   std::string pool;
   std::string device;
-  std::vector<std::string> functions;  // PCI: every function bound to vfio-pci for it
-  std::string mdev_uuid;               // mdev
+  std::vector<std::string> functions;  // PCI: every function bound to a VFIO driver for it
+  std::map<std::string, std::string> vfio_drivers;  // PCI: the VFIO driver of each function
+  std::string mdev_uuid;                            // mdev
 };
 std::vector<PreparedTarget> PreparedTargets(const CheckpointView& view);
 
-// Address -> driver before prepare, for every function a claim in the view holds (discovery uses
-// it so that what vfio-dra bound is judged by what it was).
-std::map<std::string, std::string> ManagedOriginalDrivers(const CheckpointView& view);
+// Every function a claim in the view holds: the driver it had before prepare and the VFIO driver
+// it is on (discovery uses it so that what vfio-dra bound is judged by what it was).
+std::map<std::string, discovery::ManagedFunction> ManagedFunctions(const CheckpointView& view);
 
 // The kernel's boot ID (from /proc/sys/kernel/random/boot_id, or `path` for tests).
 Result<std::string> ReadBootId(const std::string& path = "/proc/sys/kernel/random/boot_id");

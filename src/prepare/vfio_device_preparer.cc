@@ -90,8 +90,8 @@ void VfioDevicePreparer::Note(const CheckpointView& view) {
     (record.state == PrepareState::kPrepareCompleted ? counts.completed : counts.started) += 1;
   }
   auto prepared = std::make_shared<const std::vector<PreparedTarget>>(PreparedTargets(view));
-  auto managed = std::make_shared<const std::map<std::string, std::string>>(
-      prepare::ManagedOriginalDrivers(view));
+  auto managed = std::make_shared<const std::map<std::string, discovery::ManagedFunction>>(
+      prepare::ManagedFunctions(view));
   std::lock_guard<std::mutex> lock(snapshot_mu_);
   counts_ = counts;
   prepared_ = std::move(prepared);
@@ -119,8 +119,8 @@ std::shared_ptr<const std::vector<PreparedTarget>> VfioDevicePreparer::Prepared(
   return prepared_;
 }
 
-std::shared_ptr<const std::map<std::string, std::string>>
-VfioDevicePreparer::ManagedOriginalDrivers() const {
+std::shared_ptr<const std::map<std::string, discovery::ManagedFunction>>
+VfioDevicePreparer::ManagedFunctions() const {
   std::lock_guard<std::mutex> lock(snapshot_mu_);
   return managed_;
 }
@@ -167,7 +167,7 @@ Status VfioDevicePreparer::RecordStart(const kube::ResourceClaim& claim,
     if (device.kind == PlannedKind::kPci) {
       for (const std::string& address : device.functions) {
         if (!recorded.insert(address).second) continue;
-        auto original = binder_.Inspect(address, deadline);
+        auto original = binder_.Inspect(address, VfioDriverOf(device, address), deadline);
         if (!original.ok()) return original.error();
         auto identity = ReadIdentity(address);
         if (!identity.ok()) return identity.error();
@@ -375,7 +375,11 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Apply(const kube::Resour
       for (const std::string& address : device.functions) {
         if (deadline.Expired()) return out_of_time("binding " + address);
         Step("bind:" + address);
-        if (Status s = Timed("bind", [&] { return binder_.BindToVfio(address, deadline); });
+        if (Status s = Timed("bind",
+                             [&] {
+                               return binder_.BindToVfio(address, VfioDriverOf(device, address),
+                                                         deadline);
+                             });
             !s.ok()) {
           return s.error().Wrap("device " + device.result.device);
         }
@@ -446,7 +450,8 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Prepare(
           : PlanClaim(
                 claim, ours,
                 PlanContext{options_.driver_name, options_.node_name, published_, sysfs_,
-                            [this](const std::string& address) { return binder_.Busy(address); }});
+                            [this](const std::string& address) { return binder_.Busy(address); },
+                            options_.vfio_drivers.get()});
   if (!plan.ok()) return plan.error().Wrap(who);
   if (Status s = CheckOverlap(view, claim.uid, *plan); !s.ok()) return s.error().Wrap(who);
   if (earlier_boot) {

@@ -59,6 +59,8 @@ struct PreparerOptions {
   std::function<void(const std::string&)> before_step;
   // Device operation durations and failures go here; may be null.
   MetricsRegistry* metrics = nullptr;
+  // Picks each function's VFIO driver (variant drivers); null: vfio-pci for every function.
+  std::shared_ptr<const discovery::VfioDriverChooser> vfio_drivers;
 };
 
 struct CheckpointCounts {
@@ -91,8 +93,9 @@ class VfioDevicePreparer final : public DevicePreparer {
   CheckpointCounts Counts() const;
   // The devices of completed prepares; safe to call from any thread (the health stream).
   std::shared_ptr<const std::vector<PreparedTarget>> Prepared() const;
-  // Address -> original driver of every function a claim holds; safe from any thread (discovery).
-  std::shared_ptr<const std::map<std::string, std::string>> ManagedOriginalDrivers() const;
+  // Every function a claim holds, with its original and VFIO driver; safe from any thread
+  // (discovery).
+  std::shared_ptr<const std::map<std::string, discovery::ManagedFunction>> ManagedFunctions() const;
   // True while an operation of ours on the PCI function is blocked in the kernel holding its
   // device lock; safe from any thread (rescans skip its lock-taking attributes).
   bool DeviceBusy(const std::string& address) const { return gate_.Held(address).has_value(); }
@@ -144,8 +147,8 @@ class VfioDevicePreparer final : public DevicePreparer {
   CheckpointCounts counts_;
   std::shared_ptr<const std::vector<PreparedTarget>> prepared_ =
       std::make_shared<const std::vector<PreparedTarget>>();
-  std::shared_ptr<const std::map<std::string, std::string>> managed_ =
-      std::make_shared<const std::map<std::string, std::string>>();
+  std::shared_ptr<const std::map<std::string, discovery::ManagedFunction>> managed_ =
+      std::make_shared<const std::map<std::string, discovery::ManagedFunction>>();
 };
 
 }  // namespace vfio_dra::prepare

@@ -25,6 +25,8 @@ inline constexpr char kDeviceId[] = "deviceID";
 inline constexpr char kProductName[] = "productName";
 inline constexpr char kIommuGroup[] = "iommuGroup";
 inline constexpr char kHostDriver[] = "hostDriver";
+// The VFIO driver prepare binds the device to: vfio-pci or a vendor variant (mlx5_vfio_pci, ...).
+inline constexpr char kVfioDriver[] = "vfioDriver";
 inline constexpr char kUnsafeNoIommu[] = "unsafeNoIommu";
 inline constexpr char kPfPciAddress[] = "pfPciAddress";
 inline constexpr char kVfIndex[] = "vfIndex";

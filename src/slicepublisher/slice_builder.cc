@@ -47,6 +47,7 @@ SliceDevice PciDevice(const discovery::SelectedDevice& selected, const PciFuncti
   if (!product.empty()) a[attribute::kProductName] = Truncate(product, kMaxStringAttribute);
   if (fn.iommu_group) a[attribute::kIommuGroup] = int64_t{*fn.iommu_group};
   if (!fn.driver.empty()) a[attribute::kHostDriver] = Truncate(fn.driver, kMaxStringAttribute);
+  a[attribute::kVfioDriver] = Truncate(fn.vfio_driver.driver, kMaxStringAttribute);
   if (selected.unsafe_no_iommu) a[attribute::kUnsafeNoIommu] = true;
   if (fn.sriov_vf) {
     a[attribute::kPfPciAddress] = fn.sriov_vf->pf;

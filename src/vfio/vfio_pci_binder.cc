@@ -89,6 +89,7 @@ Result<std::string> VfioPciBinder::CurrentOverride(const std::string& address,
 }
 
 Result<OriginalBinding> VfioPciBinder::Inspect(const std::string& address,
+                                               const std::string& vfio_driver,
                                                Deadline deadline) const {
   OriginalBinding binding;
   binding.address = address;
@@ -98,7 +99,8 @@ Result<OriginalBinding> VfioPciBinder::Inspect(const std::string& address,
   if (!override.ok()) return override.error();
   binding.driver = *driver;
   binding.override = *override;
-  binding.was_on_vfio = binding.driver == kVfioPciDriver;
+  binding.vfio_driver = vfio_driver;
+  binding.was_on_vfio = binding.driver == vfio_driver;
   return binding;
 }
 
@@ -134,26 +136,28 @@ Status VfioPciBinder::Unbind(const std::string& address, const std::string& driv
       "unbinding " + address + " from " + driver + " (" + path + ") failed: " + ErrnoText(*err));
 }
 
-Status VfioPciBinder::BindToVfio(const std::string& address, Deadline deadline) {
+Status VfioPciBinder::BindToVfio(const std::string& address, const std::string& vfio_driver,
+                                 Deadline deadline) {
   // An earlier operation still blocked in the kernel holds the device lock: refuse now, before
   // anything reads the driver link (the kernel removed it when the unbind began).
   if (auto busy = Busy(address)) return MakeError(ErrorKind::kUnavailable, *busy);
   auto driver = CurrentDriver(address);
   if (!driver.ok()) return driver.error();
-  if (*driver == kVfioPciDriver) return Status::Ok();
-  if (!sysfs_.IsDirectory(std::string("bus/pci/drivers/") + kVfioPciDriver)) {
+  if (*driver == vfio_driver) return Status::Ok();
+  if (!sysfs_.IsDirectory("bus/pci/drivers/" + vfio_driver)) {
     return MakeError(ErrorKind::kFailedPrecondition,
-                     "cannot bind " + address +
-                         " to vfio-pci: the vfio-pci driver is not loaded (" +
-                         sysfs_.Path("bus/pci/drivers/vfio-pci") +
-                         " is missing); load it on the node with `modprobe vfio-pci`");
+                     "cannot bind " + address + " to " + vfio_driver +
+                         ": the driver is not loaded (" +
+                         sysfs_.Path("bus/pci/drivers/" + vfio_driver) +
+                         " is missing); load it on the node with `modprobe " + vfio_driver + "`");
   }
   auto override = CurrentOverride(address, deadline);
   if (!override.ok()) return override.error();
-  if (*override != kVfioPciDriver) {
-    if (Status s =
-            WriteAttribute(address, DeviceAttribute(address, "driver_override"), kVfioPciDriver,
-                           "cannot reserve " + address + " for vfio-pci", deadline);
+  // VFIO drivers match only through driver_override (vfio-pci has no ID table; variant drivers
+  // mark theirs override-only), so the override is what makes the bind below take.
+  if (*override != vfio_driver) {
+    if (Status s = WriteAttribute(address, DeviceAttribute(address, "driver_override"), vfio_driver,
+                                  "cannot reserve " + address + " for " + vfio_driver, deadline);
         !s.ok()) {
       return s;
     }
@@ -161,25 +165,30 @@ Status VfioPciBinder::BindToVfio(const std::string& address, Deadline deadline) 
   if (!driver->empty()) {
     if (Status s = Unbind(address, *driver, deadline); !s.ok()) return s;
   }
-  auto bound = gate_.Write(address, sysfs_.Path(DriverFile(kVfioPciDriver, "bind")), address,
-                           Wait(deadline));
-  if (!bound.ok()) return InUse(address, bound.error().Wrap("binding " + address + " to vfio-pci"));
+  auto bound =
+      gate_.Write(address, sysfs_.Path(DriverFile(vfio_driver, "bind")), address, Wait(deadline));
+  if (!bound.ok()) {
+    return InUse(address, bound.error().Wrap("binding " + address + " to " + vfio_driver));
+  }
   const int err = *bound;
   auto now = CurrentDriver(address);
   if (!now.ok()) return now.error();
-  if (*now == kVfioPciDriver) return Status::Ok();
+  if (*now == vfio_driver) return Status::Ok();
   if (err != 0) {
     std::string hint;
     if (err == EBUSY) hint = " (another driver took it, or it is an SR-IOV PF with VFs enabled)";
-    if (err == EINVAL) hint = " (vfio-pci refuses bridges)";
+    if (err == EINVAL) hint = " (VFIO drivers refuse bridges)";
+    if (err == ENODEV && vfio_driver != kVfioPciDriver) {
+      hint = " (" + vfio_driver + " does not serve this device; pin vfio-pci for it in the policy)";
+    }
     return MakeError(
         ErrorKind::kFailedPrecondition,
-        "binding " + address + " to vfio-pci failed: " + ErrnoText(err) + hint +
+        "binding " + address + " to " + vfio_driver + " failed: " + ErrnoText(err) + hint +
             (now->empty() ? "; it is left without a driver" : "; it is now on " + *now));
   }
   return MakeError(
       ErrorKind::kFailedPrecondition,
-      "binding " + address + " to vfio-pci reported success, but the device is " +
+      "binding " + address + " to " + vfio_driver + " reported success, but the device is " +
           (now->empty() ? std::string("not bound to any driver") : "bound to " + *now));
 }
 
@@ -211,11 +220,11 @@ Result<std::string> VfioPciBinder::Restore(const OriginalBinding& original, Dead
     }
   }
   if (*driver == original.driver) return std::string();
-  if (*driver == kVfioPciDriver) {
-    if (Status s = Unbind(address, kVfioPciDriver, deadline); !s.ok()) return s.error();
+  if (*driver == original.vfio_driver) {
+    if (Status s = Unbind(address, original.vfio_driver, deadline); !s.ok()) return s.error();
   } else if (!driver->empty()) {
-    return "PCI device " + address + " is now bound to " + *driver + ", not to " + kVfioPciDriver +
-           "; it is left there (it was on " +
+    return "PCI device " + address + " is now bound to " + *driver + ", not to " +
+           original.vfio_driver + "; it is left there (it was on " +
            (original.driver.empty() ? std::string("no driver") : original.driver) + " before)";
   }
   if (original.driver.empty()) return std::string();

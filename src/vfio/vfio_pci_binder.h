@@ -1,4 +1,5 @@
-// VfioPciBinder: moves PCI functions to vfio-pci and back, the way libvirt and driverctl do it:
+// VfioPciBinder: moves PCI functions to vfio-pci (or the vendor variant of it chosen for them,
+// discovery/vfio_driver_choice.h) and back, the way libvirt and driverctl do it:
 // per device through driver_override (never the driver-wide new_id, which grabs every matching
 // unbound device), unbind with a deadline, an explicit bind, and a check of the `driver` link
 // afterwards (the kernel reports success for a probe that bound nothing). Restoring returns a
@@ -26,9 +27,10 @@ inline constexpr const char* kVfioPciDriver = "vfio-pci";
 // How a function was bound before vfio-dra touched it.
 struct OriginalBinding {
   std::string address;
-  std::string driver;    // empty: no driver was bound
-  std::string override;  // empty: driver_override was unset
-  bool was_on_vfio = false;
+  std::string driver;                        // empty: no driver was bound
+  std::string override;                      // empty: driver_override was unset
+  bool was_on_vfio = false;                  // it was on `vfio_driver` already, and stays there
+  std::string vfio_driver = kVfioPciDriver;  // the VFIO driver prepare binds it to
   bool operator==(const OriginalBinding&) const = default;
 };
 
@@ -44,10 +46,14 @@ class VfioPciBinder {
  public:
   VfioPciBinder(const sysfs::SysfsReader& sysfs, DeviceLockGate& gate, BinderOptions options);
 
-  // The function's binding now. kNotFound when the device is gone.
-  Result<OriginalBinding> Inspect(const std::string& address, Deadline deadline = {}) const;
-  // Binds the function to vfio-pci; does nothing when it is bound there already.
-  Status BindToVfio(const std::string& address, Deadline deadline = {});
+  // The function's binding now, to be bound to `vfio_driver`. kNotFound when the device is gone.
+  Result<OriginalBinding> Inspect(const std::string& address,
+                                  const std::string& vfio_driver = kVfioPciDriver,
+                                  Deadline deadline = {}) const;
+  // Binds the function to `vfio_driver` (vfio-pci or a variant of it); does nothing when it is
+  // bound there already.
+  Status BindToVfio(const std::string& address, const std::string& vfio_driver = kVfioPciDriver,
+                    Deadline deadline = {});
   // Returns the function to `original`. Problems that retrying cannot fix (the original driver
   // is not loaded, or refuses the device) leave the function unbound and come back as a warning
   // (empty when everything went back); a blocked unbind is an error, to be retried.

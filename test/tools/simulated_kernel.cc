@@ -62,6 +62,17 @@ int ParseInt(const std::string& text, int fallback) {
   }
 }
 
+// vfio-pci and its vendor variants (mlx5_vfio_pci, nvgrace-gpu-vfio-pci, ...), which all end so.
+bool IsVfioDriver(const std::string& driver) {
+  for (const std::string suffix : {"vfio-pci", "vfio_pci"}) {
+    if (driver.size() >= suffix.size() &&
+        driver.compare(driver.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 SimulatedKernel::SimulatedKernel(std::string sysfs_root, std::string dev_root)
@@ -78,7 +89,7 @@ SimulatedKernel::SimulatedKernel(std::string sysfs_root, std::string dev_root)
   for (const auto& entry : fs::directory_iterator(Abs("bus/pci/devices"))) {
     const std::string address = entry.path().filename().string();
     const std::string driver = DriverOf(address);
-    if (!driver.empty() && driver != "vfio-pci") host_driver_[address] = driver;
+    if (!driver.empty() && !IsVfioDriver(driver)) host_driver_[address] = driver;
   }
   if (fs::exists(Abs("class/mdev_bus"))) {
     for (const auto& parent : fs::directory_iterator(Abs("class/mdev_bus"))) {
@@ -129,9 +140,10 @@ void SimulatedKernel::AddBootTimeNodes() {
   }
   for (const auto& entry : fs::directory_iterator(Abs("bus/pci/devices"))) {
     const std::string address = entry.path().filename().string();
-    if (DriverOf(address) == "vfio-pci" && !fs::exists(Abs(DeviceDir(address) + "/vfio-dev"))) {
-      DoUnbind("vfio-pci", address);
-      DoBind("vfio-pci", address);
+    const std::string driver = DriverOf(address);
+    if (IsVfioDriver(driver) && !fs::exists(Abs(DeviceDir(address) + "/vfio-dev"))) {
+      DoUnbind(driver, address);
+      DoBind(driver, address);
     }
   }
 }
@@ -431,15 +443,16 @@ int SimulatedKernel::WriteDeviceAttribute(const std::string& address, const std:
 int SimulatedKernel::Bind(const std::string& driver, const std::string& address) {
   const std::string dir = DeviceDir(address);
   if (dir.empty()) return ENODEV;
-  if (auto fault = fail_bind_.find(address); fault != fail_bind_.end() && driver == "vfio-pci") {
+  if (auto fault = fail_bind_.find(address); fault != fail_bind_.end() && IsVfioDriver(driver)) {
     return fault->second;
   }
   if (!DriverOf(address).empty()) return EBUSY;
   const std::string override = OverrideOf(address);
   if (!override.empty() && override != driver) return ENODEV;
-  if (driver == "vfio-pci") {
-    // vfio-pci has no ID table: it matches only through driver_override.
-    if (override != "vfio-pci") return ENODEV;
+  if (IsVfioDriver(driver)) {
+    // vfio-pci has no ID table and variant drivers mark theirs override-only: a VFIO driver
+    // matches only through driver_override.
+    if (override != driver) return ENODEV;
     if (ParseInt(ReadText(Abs(dir + "/sriov_numvfs")), 0) > 0) return EBUSY;
     if (ReadText(Abs(dir + "/class")).rfind("0x06", 0) == 0) return EINVAL;
   } else {
@@ -493,7 +506,7 @@ void SimulatedKernel::DoBind(const std::string& driver, const std::string& addre
   links.Symlink(dir + "/driver", "bus/pci/drivers/" + driver);
   links.Symlink("bus/pci/drivers/" + driver + "/" + address, dir);
   SetUeventDriver(dir, driver);
-  if (driver != "vfio-pci") return;
+  if (!IsVfioDriver(driver)) return;
   int index = 0;
   while (fs::exists(Abs("class/vfio-dev/vfio" + std::to_string(index)))) ++index;
   const std::string cdev = "vfio" + std::to_string(index);
@@ -516,7 +529,7 @@ void SimulatedKernel::DoUnbind(const std::string& driver, const std::string& add
   fs::remove(Abs(dir + "/driver"));
   fs::remove(Abs("bus/pci/drivers/" + driver + "/" + address));
   SetUeventDriver(dir, "");
-  if (driver != "vfio-pci") return;
+  if (!IsVfioDriver(driver)) return;
   if (fs::exists(Abs(dir + "/vfio-dev"))) {
     for (const auto& entry : fs::directory_iterator(Abs(dir + "/vfio-dev"))) {
       const std::string cdev = entry.path().filename().string();
@@ -530,7 +543,7 @@ void SimulatedKernel::DoUnbind(const std::string& driver, const std::string& add
   const std::string name = std::to_string(group);
   for (const auto& member :
        fs::directory_iterator(Abs("kernel/iommu_groups/" + name + "/devices"))) {
-    if (DriverOf(member.path().filename().string()) == "vfio-pci") return;
+    if (IsVfioDriver(DriverOf(member.path().filename().string()))) return;
   }
   fs::remove_all(Abs("class/vfio/" + name));
   RemoveNode("vfio/" + name);

@@ -281,7 +281,7 @@ select:
       << "on vfio-pci, the function no longer matches `driver: nvme`";
 
   ScanContext context;
-  context.managed_original_drivers = {{"0000:06:00.0", "nvme"}, {"0000:06:00.1", ""}};
+  context.managed = {{"0000:06:00.0", {"nvme"}}, {"0000:06:00.1", {""}}};
   const auto scan = ScanNode(sysfs, nullptr, *policy, context);
   const auto& decision = scan->selection.functions.at("0000:06:00.0");
   EXPECT_TRUE(decision.published) << decision.reason;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 namespace vfio_dra::prepare {
 namespace {
@@ -44,7 +45,12 @@ ClaimRecord Started(const std::string& uid = kUid) {
   r.uid = uid;
   r.namespace_ = "vms";
   r.name = "gpu-claim";
-  r.functions = {{"0000:3b:00.0", "nvidia", "", false, {"10de", "1eb8", "10de", "12a2"}},
+  r.functions = {{"0000:3b:00.0",
+                  "nvidia",
+                  "",
+                  false,
+                  {"10de", "2342", "10de", "16eb"},
+                  "nvgrace-gpu-vfio-pci"},
                  {"0000:3b:00.1", "snd_hda_intel", "", false, {}}};
   r.mdevs = {{"0000:af:00.0", "nvidia-222", "4b20d080-1b54-4048-85b3-a6a62d165c01", true}};
   r.cdi_files = {"vfio.dra.io-vfio_" + uid + ".json"};
@@ -98,6 +104,28 @@ TEST_F(PrepareCheckpointTest, EveryFieldRoundTripsAndTheTwoPhasesSurviveARestart
   ASSERT_TRUE(checkpoint.Remove(kUid).ok());
   EXPECT_TRUE(checkpoint.Remove(kUid).ok());
   EXPECT_TRUE(checkpoint.Load().claims.empty());
+}
+
+// Records written before variant drivers have no vfioDriver: their functions are on vfio-pci. A
+// vfioDriver that is not a driver name (it becomes a sysfs path) makes the record unusable.
+TEST_F(PrepareCheckpointTest, TheVfioDriverDefaultsToVfioPciAndMustBeADriverName) {
+  PrepareCheckpoint checkpoint = Open();
+  ASSERT_TRUE(checkpoint.Put(Started()).ok());
+  nlohmann::json written = nlohmann::json::parse(std::ifstream(RecordPath(kUid)));
+  ASSERT_EQ(written["claim"]["functions"][0]["vfioDriver"], "nvgrace-gpu-vfio-pci");
+  written["claim"]["functions"][0].erase("vfioDriver");
+  std::ofstream(RecordPath(kUid), std::ios::trunc) << written.dump();
+  const CheckpointView view = Open().Load();
+  ASSERT_NE(view.Find(kUid), nullptr);
+  EXPECT_EQ(view.Find(kUid)->functions[0].vfio_driver, "vfio-pci");
+  EXPECT_EQ(view.Find(kUid)->functions[0].Binding().vfio_driver, "vfio-pci");
+
+  written["claim"]["functions"][0]["vfioDriver"] = "../../../../kernel/x";
+  std::ofstream(RecordPath(kUid), std::ios::trunc) << written.dump();
+  const CheckpointView bad = Open().Load();
+  EXPECT_EQ(bad.Find(kUid), nullptr);
+  ASSERT_EQ(bad.problems.size(), 1u);
+  EXPECT_THAT(bad.problems[0], HasSubstr("is not a driver name"));
 }
 
 // Two instances of a rolling update: each writes only its own claim's record, so neither can

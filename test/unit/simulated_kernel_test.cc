@@ -59,6 +59,22 @@ TEST_F(SimulatedKernelTest, VfioPciBindsOnlyThroughDriverOverride) {
   EXPECT_EQ(Driver("0000:06:00.0"), "nvme");
 }
 
+// Variant drivers mark their ID tables override-only (PCI_DRIVER_OVERRIDE_DEVICE_VFIO): like
+// vfio-pci they take a device only through driver_override, and give it a VFIO group node.
+TEST(SimulatedKernelVariant, AVariantDriverBindsOnlyThroughDriverOverrideAndMakesTheGroupNode) {
+  FixtureNode node("variant");
+  SimulatedKernel kernel(node.sysfs_root(), node.dir() + "/dev");
+  const std::string root = node.sysfs_root() + "/";
+  EXPECT_EQ(kernel.Write(root + "bus/pci/drivers/mlx5_core/unbind", "0000:5e:02.0"), 0);
+  EXPECT_EQ(kernel.Write(root + "bus/pci/drivers/mlx5_vfio_pci/bind", "0000:5e:02.0"), ENODEV);
+  EXPECT_EQ(kernel.Write(root + "bus/pci/devices/0000:5e:02.0/driver_override", "mlx5_vfio_pci"),
+            0);
+  EXPECT_EQ(kernel.Write(root + "bus/pci/drivers/mlx5_vfio_pci/bind", "0000:5e:02.0"), 0);
+  EXPECT_TRUE(fs::exists(node.dir() + "/dev/vfio/51"));
+  EXPECT_EQ(kernel.Write(root + "bus/pci/drivers/mlx5_vfio_pci/unbind", "0000:5e:02.0"), 0);
+  EXPECT_FALSE(fs::exists(node.dir() + "/dev/vfio/51"));
+}
+
 TEST_F(SimulatedKernelTest, GroupNodeStaysWhileAnyMemberIsOnVfio) {
   for (const char* f : {"0000:01:00.0", "0000:01:00.1"}) {
     ASSERT_EQ(Write(std::string("bus/pci/devices/") + f + "/driver_override", "vfio-pci"), 0);

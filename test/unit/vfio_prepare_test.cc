@@ -20,6 +20,7 @@
 #include "simulated_kernel.h"
 #include "slicepublisher/device_attributes.h"
 #include "slicepublisher/slice_builder.h"
+#include "sysfs/vfio_aliases.h"
 #include "unit/fixture_node.h"
 
 namespace vfio_dra::testing {
@@ -53,8 +54,16 @@ class PrepareTest : public ::testing::Test {
     sysfs_ = std::make_unique<sysfs::SysfsReader>(node_->sysfs_root());
     kernel_ = std::make_unique<SimulatedKernel>(node_->sysfs_root(), DevRoot());
     WriteBootId("boot-1");
+    ChooseVfioDrivers();
     Publish();
     Open();
+  }
+  // The kernel's aliases as the fixture states them (none: vfio-pci for all) and `rules`.
+  void ChooseVfioDrivers(std::vector<discovery::VfioDriverRule> rules = {}) {
+    auto aliases = sysfs::VfioAliases::Load(ModulesAliasFile(node_->sysfs_root()));
+    ASSERT_TRUE(aliases.ok()) << aliases.error().message;
+    vfio_drivers_ =
+        std::make_shared<const discovery::VfioDriverChooser>(std::move(*aliases), std::move(rules));
   }
   std::string DevRoot() const { return node_->dir() + "/dev"; }
   std::string CdiDir() const { return node_->dir() + "/cdi"; }
@@ -63,7 +72,9 @@ class PrepareTest : public ::testing::Test {
     std::ofstream(node_->dir() + "/boot_id") << id << "\n";
   }
   void Publish() {
-    auto scan = discovery::ScanNode(*sysfs_, nullptr, discovery::AdminPolicy{});
+    discovery::ScanContext context;
+    context.vfio_drivers = vfio_drivers_.get();
+    auto scan = discovery::ScanNode(*sysfs_, nullptr, discovery::AdminPolicy{}, context);
     capacity_.Observe(scan->inventory);
     published_.Set(slicepublisher::BuildDesiredPool(
         *scan, {"node1", slicepublisher::CounterLayout::kOwnSlice}, capacity_));
@@ -79,6 +90,7 @@ class PrepareTest : public ::testing::Test {
     options.unbind_timeout = unbind_timeout_;
     options.boot_id_file = node_->dir() + "/boot_id";
     options.before_step = step_hook_;
+    options.vfio_drivers = vfio_drivers_;
     fs::create_directories(DataDir());
     fs::create_directories(CdiDir());
     auto opened = prepare::VfioDevicePreparer::Open(options, *sysfs_, *kernel_, published_,
@@ -172,6 +184,7 @@ class PrepareTest : public ::testing::Test {
   slicepublisher::MdevTypeMaxima capacity_;
   slicepublisher::PublishedDevices published_;
   std::unique_ptr<prepare::VfioDevicePreparer> preparer_;
+  std::shared_ptr<const discovery::VfioDriverChooser> vfio_drivers_;
   std::function<void(const std::string&)> step_hook_;
   std::chrono::milliseconds unbind_timeout_{std::chrono::seconds(5)};
 };
@@ -284,6 +297,87 @@ TEST_F(PrepareTest, SriovVfIsBoundAndReturnedToItsVfDriver) {
   ASSERT_TRUE(Unprepare().ok());
   EXPECT_EQ(Driver("0000:5e:02.3"), "iavf");
   ExpectWritesConfinedTo({"0000:5e:02.3"});
+}
+
+// The kernel's module aliases give ConnectX-7 VFs to mlx5_vfio_pci: prepare binds the VF there
+// (the published vfioDriver says so beforehand), records it, and a restarted daemon's unprepare
+// takes it off that driver and back to mlx5_core.
+TEST_F(PrepareTest, AFunctionWhoseModaliasAVariantDriverServesIsBoundToItAndRestored) {
+  Use("variant");
+  auto published = published_.Find("node1", "vf-0000-5e-02-0");
+  ASSERT_TRUE(published.has_value());
+  EXPECT_EQ(slicepublisher::StringAttribute(*published, slicepublisher::attribute::kVfioDriver),
+            "mlx5_vfio_pci");
+  auto prepared = Prepare(Claim({{"nic", "vf-0000-5e-02-0"}}));
+  ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+  EXPECT_EQ(Driver("0000:5e:02.0"), "mlx5_vfio_pci");
+  EXPECT_EQ(Override("0000:5e:02.0"), "mlx5_vfio_pci\n");
+  EXPECT_TRUE(fs::exists(DevRoot() + "/vfio/51"));
+  EXPECT_EQ(Driver("0000:5e:02.1"), "mlx5_core");
+  auto record = Recorded(kUid);
+  ASSERT_TRUE(record.has_value());
+  ASSERT_EQ(record->functions.size(), 1u);
+  EXPECT_EQ(record->functions[0].vfio_driver, "mlx5_vfio_pci");
+  EXPECT_EQ(record->functions[0].driver, "mlx5_core");
+  // The health stream judges the function by the driver it was bound to.
+  for (const auto& status :
+       prepare::CheckDeviceHealth(*sysfs_, published_.Current(), *preparer_->Prepared())) {
+    if (status.device == "vf-0000-5e-02-0") {
+      EXPECT_TRUE(status.healthy) << status.message;
+    }
+  }
+
+  Open();  // a restarted daemon knows the driver from the checkpoint alone
+  Status undone = Unprepare();
+  ASSERT_TRUE(undone.ok()) << undone.error().message;
+  EXPECT_EQ(Driver("0000:5e:02.0"), "mlx5_core");
+  EXPECT_EQ(Override("0000:5e:02.0"), "(null)\n");
+  EXPECT_FALSE(fs::exists(DevRoot() + "/vfio/51"));
+  ExpectWritesConfinedTo({"0000:5e:02.0"});
+}
+
+// nvgrace_gpu_vfio_pci registers itself as nvgrace-gpu-vfio-pci: the module named by the alias
+// is resolved to the driver through /sys/module.
+TEST_F(PrepareTest, AVariantModuleIsResolvedToTheDriverItRegisters) {
+  Use("variant");
+  ASSERT_TRUE(Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}})).ok());
+  EXPECT_EQ(Driver("0000:01:00.0"), "nvgrace-gpu-vfio-pci");
+  ASSERT_TRUE(Unprepare().ok());
+  EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
+}
+
+// pds_vfio_pci serves the Pensando VF but is not loaded: prepare binds nothing else behind the
+// admin's back and says what to do.
+TEST_F(PrepareTest, AVariantDriverThatIsNotLoadedFailsTheClaimNamingTheModuleAndThePolicyRule) {
+  Use("variant");
+  auto published = published_.Find("node1", "vf-0000-6e-02-0");
+  ASSERT_TRUE(published.has_value());
+  EXPECT_EQ(slicepublisher::StringAttribute(*published, slicepublisher::attribute::kVfioDriver),
+            "pds_vfio_pci");
+  auto prepared = Prepare(Claim({{"nic", "vf-0000-6e-02-0"}}));
+  ASSERT_FALSE(prepared.ok());
+  EXPECT_THAT(prepared.error().message, HasSubstr("0000:6e:02.0"));
+  EXPECT_THAT(prepared.error().message, HasSubstr("modprobe pds_vfio_pci"));
+  EXPECT_THAT(prepared.error().message,
+              HasSubstr(R"(vfioDrivers: [{match: {address: "0000:6e:02.0"}, use: vfio-pci}])"));
+  EXPECT_EQ(Driver("0000:6e:02.0"), "");
+  EXPECT_EQ(Recorded(kUid), std::nullopt);
+  EXPECT_TRUE(kernel_->Writes().empty());
+}
+
+// The admin's vfioDrivers rule wins over the kernel's aliases.
+TEST_F(PrepareTest, APolicyRulePinsTheVfioDriver) {
+  Use("variant");
+  auto policy = discovery::ParseAdminPolicy(
+      "vfioDrivers:\n  - match: {vendor: \"15b3\"}\n    use: vfio-pci\n", "policy.yaml");
+  ASSERT_TRUE(policy.ok()) << policy.error().message;
+  ChooseVfioDrivers(policy->vfio_drivers);
+  Publish();
+  Open();
+  ASSERT_TRUE(Prepare(Claim({{"nic", "vf-0000-5e-02-0"}})).ok());
+  EXPECT_EQ(Driver("0000:5e:02.0"), "vfio-pci");
+  ASSERT_TRUE(Unprepare().ok());
+  EXPECT_EQ(Driver("0000:5e:02.0"), "mlx5_core");
 }
 
 TEST_F(PrepareTest, MdevIsCreatedWithItsPublishedUuidAndRemovedAtUnprepare) {
