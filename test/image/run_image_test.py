@@ -138,6 +138,10 @@ def volume_flags(container, volumes, source_dir, node_sys, tmp):
             elif host == "/dev":
                 source = f"{tmp}/dev"
                 os.makedirs(source, exist_ok=True)
+            elif host == "/lib/modules":
+                # The test node's kernel states no variant drivers: an empty module tree.
+                source = f"{tmp}/modules"
+                os.makedirs(source, exist_ok=True)
             elif host.startswith(("/var/lib/kubelet/", "/var/run/")):
                 source = host  # the same path outside, made writable by overlay()
                 if not os.path.isdir(source):
