@@ -51,6 +51,9 @@ SCENARIO = read(OUT + "/scenario")
 CACHE = read(OUT + "/cache-dir")
 KVER = read(OUT + "/kernel-version")
 PLUGIN = BUILD + "/src/vfio-dra-plugin"
+# The guest kernel's own module aliases (Debian's 6.1 ships no VFIO variant driver, only
+# vfio_pci's catch-all), as the DaemonSet reads them from the host's /lib/modules.
+MODULES_ALIAS = f"{CACHE}/kernel/lib/modules/{KVER}/modules.alias"
 failures = []
 
 
@@ -129,6 +132,7 @@ class Node:
         self.registry = WORK + "/registry" + (f"-{label}" if label else "")
         os.makedirs(self.registry, exist_ok=True)
         self.args = (["--pod-uid", pod_uid] if pod_uid else []) + list(extra_args)
+        self.aliases = [] if "--modules-alias" in self.args else ["--modules-alias", MODULES_ALIAS]
         self.daemon = None
         self.starts = 0
         if api is not None:
@@ -157,7 +161,7 @@ class Node:
             [PLUGIN, "serve", "--node-name", NODE, "--kubeconfig", self.kubeconfig,
              "--registrar-dir", self.registry, "--plugin-data-dir", WORK + "/data",
              "--cdi-dir", WORK + "/cdi", "--config", WORK + "/policy.yaml", "-v", "2",
-             "--metrics-address", "127.0.0.1:0"] + self.args,
+             "--metrics-address", "127.0.0.1:0"] + self.aliases + self.args,
             stdout=log, stderr=subprocess.STDOUT)
         self.kubelet("register")
 
@@ -251,11 +255,24 @@ def device_of(response, uid):
 
 # --- Scenarios ------------------------------------------------------------------------------
 
+def write_variant_alias():
+    """The kernel's module aliases plus a VFIO variant driver for the e1000e at 02:00.0, which
+    Debian's kernel does not have, so it is never loaded."""
+    vendor = int(read(f"{SYS}/0000:02:00.0/vendor"), 16)
+    device = int(read(f"{SYS}/0000:02:00.0/device"), 16)
+    path = WORK + "/variant-modules.alias"
+    os.makedirs(WORK, exist_ok=True)
+    with open(MODULES_ALIAS) as real, open(path, "w") as out:
+        out.write(real.read())
+        out.write(f"alias vfio_pci:v{vendor:08X}d{device:08X}sv*sd*bc*sc*i* e1000e_vfio_pci\n")
+    return path
+
+
 def scenario_discovery():
     vfs = enable_vfs()
     report = json.loads(subprocess.run([PLUGIN, "discover", "-o", "json", "--config",
-                                        WORK + "/policy.yaml"], check=True,
-                                       capture_output=True, text=True).stdout)
+                                        WORK + "/policy.yaml", "--modules-alias", MODULES_ALIAS],
+                                       check=True, capture_output=True, text=True).stdout)
     decisions = {f["address"]: f for f in report["functions"]}
     def published_as(address):
         f = decisions[address]
@@ -271,8 +288,24 @@ def scenario_discovery():
     check(published_as("0000:05:00.0") is None, "the PF with VFs is not published")
     for vf in vfs:
         check(published_as(vf) == "vf", f"VF {vf} is published")
+    check(not [w for w in report.get("warnings", []) if "VFIO variant" in w],
+          "the kernel's module aliases were read: " + str(report.get("warnings")))
+    chosen = {f["address"]: f["vfioDriver"] for f in report["functions"] if "vfioDriver" in f}
+    check(chosen and all(c == {"name": "vfio-pci", "source": "default", "loaded": True}
+                         for c in chosen.values()),
+          f"every function binds to vfio-pci (vfio_pci's own alias is no variant): {chosen}")
+    # A variant for the e1000e, as a newer kernel would list one: matched against the modalias
+    # the real kernel reports, and reported as not loaded.
+    variant = json.loads(subprocess.run([PLUGIN, "discover", "-o", "json", "--config",
+                                         WORK + "/policy.yaml", "--modules-alias",
+                                         write_variant_alias()],
+                                        check=True, capture_output=True, text=True).stdout)
+    e1000e = {f["address"]: f for f in variant["functions"]}["0000:02:00.0"]["vfioDriver"]
+    check(e1000e["name"] == "e1000e_vfio_pci" and not e1000e["loaded"],
+          f"a variant alias for the e1000e's modalias is chosen and reported not loaded: {e1000e}")
     slices = json.loads(subprocess.run(
-        [PLUGIN, "slices", "-o", "json", "--node-name", NODE, "--config", WORK + "/policy.yaml"],
+        [PLUGIN, "slices", "-o", "json", "--node-name", NODE, "--config", WORK + "/policy.yaml",
+         "--modules-alias", MODULES_ALIAS],
         check=True, capture_output=True, text=True).stdout)
     counters = [c for s in slices["items"] for c in s["spec"].get("sharedCounters", [])]
     devices = [d for s in slices["items"] for d in s["spec"].get("devices", [])]
@@ -281,6 +314,9 @@ def scenario_discovery():
           "mtty has one counter set with capacity 24 (lcm of 24 and 12)")
     names = {d["name"] for d in devices}
     check({"gpu-0000-01-00-0", "hostdev-0000-02-00-0"} <= names, "slices list the GPU and hostdev")
+    pci = [d for d in devices if "resource.kubernetes.io/pciBusID" in d.get("attributes", {})]
+    check(pci and all(d["attributes"].get("vfioDriver") == {"string": "vfio-pci"} for d in pci),
+          "every PCI device is published with vfioDriver vfio-pci")
     check(sum(1 for n in names if n.startswith("mdev-mtty-mtty-1-")) == 24, "24 mtty-1 devices")
     check(sum(1 for n in names if n.startswith("mdev-mtty-mtty-2-")) == 12, "12 mtty-2 devices")
 
@@ -391,6 +427,20 @@ def scenario_refused():
     check(driver("0000:04:00.0") == "e1000e" and driver("0000:04:00.1") == "e1000e",
           "both functions of the group stay on e1000e")
     check(read(f"{SYS}/0000:04:00.0/driver_override") == "(null)", "driver_override untouched")
+    node.stop()
+    # A device whose VFIO variant driver is not loaded: refused before anything is touched, with
+    # the module to load.
+    uid = "e2e00000-0000-4000-8000-000000000014"
+    node = Node([claim("disk", uid, [("nic", "hostdev-0000-02-00-0")])],
+                extra_args=["--modules-alias", write_variant_alias()])
+    before = driver("0000:02:00.0")
+    node.start()
+    wait_for(lambda: node.slices(), "slices published")
+    error = claim_error(node.prepare(f"vms/disk/{uid}"), uid)
+    check("modprobe e1000e_vfio_pci" in error and "vfioDrivers" in error,
+          f"a variant that is not loaded is named with the policy way out: {error}")
+    check(driver("0000:02:00.0") == before, f"the function stays on {before or 'no driver'}")
+    check(read(f"{SYS}/0000:02:00.0/driver_override") == "(null)", "its driver_override untouched")
     node.stop()
 
 
