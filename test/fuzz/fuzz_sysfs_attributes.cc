@@ -1,6 +1,7 @@
-// sysfs attribute contents: every parser directly, then the input as the content of one attribute
-// (chosen by the first byte) of a realistic node, read by the real scanner and selection. The
-// node is built once in a temporary directory; the attribute is restored after each input.
+// sysfs attribute contents (and modules.alias): every parser directly, then the input as the
+// content of one attribute (chosen by the first byte) of a realistic node, read by the real
+// scanner, VFIO driver choice and selection. The node is built once in a temporary directory; the
+// attribute is restored after each input.
 #include <unistd.h>
 
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include "discovery/node_scan.h"
 #include "sysfs/sysfs_parse.h"
 #include "sysfs/sysfs_reader.h"
+#include "sysfs/vfio_aliases.h"
 #include "sysfs_fixture.h"
 
 namespace {
@@ -67,6 +69,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)CanonicalBdf(text);
   (void)PcieRootFromPath(text);
   (void)IsMdevUuid(text);
+  (void)ParseMdevMaxInstance(text);
+  (void)IsDriverName(text);
+  // The input as a modules.alias, and as a modalias against the kernel's kind of table.
+  if (auto aliases = VfioAliases::Parse(text, "fuzz"); aliases.ok()) {
+    (void)aliases->BestModule("pci:v000015B3d0000101Esv000015B3sd00000001bc02sc00i00");
+  }
+  static const VfioAliases kAliases = *VfioAliases::Parse(
+      "alias vfio_pci:v*d*sv*sd*bc*sc*i* vfio_pci\n"
+      "alias vfio_pci:v000010DEd*sv*sd*bc03sc*i* nvgrace_gpu_vfio_pci\n",
+      "aliases");
+  (void)kAliases.BestModule(text);
 
   if (size == 0) return 0;
   Node& node = TheNode();
@@ -74,7 +87,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::ofstream(path, std::ios::binary | std::ios::trunc)
       .write(reinterpret_cast<const char*>(data + 1), static_cast<std::streamsize>(size - 1));
   SysfsReader sysfs(node.root);
-  (void)ScanNode(sysfs, nullptr, AdminPolicy{});
+  // With a chooser, so that the (fuzzed) uevent's MODALIAS goes through the alias match too.
+  static const vfio_dra::discovery::VfioDriverChooser kChooser(kAliases, {});
+  vfio_dra::discovery::ScanContext context;
+  context.vfio_drivers = &kChooser;
+  (void)ScanNode(sysfs, nullptr, AdminPolicy{}, context);
   std::ofstream(path, std::ios::binary | std::ios::trunc) << original;
   return 0;
 }
