@@ -20,6 +20,8 @@ TEST_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev curl openssl python3 python3-yaml
   # the container image (hack/image.sh) and its test with a real container engine
   mmdebstrap umoci skopeo podman
+  # the real-kernel VM node (test/e2e-vm/prepare-vm.sh adds the kernel itself and its headers)
+  qemu-system-x86 busybox-static kmod cpio xz-utils make gcc
 )
 
 if [ "${1:-}" != "--build-only" ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi

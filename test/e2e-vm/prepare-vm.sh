@@ -10,18 +10,32 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$CACHE"
 cd "$CACHE"
 log() { echo "prepare-vm: $*" >&2; }
+export DEBIAN_FRONTEND=noninteractive
+
+# Package lists on a fresh machine can be older than the archive (an image built weeks ago): the
+# versions they name are gone from the mirror and every fetch would fail with 404. Refresh them
+# once, before the first fetch, and only when something has to be fetched.
+lists_fresh=0
+refresh_lists() {
+  ((lists_fresh)) && return 0
+  log "refreshing the package lists (apt-get update)"
+  apt-get update -qq >&2 || { log "apt-get update failed: cannot reach the Debian archive"; exit 1; }
+  lists_fresh=1
+}
 
 need=()
 for pkg in qemu-system-x86 busybox-static kmod cpio xz-utils make gcc; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 if ((${#need[@]})); then
+  refresh_lists
   log "installing ${need[*]}"
-  apt-get install -y -q "${need[@]}" >&2
+  apt-get install -y -q --no-install-recommends "${need[@]}" >&2
 fi
 
 # The kernel flavour Debian 12 ships now (linux-image-amd64 depends on it).
 if [[ ! -s kernel-version ]]; then
+  refresh_lists
   apt-cache depends linux-image-amd64 | sed -n 's/.*Depends: linux-image-\(.*\)$/\1/p' | head -1 \
     >kernel-version
 fi
@@ -29,6 +43,7 @@ KVER=$(cat kernel-version)
 [[ -n "$KVER" ]] || { log "cannot tell the Debian kernel version"; exit 1; }
 
 if [[ ! -f "kernel/boot/vmlinuz-$KVER" ]]; then
+  refresh_lists
   log "fetching linux-image-$KVER"
   apt-get download -q "linux-image-$KVER" >&2
   rm -rf kernel && mkdir kernel
@@ -38,12 +53,18 @@ if [[ ! -f "kernel/boot/vmlinuz-$KVER" ]]; then
 fi
 
 if ! dpkg-query -W -f='${Status}' "linux-headers-$KVER" 2>/dev/null | grep -q 'install ok installed'; then
+  refresh_lists
   log "installing linux-headers-$KVER (headers only; the host kernel is not touched)"
-  apt-get install -y -q "linux-headers-$KVER" >&2
+  apt-get install -y -q --no-install-recommends "linux-headers-$KVER" >&2 || {
+    log "cannot install linux-headers-$KVER; if the archive no longer has it, remove $CACHE to" \
+      "start over with the kernel Debian ships now"
+    exit 1
+  }
 fi
 
 if [[ ! -f mtty/mtty.ko ]]; then
   if [[ ! -f mtty/mtty.c ]]; then
+    refresh_lists
     log "fetching linux-source-6.1 for samples/vfio-mdev/mtty.c"
     apt-get download -q linux-source-6.1 >&2
     mkdir -p mtty
