@@ -58,7 +58,8 @@ Result<std::string> ReadFileToString(const std::string& path, size_t max_bytes) 
   return out;
 }
 
-Status WriteFileAtomically(const std::string& path, const std::string& contents, mode_t mode) {
+Status WriteFileAtomically(const std::string& path, const std::string& contents, mode_t mode,
+                           Durability durability) {
   const std::filesystem::path target(path);
   const std::string dir = target.parent_path().empty() ? "." : target.parent_path().string();
   std::random_device rd;
@@ -86,7 +87,7 @@ Status WriteFileAtomically(const std::string& path, const std::string& contents,
   }
   // The umask may have narrowed the mode given to open(); the documented mode is what counts.
   if (::fchmod(fd, mode) != 0) return fail("cannot chmod");
-  if (::fsync(fd) != 0) return fail("cannot fsync");
+  if (durability != Durability::kVolatile && ::fsync(fd) != 0) return fail("cannot fsync");
   if (::close(fd) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
@@ -98,6 +99,7 @@ Status WriteFileAtomically(const std::string& path, const std::string& contents,
     return MakeError(ErrorKind::kUnavailable,
                      "cannot rename " + tmp + " to " + path + ": " + ErrnoText(err));
   }
+  if (durability != Durability::kDurable) return Status::Ok();
   // The rename is durable only once the directory is: a failure here is a failure of the write.
   if (Status s = SyncDirectory(dir); !s.ok()) {
     return s.error().Wrap("wrote " + path + " but cannot make it durable");

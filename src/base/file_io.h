@@ -1,6 +1,7 @@
 // Small, checked file-system primitives shared by every module that persists state: whole-file
 // reads with a size cap, and atomic replacement (temp file in the same directory, fsync, rename,
-// fsync of the directory) so that readers only ever see a complete old or new file.
+// fsync of the directory, each fsync only where the file needs it) so that readers only ever see a
+// complete old or new file.
 #pragma once
 
 #include <sys/types.h>
@@ -14,9 +15,23 @@ namespace vfio_dra {
 // Reads a whole file; refuses files larger than `max_bytes` so a bad path cannot exhaust memory.
 Result<std::string> ReadFileToString(const std::string& path, size_t max_bytes = 16 << 20);
 
-// Writes `contents` to `path` atomically with file mode `mode`; an error unless the new file and
-// its directory entry are both on disk.
-Status WriteFileAtomically(const std::string& path, const std::string& contents, mode_t mode);
+// How far an atomic replacement is made durable before it returns. Readers always see a complete
+// old or new file; what differs is what survives a power loss (a process crash loses nothing
+// written, as the page cache outlives the process).
+enum class Durability {
+  // The file and its directory entry are on disk.
+  kDurable,
+  // The file's data is on disk, its directory entry is not yet: the caller makes the directory
+  // durable (GroupDirectorySync, so that writers finishing together share one directory fsync).
+  kDataOnly,
+  // Nothing is forced to disk: for files on tmpfs, or that a reboot makes useless anyway.
+  kVolatile,
+};
+
+// Writes `contents` to `path` atomically with file mode `mode`, made durable as `durability` says;
+// an error (naming the file) when any step fails.
+Status WriteFileAtomically(const std::string& path, const std::string& contents, mode_t mode,
+                           Durability durability = Durability::kDurable);
 
 // Creates `dir` and its parents if missing; an error (naming the directory) when that fails or
 // `dir` exists and is not a directory.

@@ -10,20 +10,9 @@
 #include <thread>
 
 #include "base/file_io.h"
+#include "base/file_lock.h"
 
 namespace vfio_dra::kubeletplugin {
-namespace {
-
-Error LockTimeout(const std::string& what, std::chrono::steady_clock::time_point since) {
-  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::steady_clock::now() - since);
-  return MakeError(ErrorKind::kDeadlineExceeded,
-                   "waited " + std::to_string(waited.count()) + " ms for " + what +
-                       " until the caller's deadline: other device work on this node is still "
-                       "running (a device busy in the kernel holds it up); the kubelet retries");
-}
-
-}  // namespace
 
 Result<std::unique_ptr<CallSerializer>> CallSerializer::Open(const std::string& lock_file) {
   int fd = ::open(lock_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -38,25 +27,9 @@ CallSerializer::~CallSerializer() { ::close(fd_); }
 
 Status CallSerializer::LockFile(Deadline deadline) {
   // flock is per open file description: the mutex orders threads here, the flock orders us
-  // against the other instance. flock has no timeout, so a bounded wait polls, backing off from
-  // 1 ms to 25 ms (the other instance holds the lock for one claim's device work).
-  const auto start = std::chrono::steady_clock::now();
-  auto pause = std::chrono::milliseconds(1);
-  for (;;) {
-    const int flags = deadline.IsSet() ? LOCK_EX | LOCK_NB : LOCK_EX;
-    if (::flock(fd_, flags) == 0) return Status::Ok();
-    const int err = errno;
-    if (err == EINTR) continue;
-    if (err != EWOULDBLOCK) {
-      return MakeError(
-          ErrorKind::kUnavailable,
-          "cannot lock " + path_ + " (shared with the other plugin instance): " + ErrnoText(err));
-    }
-    if (deadline.Expired()) return LockTimeout("the node lock " + path_, start);
-    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
-        pause, deadline.at() - std::chrono::steady_clock::now()));
-    pause = std::min(pause * 2, std::chrono::milliseconds(25));
-  }
+  // against the other instance.
+  return FlockUntil(fd_, LockMode::kExclusive, deadline,
+                    "the node lock " + path_ + " (shared with the other plugin instance)");
 }
 
 Result<CallSerializer::Guard> CallSerializer::Acquire(Deadline deadline) {
@@ -67,7 +40,7 @@ Result<CallSerializer::Guard> CallSerializer::Acquire(Deadline deadline) {
     if (!deadline.IsSet()) {
       released_.wait(lock, free);
     } else if (!released_.wait_until(lock, deadline.at(), free)) {
-      return LockTimeout("this instance's device work", start);
+      return LockWaitExpired("this instance's device work", start);
     }
     busy_ = true;
   }
