@@ -132,7 +132,10 @@ Status SpecDirectory::Write(const std::string& file_name, const Spec& spec) cons
   }
   if (Status s = ValidateSpec(spec); !s.ok()) return s;
   if (Status s = EnsureDirectory(dir_); !s.ok()) return s.error().Wrap("CDI directory");
-  return WriteFileAtomically(PathOf(file_name), SpecJson(spec).dump(2) + "\n", file_mode_);
+  // Volatile: the CDI directory is tmpfs on a node (/var/run/cdi), and a spec only serves a
+  // container started after this prepare in this boot; every prepare writes it again.
+  return WriteFileAtomically(PathOf(file_name), SpecJson(spec).dump(2) + "\n", file_mode_,
+                             Durability::kVolatile);
 }
 
 Status SpecDirectory::Remove(const std::string& file_name) const {

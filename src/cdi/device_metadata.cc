@@ -85,8 +85,11 @@ Result<std::string> MetadataStore::Write(const RequestMetadata& metadata) const 
   if (Status s = CheckNames(metadata); !s.ok()) return s.error();
   const std::filesystem::path host(HostPath(metadata));
   if (Status s = MakeDirs(host.parent_path()); !s.ok()) return s.error();
-  if (Status s =
-          WriteFileAtomically(host.string(), DeviceMetadataJson(metadata).dump() + "\n", 0644);
+  // Volatile for the same reason as the CDI spec that mounts it: it is read only by a container
+  // started after this prepare in this boot, and every prepare (the kubelet's after a reboot too)
+  // writes it again.
+  if (Status s = WriteFileAtomically(host.string(), DeviceMetadataJson(metadata).dump() + "\n",
+                                     0644, Durability::kVolatile);
       !s.ok()) {
     return s.error();
   }
