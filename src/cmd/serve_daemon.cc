@@ -74,9 +74,6 @@ Status ServeDaemon::BuildPreparation() {
   if (Status s = EnsureDirectory(options_.plugin_data_dir); !s.ok()) {
     return s.error().Wrap("cannot prepare the plugin data directory");
   }
-  auto serializer = kubeletplugin::CallSerializer::Open(layout_.lock_file);
-  if (!serializer.ok()) return serializer.error().Wrap("cannot set up call serialization");
-  serializer_ = std::move(*serializer);
   if (Status s = EnsureDirectory(options_.cdi_dir); !s.ok()) {
     return s.error().Wrap("cannot prepare the CDI spec directory");
   }
@@ -97,10 +94,8 @@ Status ServeDaemon::BuildPreparation() {
   if (!preparer.ok()) return preparer.error().Wrap("cannot start device preparation");
   preparer_ = std::move(*preparer);
 
-  // Another instance (a rolling update) may be working on the node: recover under its lock,
-  // from what is on disk then.
-  auto guard = serializer_->Acquire();
-  if (!guard.ok()) return guard.error().Wrap("cannot take the node lock for recovery");
+  // Recovery takes the preparer's locks itself: another instance (a rolling update) may be
+  // working on the node.
   if (Status s = preparer_->Recover(); !s.ok()) {
     log_.Error(
         "recovery from the prepare checkpoint is incomplete; affected claims are retried on "
@@ -144,8 +139,10 @@ void ServeDaemon::BuildPublishing() {
 }
 
 void ServeDaemon::BuildKubeletServices() {
-  node_.emplace(options_.driver_name, *claims_, *preparer_, *serializer_,
-                root_.WithComponent("node"), &metrics_);
+  // The preparer locks per device, so no call-wide serializer: claims on disjoint devices run in
+  // parallel.
+  node_.emplace(options_.driver_name, *claims_, *preparer_, nullptr, root_.WithComponent("node"),
+                &metrics_);
   v1_.emplace(*node_, root_.WithComponent("grpc"));
   v1beta1_.emplace(*node_, root_.WithComponent("grpc"));
   health_.emplace(

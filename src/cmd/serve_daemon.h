@@ -23,7 +23,6 @@
 #include "kube/client_config.h"
 #include "kube/curl_transport.h"
 #include "kube/token_source.h"
-#include "kubeletplugin/call_serializer.h"
 #include "kubeletplugin/dra_grpc_service.h"
 #include "kubeletplugin/health_grpc_service.h"
 #include "kubeletplugin/node_service.h"
@@ -82,7 +81,6 @@ class ServeDaemon {
   std::optional<kubeletplugin::ApiClaimSource> claims_;
   // Device preparation.
   kubeletplugin::SocketLayout layout_;
-  std::unique_ptr<kubeletplugin::CallSerializer> serializer_;
   std::unique_ptr<sysfs::SysfsWriter> sysfs_writer_;
   slicepublisher::PublishedDevices published_;
   MetricsRegistry metrics_;

@@ -1,12 +1,13 @@
 #include "kubeletplugin/node_service.h"
 
 #include <chrono>
+#include <optional>
 #include <set>
 
 namespace vfio_dra::kubeletplugin {
 
 DraNodeService::DraNodeService(std::string driver_name, ClaimSource& claims,
-                               prepare::DevicePreparer& preparer, CallSerializer& serializer,
+                               prepare::DevicePreparer& preparer, CallSerializer* serializer,
                                Logger log, MetricsRegistry* metrics)
     : driver_name_(std::move(driver_name)),
       claims_(claims),
@@ -126,10 +127,14 @@ ClaimPrepareResult DraNodeService::PrepareOne(const prepare::ClaimRef& ref, Dead
     // nothing to do and nothing to return.
     return result;
   }
-  auto guard = serializer_.Acquire(deadline);
-  if (!guard.ok()) {
-    result.error = who + ": not prepared: " + guard.error().message;
-    return result;
+  std::optional<CallSerializer::Guard> guard;
+  if (serializer_ != nullptr) {
+    auto acquired = serializer_->Acquire(deadline);
+    if (!acquired.ok()) {
+      result.error = who + ": not prepared: " + acquired.error().message;
+      return result;
+    }
+    guard.emplace(std::move(*acquired));
   }
   auto devices = preparer_.Prepare(*claim, ours, deadline);
   if (!devices.ok()) {
@@ -154,10 +159,14 @@ ClaimUnprepareResult DraNodeService::UnprepareOne(const prepare::ClaimRef& ref, 
     result.error = who + ": " + TooLate("unprepared");
     return result;
   }
-  auto guard = serializer_.Acquire(deadline);
-  if (!guard.ok()) {
-    result.error = who + ": not unprepared: " + guard.error().message;
-    return result;
+  std::optional<CallSerializer::Guard> guard;
+  if (serializer_ != nullptr) {
+    auto acquired = serializer_->Acquire(deadline);
+    if (!acquired.ok()) {
+      result.error = who + ": not unprepared: " + acquired.error().message;
+      return result;
+    }
+    guard.emplace(std::move(*acquired));
   }
   if (Status u = preparer_.Unprepare(ref, deadline); !u.ok()) result.error = u.error().message;
   return result;

@@ -2,7 +2,8 @@
 // both gRPC API versions. It enforces the kubelet contract: an answer for every claim UID in the
 // request, per-claim failures as per-claim errors naming the claim, whole-call errors only for a
 // malformed request, the claim re-read from the API (UID and allocation checked), only this
-// driver's results handed on, base request names, and device work serialized.
+// driver's results handed on, base request names, and device work serialized unless the preparer
+// orders device work itself (as the upstream helper's Serialize(false)).
 #pragma once
 
 #include <chrono>
@@ -54,9 +55,11 @@ class ApiClaimSource final : public ClaimSource {
 
 class DraNodeService {
  public:
+  // `serializer`: held around every preparer call; null when the preparer locks what it changes
+  // itself (vfio-dra's does, per device, so claims on disjoint devices run in parallel).
   // `metrics` may be null.
   DraNodeService(std::string driver_name, ClaimSource& claims, prepare::DevicePreparer& preparer,
-                 CallSerializer& serializer, Logger log, MetricsRegistry* metrics = nullptr);
+                 CallSerializer* serializer, Logger log, MetricsRegistry* metrics = nullptr);
 
   // Whole-call errors (kInvalidArgument) for a malformed request; otherwise one entry per UID.
   // Claims are worked on in order until `deadline` (the kubelet's, less a margin for the answer);
@@ -76,7 +79,7 @@ class DraNodeService {
   const std::string driver_name_;
   ClaimSource& claims_;
   prepare::DevicePreparer& preparer_;
-  CallSerializer& serializer_;
+  CallSerializer* serializer_;
   Logger log_;
   MetricsRegistry* metrics_;
 };

@@ -36,7 +36,8 @@ class DevicePreparer {
  public:
   virtual ~DevicePreparer() = default;
   // Prepares every result in `ours` (all of them for this driver). Must be idempotent: the kubelet
-  // repeats the call until it sees success. Called under the node-wide lock; answers by
+  // repeats the call until it sees success. Called under the node-wide lock unless the preparer
+  // orders its own device work (then calls for different claims arrive concurrently); answers by
   // `deadline` (an error then, which the kubelet's retry picks up).
   virtual Result<std::vector<PreparedDevice>> Prepare(
       const kube::ResourceClaim& claim,

@@ -349,7 +349,9 @@ Status PrepareCheckpoint::Put(const ClaimRecord& record) const {
   }
   ClaimRecord stamped = record;
   stamped.boot_id = boot_id_;
-  Status status = WriteFileAtomically(PathOf(record.uid), RecordJson(stamped).dump(1) + "\n", 0600);
+  Status status = WriteFileAtomically(PathOf(record.uid), RecordJson(stamped).dump(1) + "\n", 0600,
+                                      Durability::kDataOnly);
+  if (status.ok()) status = dir_sync_->Sync();
   if (!status.ok()) return status.error().Wrap("cannot write the prepare checkpoint");
   return Status::Ok();
 }
@@ -361,7 +363,7 @@ Status PrepareCheckpoint::Remove(const std::string& uid) const {
     return MakeError(ErrorKind::kUnavailable, "cannot remove the prepare checkpoint record " +
                                                   PathOf(uid) + ": " + ErrnoText(errno));
   }
-  return SyncDirectory(dir_);
+  return dir_sync_->Sync();
 }
 
 Result<int> PrepareCheckpoint::Upgrade(std::string* problem) const {

@@ -21,11 +21,13 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "base/directory_sync.h"
 #include "base/result.h"
 #include "discovery/node_scan.h"
 #include "vfio/mdev_lifecycle.h"
@@ -137,7 +139,8 @@ class PrepareCheckpoint {
   CheckpointView Load() const;
   // Reads one claim's record: nullopt when there is none; an error when it cannot be read.
   Result<std::optional<ClaimRecord>> Find(const std::string& uid) const;
-  // Writes a claim's record (stamped with this boot's ID) durably before returning.
+  // Writes a claim's record (stamped with this boot's ID) durably before returning. Claims that
+  // finish together share the fsync of the directory (group commit).
   Status Put(const ClaimRecord& record) const;
   // Drops a claim's record durably; dropping an unknown claim succeeds.
   Status Remove(const std::string& uid) const;
@@ -149,12 +152,16 @@ class PrepareCheckpoint {
 
  private:
   PrepareCheckpoint(std::string data_dir, std::string dir, std::string boot_id)
-      : data_dir_(std::move(data_dir)), dir_(std::move(dir)), boot_id_(std::move(boot_id)) {}
+      : data_dir_(std::move(data_dir)),
+        dir_(std::move(dir)),
+        boot_id_(std::move(boot_id)),
+        dir_sync_(std::make_shared<GroupDirectorySync>(dir_)) {}
   std::string PathOf(const std::string& uid) const;
 
   std::string data_dir_;
   std::string dir_;
   std::string boot_id_;
+  std::shared_ptr<GroupDirectorySync> dir_sync_;
 };
 
 // A device of a completed prepare and what it occupies on the node (the health stream checks it).

@@ -6,6 +6,7 @@
 
 #include "base/k8s_names.h"
 #include "base/text.h"
+#include "slicepublisher/device_attributes.h"
 #include "sysfs/sysfs_parse.h"
 
 namespace vfio_dra::prepare {
@@ -33,6 +34,27 @@ bool Contains(const std::vector<std::string>& list, const std::string& value) {
   return std::find(list.begin(), list.end(), value) != list.end();
 }
 
+// The PCI functions a call changes for a record or a plan: every function it binds and the parent
+// of every mdev (see PrepareLocks).
+void AddDeviceKeys(const ClaimRecord& record, std::set<std::string>& keys) {
+  for (const FunctionRecord& f : record.functions) keys.insert(f.address);
+  for (const MdevRecord& m : record.mdevs) keys.insert(m.parent);
+  for (const RecordedDevice& device : record.devices) {
+    keys.insert(device.functions.begin(), device.functions.end());
+    if (device.is_mdev) keys.insert(device.mdev.parent);
+  }
+}
+
+void AddDeviceKeys(const std::vector<PlannedDevice>& plan, std::set<std::string>& keys) {
+  for (const PlannedDevice& device : plan) {
+    if (device.kind == PlannedKind::kPci) {
+      keys.insert(device.functions.begin(), device.functions.end());
+    } else {
+      keys.insert(device.mdev.parent);
+    }
+  }
+}
+
 cdi::DeviceNode CdiNode(const vfio::CharDeviceNode& node) {
   return cdi::DeviceNode{node.path, "", node.major, node.minor};
 }
@@ -46,18 +68,22 @@ Result<std::unique_ptr<VfioDevicePreparer>> VfioDevicePreparer::Open(
   if (!boot_id.ok()) return boot_id.error();
   auto checkpoint = PrepareCheckpoint::Open(options.plugin_data_dir, *boot_id);
   if (!checkpoint.ok()) return checkpoint.error();
-  return std::unique_ptr<VfioDevicePreparer>(new VfioDevicePreparer(
-      std::move(options), sysfs, writer, published, std::move(*checkpoint), std::move(log)));
+  auto locks = PrepareLocks::Open(options.plugin_data_dir);
+  if (!locks.ok()) return locks.error();
+  return std::unique_ptr<VfioDevicePreparer>(
+      new VfioDevicePreparer(std::move(options), sysfs, writer, published, std::move(*checkpoint),
+                             std::move(*locks), std::move(log)));
 }
 
 VfioDevicePreparer::VfioDevicePreparer(PreparerOptions options, const sysfs::SysfsReader& sysfs,
                                        sysfs::SysfsWriter& writer,
                                        const slicepublisher::PublishedDevices& published,
-                                       PrepareCheckpoint checkpoint, Logger log)
+                                       PrepareCheckpoint checkpoint, PrepareLocks locks, Logger log)
     : options_(std::move(options)),
       sysfs_(sysfs),
       published_(published),
       checkpoint_(std::move(checkpoint)),
+      locks_(std::move(locks)),
       gate_(writer),
       binder_(sysfs, gate_, vfio::BinderOptions{options_.unbind_timeout, options_.dev_root}),
       mdevs_(sysfs, writer, gate_, options_.unbind_timeout),
@@ -419,6 +445,91 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Apply(const kube::Resour
   return answer;
 }
 
+std::set<std::string> VfioDevicePreparer::PublishedKeys(
+    const std::vector<kube::DeviceRequestAllocationResult>& ours) const {
+  std::set<std::string> keys;
+  for (const kube::DeviceRequestAllocationResult& result : ours) {
+    auto device = published_.Find(result.pool, result.device);
+    if (!device) continue;  // the plan says why
+    const slicepublisher::PublishedDeviceView view = slicepublisher::DecodePublishedDevice(*device);
+    if (view.pci_bus_id) keys.insert(*view.pci_bus_id);
+    if (view.parent_pci_address) keys.insert(*view.parent_pci_address);
+  }
+  return keys;
+}
+
+Result<VfioDevicePreparer::PrepareDecision> VfioDevicePreparer::DecidePrepare(
+    const kube::ResourceClaim& claim, const std::vector<kube::DeviceRequestAllocationResult>& ours,
+    const std::string& who, Deadline deadline) {
+  for (;;) {
+    auto decided = locks_.Decision(deadline);
+    if (!decided.ok()) return decided.error().Wrap(who + ": not prepared");
+    std::optional<FileLock> decision_lock(std::move(*decided));
+    PrepareDecision d{{}, {}, std::nullopt, false, false, DeviceLockSet(locks_)};
+    const CheckpointView view = LoadView();
+    if (view.listing_error) {
+      // Without every record, a device held by another claim could be handed out twice.
+      return MakeError(ErrorKind::kUnavailable, who + ": " + *view.listing_error);
+    }
+    if (auto it = view.unreadable.find(claim.uid); it != view.unreadable.end()) {
+      return MakeError(ErrorKind::kUnavailable, who + ": " + it->second);
+    }
+    if (const ClaimRecord* existing = view.Find(claim.uid)) d.existing = *existing;
+    // The devices another call may be changing are locked before they are planned, so the plan
+    // never reads a device halfway through someone else's bind or restore: first the published
+    // functions and the recorded ones, then the rest of the planned IOMMU groups.
+    std::set<std::string> keys = PublishedKeys(ours);
+    if (d.existing) AddDeviceKeys(*d.existing, keys);
+    std::string busy;
+    auto all_held = d.devices.TryAdd(keys, busy);
+    if (!all_held.ok()) return all_held.error().Wrap(who);
+    std::optional<Result<std::vector<PlannedDevice>>> plan;
+    if (*all_held) {
+      d.was_completed = d.existing && d.existing->state == PrepareState::kPrepareCompleted;
+      plan =
+          d.was_completed && d.existing->replayable
+              ? PlanFromRecord(*d.existing, ours)
+              : PlanClaim(claim, ours,
+                          PlanContext{
+                              options_.driver_name, options_.node_name, published_, sysfs_,
+                              [this](const std::string& address) { return binder_.Busy(address); },
+                              options_.vfio_drivers.get()});
+      if (!plan->ok()) return plan->error().Wrap(who);
+      keys.clear();
+      AddDeviceKeys(**plan, keys);
+      all_held = d.devices.TryAdd(keys, busy);
+      if (!all_held.ok()) return all_held.error().Wrap(who);
+    }
+    if (!*all_held) {
+      d.devices.Clear();
+      decision_lock.reset();  // let others decide while this call waits
+      if (Status s = locks_.AwaitDevice(busy, deadline); !s.ok()) {
+        return s.error().Wrap(who + ": not prepared");
+      }
+      continue;
+    }
+    d.plan = std::move(**plan);
+    if (Status s = CheckOverlap(view, claim.uid, d.plan); !s.ok()) return s.error().Wrap(who);
+    const bool earlier_boot = d.existing && d.existing->boot_id != checkpoint_.boot_id();
+    if (earlier_boot) {
+      if (Status s = CheckIdentities(*d.existing); !s.ok()) return s.error().Wrap(who);
+    }
+    d.record = d.existing ? *d.existing : ClaimRecord{};
+    if (!d.was_completed) d.record.state = PrepareState::kPrepareStarted;
+    d.changed = !d.existing || earlier_boot;
+    if (Status s = RecordStart(claim, d.plan, d.record, d.changed, deadline); !s.ok()) {
+      return s.error().Wrap(who + ": cannot record the prepare in the checkpoint");
+    }
+    if (d.changed) {
+      Step("checkpoint:started");
+      if (Status s = checkpoint_.Put(d.record); !s.ok()) {
+        return s.error().Wrap(who + ": cannot record the prepare in the checkpoint");
+      }
+    }
+    return d;
+  }
+}
+
 Result<std::vector<PreparedDevice>> VfioDevicePreparer::Prepare(
     const kube::ResourceClaim& claim, const std::vector<kube::DeviceRequestAllocationResult>& ours,
     Deadline deadline) {
@@ -432,52 +543,20 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Prepare(
                          ": not started: the kubelet's deadline for this call has passed; its "
                          "retry prepares the claim");
   }
-  const CheckpointView view = LoadView();
-  if (view.listing_error) {
-    // Without every record, a device held by another claim could be handed out twice.
-    return MakeError(ErrorKind::kUnavailable, who + ": " + *view.listing_error);
-  }
-  if (auto it = view.unreadable.find(claim.uid); it != view.unreadable.end()) {
-    return MakeError(ErrorKind::kUnavailable, who + ": " + it->second);
-  }
-  const ClaimRecord* existing = view.Find(claim.uid);
-  const bool was_completed =
-      existing != nullptr && existing->state == PrepareState::kPrepareCompleted;
-  const bool earlier_boot = existing != nullptr && existing->boot_id != checkpoint_.boot_id();
-  auto plan =
-      was_completed && existing->replayable
-          ? PlanFromRecord(*existing, ours)
-          : PlanClaim(
-                claim, ours,
-                PlanContext{options_.driver_name, options_.node_name, published_, sysfs_,
-                            [this](const std::string& address) { return binder_.Busy(address); },
-                            options_.vfio_drivers.get()});
-  if (!plan.ok()) return plan.error().Wrap(who);
-  if (Status s = CheckOverlap(view, claim.uid, *plan); !s.ok()) return s.error().Wrap(who);
-  if (earlier_boot) {
-    if (Status s = CheckIdentities(*existing); !s.ok()) return s.error().Wrap(who);
-  }
+  auto call_lock = locks_.Call(deadline);
+  if (!call_lock.ok()) return call_lock.error().Wrap(who + ": not prepared");
+  auto decided = DecidePrepare(claim, ours, who, deadline);
+  if (!decided.ok()) return decided.error();
+  PrepareDecision& d = *decided;
 
-  ClaimRecord record = existing != nullptr ? *existing : ClaimRecord{};
-  if (!was_completed) record.state = PrepareState::kPrepareStarted;
-  bool changed = existing == nullptr || earlier_boot;
-  if (Status s = RecordStart(claim, *plan, record, changed, deadline); !s.ok()) {
-    return s.error().Wrap(who + ": cannot record the prepare in the checkpoint");
-  }
-  if (changed) {
-    Step("checkpoint:started");
-    if (Status s = checkpoint_.Put(record); !s.ok()) {
-      return s.error().Wrap(who + ": cannot record the prepare in the checkpoint");
-    }
-  }
-
-  auto answer = Apply(claim, *plan, deadline);
+  // Only this call's device locks are held from here: claims on other devices go on meanwhile.
+  auto answer = Apply(claim, d.plan, deadline);
   if (!answer.ok()) {
     Error error = answer.error().Wrap(who);
-    if (!was_completed && !deadline.Expired()) {
+    if (!d.was_completed && !deadline.Expired()) {
       // Leave the node as it was: nothing of a failed first prepare may linger. (When the
       // deadline ran out the record stays: the kubelet's retry or unprepare finishes the job.)
-      if (Status undo = Undo(record, deadline); !undo.ok()) {
+      if (Status undo = Undo(d.record, deadline); !undo.ok()) {
         error.message += "; rolling back also failed: " + undo.error().message +
                          " (unprepare or a restart will retry)";
       }
@@ -485,12 +564,12 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Prepare(
     Note(checkpoint_.Load());
     return error;
   }
-  ClaimRecord completed = record;
+  ClaimRecord completed = d.record;
   completed.state = PrepareState::kPrepareCompleted;
   for (size_t i = 0; i < answer->size() && i < completed.devices.size(); ++i) {
     completed.devices[i].cdi_device_ids = (*answer)[i].cdi_device_ids;
   }
-  if (!was_completed || changed || !(completed == *existing)) {
+  if (!d.was_completed || d.changed || !(completed == *d.existing)) {
     Step("checkpoint:completed");
     if (Status s = checkpoint_.Put(completed); !s.ok()) {
       return s.error().Wrap(who + ": cannot record the completed prepare");
@@ -571,28 +650,60 @@ Status VfioDevicePreparer::Undo(const ClaimRecord& record, Deadline deadline) {
 }
 
 Status VfioDevicePreparer::Unprepare(const ClaimRef& claim, Deadline deadline) {
-  // The claim's own record, read directly: only a record that is really absent means "never
-  // prepared, or already undone".
-  auto record = checkpoint_.Find(claim.uid);
-  if (!record.ok()) {
-    if (record.error().kind == ErrorKind::kDataLoss) {
-      // A corrupt record cannot be undone automatically: LoadView moves it aside (the log says
-      // where), this answer tells the kubelet once, and its retry then finds nothing to do.
-      LoadView();
-      return record.error().Wrap("claim " + claim.Display() +
-                                 ": its devices must be checked and returned by hand");
+  const std::string who = "claim " + claim.Display();
+  auto call_lock = locks_.Call(deadline);
+  if (!call_lock.ok()) return call_lock.error().Wrap(who + ": not unprepared");
+  DeviceLockSet devices(locks_);
+  std::optional<ClaimRecord> record;
+  for (;;) {
+    auto decided = locks_.Decision(deadline);
+    if (!decided.ok()) return decided.error().Wrap(who + ": not unprepared");
+    std::optional<FileLock> decision_lock(std::move(*decided));
+    // The claim's own record, read directly: only a record that is really absent means "never
+    // prepared, or already undone".
+    auto found = checkpoint_.Find(claim.uid);
+    if (!found.ok()) {
+      if (found.error().kind == ErrorKind::kDataLoss) {
+        // A corrupt record cannot be undone automatically: LoadView moves it aside (the log says
+        // where), this answer tells the kubelet once, and its retry then finds nothing to do.
+        LoadView();
+        return found.error().Wrap(who + ": its devices must be checked and returned by hand");
+      }
+      return MakeError(ErrorKind::kUnavailable,
+                       who + ": " + found.error().message + "; the record is kept and retried");
     }
-    return MakeError(ErrorKind::kUnavailable, "claim " + claim.Display() + ": " +
-                                                  record.error().message +
-                                                  "; the record is kept and retried");
+    if (!found->has_value()) return Status::Ok();
+    std::set<std::string> keys;
+    AddDeviceKeys(**found, keys);
+    std::string busy;
+    auto all_held = devices.TryAdd(keys, busy);
+    if (!all_held.ok()) return all_held.error().Wrap(who + ": not unprepared");
+    if (*all_held) {
+      record = std::move(**found);
+      break;
+    }
+    // A prepare of this claim (a retry in flight) or of a claim on the same device is running:
+    // undo what it leaves, not a record it is still writing.
+    devices.Clear();
+    decision_lock.reset();
+    if (Status s = locks_.AwaitDevice(busy, deadline); !s.ok()) {
+      return s.error().Wrap(who + ": not unprepared");
+    }
   }
-  if (!record->has_value()) return Status::Ok();
-  Status status = Undo(**record, deadline);
+  Status status = Undo(*record, deadline);
   Note(LoadView());
   return status;
 }
 
 Status VfioDevicePreparer::Recover() {
+  // Another instance (a rolling update) may be working on the node: recovery decides under the
+  // decision lock and only undoes records whose devices nobody holds.
+  auto call_lock = locks_.Call(Deadline());
+  if (!call_lock.ok()) return call_lock.error().Wrap("recovering from the prepare checkpoint");
+  auto decision_lock = locks_.Decision(Deadline());
+  if (!decision_lock.ok()) {
+    return decision_lock.error().Wrap("recovering from the prepare checkpoint");
+  }
   std::optional<Error> first;
   std::string problem;
   auto upgraded = checkpoint_.Upgrade(&problem);
@@ -606,6 +717,23 @@ Status VfioDevicePreparer::Recover() {
   const CheckpointView view = LoadView();
   for (const auto& [uid, record] : view.claims) {
     if (record.state != PrepareState::kPrepareStarted) continue;
+    DeviceLockSet devices(locks_);
+    std::set<std::string> keys;
+    AddDeviceKeys(record, keys);
+    std::string busy;
+    auto all_held = devices.TryAdd(keys, busy);
+    if (!all_held.ok()) {
+      if (!first) first = all_held.error().Wrap(record.Display());
+      continue;
+    }
+    if (!*all_held) {
+      // Its devices are locked: the instance that wrote it is alive and still preparing it.
+      log_.Info("leaving a prepare in flight in another instance",
+                {{"claim", record.namespace_ + "/" + record.name},
+                 {"uid", record.uid},
+                 {"busy device", busy}});
+      continue;
+    }
     log_.Info("rolling back a prepare interrupted by a restart",
               {{"claim", record.namespace_ + "/" + record.name}, {"uid", record.uid}});
     if (Status s = Undo(record, Deadline()); !s.ok() && !first) first = s.error();

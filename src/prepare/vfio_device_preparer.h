@@ -26,6 +26,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,6 +38,7 @@
 #include "prepare/device_plan.h"
 #include "prepare/device_preparer.h"
 #include "prepare/prepare_checkpoint.h"
+#include "prepare/prepare_locks.h"
 #include "slicepublisher/published_devices.h"
 #include "sysfs/sysfs_reader.h"
 #include "sysfs/sysfs_writer.h"
@@ -103,7 +106,25 @@ class VfioDevicePreparer final : public DevicePreparer {
  private:
   VfioDevicePreparer(PreparerOptions options, const sysfs::SysfsReader& sysfs,
                      sysfs::SysfsWriter& writer, const slicepublisher::PublishedDevices& published,
-                     PrepareCheckpoint checkpoint, Logger log);
+                     PrepareCheckpoint checkpoint, PrepareLocks locks, Logger log);
+
+  // What a prepare decided under the decision lock, with the device locks it holds while it
+  // changes the node.
+  struct PrepareDecision {
+    std::vector<PlannedDevice> plan;
+    ClaimRecord record;  // as written with PrepareStarted (or as completed before)
+    std::optional<ClaimRecord> existing;
+    bool was_completed = false;
+    bool changed = false;
+    DeviceLockSet devices;
+  };
+  Result<PrepareDecision> DecidePrepare(
+      const kube::ResourceClaim& claim,
+      const std::vector<kube::DeviceRequestAllocationResult>& ours, const std::string& who,
+      Deadline deadline);
+  // The published functions (PCI devices) and parents (mdevs) of the allocated devices.
+  std::set<std::string> PublishedKeys(
+      const std::vector<kube::DeviceRequestAllocationResult>& ours) const;
 
   void Step(const std::string& name) const;
   // Reads every record, logs the problems and refreshes the snapshots.
@@ -135,6 +156,7 @@ class VfioDevicePreparer final : public DevicePreparer {
   const sysfs::SysfsReader& sysfs_;
   const slicepublisher::PublishedDevices& published_;
   PrepareCheckpoint checkpoint_;
+  PrepareLocks locks_;
   vfio::DeviceLockGate gate_;
   vfio::VfioPciBinder binder_;
   vfio::MdevLifecycle mdevs_;

@@ -17,7 +17,6 @@
 
 #include "discovery/admin_policy.h"
 #include "discovery/node_scan.h"
-#include "kubeletplugin/call_serializer.h"
 #include "kubeletplugin/dra_grpc_service.h"
 #include "kubeletplugin/node_service.h"
 #include "prepare/vfio_device_preparer.h"
@@ -51,7 +50,6 @@ struct Harness {
   std::unique_ptr<testing::SimulatedKernel> kernel;
   slicepublisher::PublishedDevices published;
   std::unique_ptr<prepare::VfioDevicePreparer> preparer;
-  std::unique_ptr<kubeletplugin::CallSerializer> serializer;
   FuzzedClaims claims;
   std::unique_ptr<kubeletplugin::DraNodeService> node;
   std::unique_ptr<kubeletplugin::DraGrpcService<kubeletplugin::DraV1Api>> v1;
@@ -90,12 +88,8 @@ Harness& TheHarness() {
                                                       harness->published, Logger::Discard());
     if (!preparer.ok()) std::abort();
     harness->preparer = std::move(*preparer);
-    auto serializer = kubeletplugin::CallSerializer::Open(harness->dir + "/data/serialize.lock");
-    if (!serializer.ok()) std::abort();
-    harness->serializer = std::move(*serializer);
     harness->node = std::make_unique<kubeletplugin::DraNodeService>(
-        "vfio.dra.io", harness->claims, *harness->preparer, *harness->serializer,
-        Logger::Discard());
+        "vfio.dra.io", harness->claims, *harness->preparer, nullptr, Logger::Discard());
     harness->v1 = std::make_unique<kubeletplugin::DraGrpcService<kubeletplugin::DraV1Api>>(
         *harness->node, Logger::Discard());
     return harness;

@@ -95,7 +95,7 @@ class NodeServiceTest : public ::testing::Test {
     char tmpl[] = "/tmp/vfio-dra-node-XXXXXX";
     dir_ = mkdtemp(tmpl);
     serializer_ = CallSerializer::Open(dir_ + "/serialize.lock").value();
-    service_ = std::make_unique<DraNodeService>(kDriver, claims_, preparer_, *serializer_,
+    service_ = std::make_unique<DraNodeService>(kDriver, claims_, preparer_, serializer_.get(),
                                                 Logger::Discard());
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }

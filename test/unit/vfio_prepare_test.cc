@@ -6,13 +6,17 @@
 #include <sys/sysmacros.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
 
+#include "base/file_lock.h"
 #include "discovery/admin_policy.h"
 #include "discovery/node_scan.h"
 #include "prepare/device_health.h"
@@ -1041,6 +1045,127 @@ TEST_F(PrepareTest, AClaimRecreatedUnderTheSameNameKeepsItsOwnMetadata) {
   ASSERT_TRUE(Unprepare(Uid(2), "vm-gpu").ok());
   EXPECT_FALSE(fs::exists(new_file));
   EXPECT_FALSE(fs::exists(DataDir() + "/dra-device-metadata/vms_vm-gpu")) << "its own, removed";
+}
+
+// Holds the first call that reaches `step` until released (the other steps pass).
+class StepGate {
+ public:
+  explicit StepGate(std::string step) : step_(std::move(step)) {}
+  void Pass(const std::string& step) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (step != step_ || reached_) return;
+    reached_ = true;
+    changed_.notify_all();
+    changed_.wait(lock, [this] { return released_; });
+  }
+  void AwaitReached() {
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait(lock, [this] { return reached_; });
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    changed_.notify_all();
+  }
+
+ private:
+  const std::string step_;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  bool reached_ = false;
+  bool released_ = false;
+};
+
+// Claims on different devices no longer queue behind each other (32 VMs starting at once), while
+// two calls never change one device together: a claim on a device another call is changing
+// waits for it, an unprepare waits for the prepare in flight, and another instance's recovery
+// leaves that prepare alone instead of rolling it back under its feet.
+TEST_F(PrepareTest, ClaimsOnOtherDevicesGoOnWhileOneIsInFlightAndItsDeviceWaits) {
+  using namespace std::chrono_literals;
+  Use("workstation");
+  StepGate gate("bind:0000:01:00.0");
+  step_hook_ = [&gate](const std::string& step) { gate.Pass(step); };
+  Open();
+  prepare::VfioDevicePreparer* instance_a = preparer_.get();
+  const auto claim_a = Claim({{"gpu", "gpu-0000-01-00-0"}});
+  std::optional<Result<std::vector<PreparedDevice>>> a_result;
+  std::thread in_flight(
+      [&] { a_result.emplace(instance_a->Prepare(claim_a, claim_a.allocation->results, {})); });
+  struct Joiner {
+    StepGate& gate;
+    std::thread& thread;
+    ~Joiner() {
+      gate.Release();
+      if (thread.joinable()) thread.join();
+    }
+  } joiner{gate, in_flight};
+  gate.AwaitReached();
+
+  const auto claim_b = Claim({{"gpu", "gpu-0000-02-00-0"}}, Uid(2), "other-gpu");
+  auto b = instance_a->Prepare(claim_b, claim_b.allocation->results, Deadline::After(120s));
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  EXPECT_EQ(Driver("0000:02:00.0"), "vfio-pci") << "prepared while the other claim is in flight";
+
+  const auto claim_c = Claim({{"gpu", "gpu-0000-01-00-0"}}, Uid(3), "same-gpu");
+  auto c = instance_a->Prepare(claim_c, claim_c.allocation->results, Deadline::After(100ms));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().kind, ErrorKind::kDeadlineExceeded);
+  EXPECT_THAT(c.error().message, HasSubstr("vms/same-gpu"));
+  EXPECT_THAT(c.error().message, HasSubstr("device 0000:01:00.0, which another claim's call"));
+  EXPECT_FALSE(Recorded(Uid(3)).has_value());
+
+  Status early_undo =
+      instance_a->Unprepare(prepare::ClaimRef{"vms", "gpu-claim", kUid}, Deadline::After(100ms));
+  ASSERT_FALSE(early_undo.ok());
+  EXPECT_EQ(early_undo.error().kind, ErrorKind::kDeadlineExceeded);
+  ASSERT_TRUE(Recorded(kUid).has_value()) << "not undone under the prepare in flight";
+
+  // A second instance starts (a rolling update) while the prepare is in flight.
+  std::unique_ptr<prepare::VfioDevicePreparer> keep_a = std::move(preparer_);
+  Open();
+  const size_t writes = kernel_->Writes().size();
+  ASSERT_TRUE(preparer_->Recover().ok());
+  EXPECT_EQ(kernel_->Writes().size(), writes) << "recovery rolled back a prepare in flight";
+  ASSERT_TRUE(Recorded(kUid).has_value());
+  EXPECT_EQ(Recorded(kUid)->state, prepare::PrepareState::kPrepareStarted);
+
+  gate.Release();
+  in_flight.join();
+  ASSERT_TRUE(a_result->ok()) << a_result->error().message;
+  EXPECT_EQ(Driver("0000:01:00.0"), "vfio-pci");
+  EXPECT_EQ(Driver("0000:01:00.1"), "vfio-pci");
+  auto refused = Prepare(claim_c);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error().message, HasSubstr("already prepared for claim vms/gpu-claim"));
+
+  keep_a.reset();
+  ASSERT_TRUE(Unprepare().ok());
+  ASSERT_TRUE(Unprepare(Uid(2), "other-gpu").ok());
+  EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
+  EXPECT_EQ(Driver("0000:01:00.1"), "snd_hda_intel");
+  EXPECT_TRUE(CdiFiles().empty());
+  EXPECT_TRUE(preparer_->checkpoint().Load().claims.empty());
+}
+
+// An instance of a version before parallel preparation takes serialize.lock exclusively for each
+// call: while it works, this version starts nothing (and says what it waited for).
+TEST_F(PrepareTest, AnEarlierVersionHoldingTheNodeLockIsWaitedFor) {
+  using namespace std::chrono_literals;
+  Use("workstation");
+  auto earlier = FileLock::Acquire(DataDir() + "/serialize.lock", LockMode::kExclusive, Deadline(),
+                                   "the test's node lock");
+  ASSERT_TRUE(earlier.ok()) << earlier.error().message;
+  const auto claim = Claim({{"gpu", "gpu-0000-02-00-0"}});
+  auto waited = preparer_->Prepare(claim, claim.allocation->results, Deadline::After(100ms));
+  ASSERT_FALSE(waited.ok());
+  EXPECT_EQ(waited.error().kind, ErrorKind::kDeadlineExceeded);
+  EXPECT_THAT(waited.error().message, HasSubstr("serialize.lock (an instance of an older version"));
+  EXPECT_TRUE(kernel_->Writes().empty());
+  EXPECT_FALSE(Recorded(kUid).has_value());
+  { FileLock released = std::move(*earlier); }
+  auto now = Prepare(claim);
+  ASSERT_TRUE(now.ok()) << now.error().message;
+  ASSERT_TRUE(Unprepare().ok());
 }
 
 }  // namespace
