@@ -58,13 +58,40 @@ Result<std::string> ReadFileToString(const std::string& path, size_t max_bytes) 
   return out;
 }
 
+std::string TemporaryFilePrefix(const std::string& file_name) { return "." + file_name + ".tmp-"; }
+
+Status RemoveFileAndTemporaries(const std::string& path) {
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return MakeError(ErrorKind::kUnavailable, "cannot remove " + path + ": " + ErrnoText(errno));
+  }
+  const std::filesystem::path target(path);
+  const std::string dir = target.parent_path().empty() ? "." : target.parent_path().string();
+  const std::string prefix = TemporaryFilePrefix(target.filename().string());
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    if (::unlink(entry.path().c_str()) != 0 && errno != ENOENT) {
+      return MakeError(ErrorKind::kUnavailable, "cannot remove the leftover temporary file " +
+                                                    entry.path().string() + ": " +
+                                                    ErrnoText(errno));
+    }
+  }
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    return MakeError(ErrorKind::kUnavailable, "cannot list " + dir + ": " + ec.message());
+  }
+  return Status::Ok();
+}
+
 Status WriteFileAtomically(const std::string& path, const std::string& contents, mode_t mode,
                            Durability durability) {
   const std::filesystem::path target(path);
   const std::string dir = target.parent_path().empty() ? "." : target.parent_path().string();
-  std::random_device rd;
-  const std::string tmp =
-      dir + "/." + target.filename().string() + ".tmp-" + std::to_string(rd() & 0xffffff);
+  // A fresh name per write: two writers of one file (the two instances of a rolling update
+  // recording the same maxima) never share a temporary file.
+  thread_local std::mt19937 names{std::random_device{}()};
+  const std::string tmp = dir + "/" + TemporaryFilePrefix(target.filename().string()) +
+                          std::to_string(names() & 0xffffff);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
   if (fd < 0) {
     return MakeError(ErrorKind::kUnavailable,

@@ -33,6 +33,14 @@ enum class Durability {
 Status WriteFileAtomically(const std::string& path, const std::string& contents, mode_t mode,
                            Durability durability = Durability::kDurable);
 
+// The prefix of the temporary files WriteFileAtomically makes for `file_name` in its directory.
+std::string TemporaryFilePrefix(const std::string& file_name);
+
+// Removes `path` (gone already is fine) and the temporary files that writes of it left behind
+// when their process died between creating and renaming them. Only call while no write of `path`
+// can be running (the caller holds whatever orders those writes).
+Status RemoveFileAndTemporaries(const std::string& path);
+
 // Creates `dir` and its parents if missing; an error (naming the directory) when that fails or
 // `dir` exists and is not a directory.
 Status EnsureDirectory(const std::string& dir);

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "base/file_io.h"
 
@@ -143,9 +144,8 @@ Status SpecDirectory::Remove(const std::string& file_name) const {
     return MakeError(ErrorKind::kInvalidArgument,
                      "refusing CDI spec file name \"" + file_name + "\": not a single safe name");
   }
-  if (::unlink(PathOf(file_name).c_str()) != 0 && errno != ENOENT) {
-    return MakeError(ErrorKind::kUnavailable,
-                     "cannot remove CDI spec " + PathOf(file_name) + ": " + ErrnoText(errno));
+  if (Status s = RemoveFileAndTemporaries(PathOf(file_name)); !s.ok()) {
+    return s.error().Wrap("cannot remove CDI spec " + PathOf(file_name));
   }
   return Status::Ok();
 }
@@ -157,14 +157,23 @@ Result<std::vector<std::string>> SpecDirectory::List(const std::string& prefix) 
     if (errno == ENOENT) return out;
     return MakeError(ErrorKind::kUnavailable, "cannot list " + dir_ + ": " + ErrnoText(errno));
   }
+  std::set<std::string> names;
   while (const dirent* entry = ::readdir(dir)) {
-    const std::string name = entry->d_name;
+    std::string name = entry->d_name;
+    // A write cut short by a crash leaves ".<name>.tmp-<n>": it stands for <name>, whose Remove
+    // takes it along.
+    if (name.size() > 1 && name[0] == '.') {
+      const size_t tmp = name.rfind(".tmp-");
+      if (tmp == std::string::npos || tmp < 2) continue;
+      name = name.substr(1, tmp - 1);
+    }
     if (name.rfind(prefix, 0) == 0 && name.size() > 5 &&
         name.compare(name.size() - 5, 5, ".json") == 0) {
-      out.push_back(name);
+      names.insert(name);
     }
   }
   ::closedir(dir);
+  out.assign(names.begin(), names.end());
   return out;
 }
 

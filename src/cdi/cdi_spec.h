@@ -65,9 +65,11 @@ class SpecDirectory {
   const std::string& dir() const { return dir_; }
   std::string PathOf(const std::string& file_name) const { return dir_ + "/" + file_name; }
   Status Write(const std::string& file_name, const Spec& spec) const;
-  // Removing a file that does not exist succeeds.
+  // Removing a file that does not exist succeeds. Temporary files its writes left (a process
+  // killed midway) go too.
   Status Remove(const std::string& file_name) const;
-  // Files whose names start with `prefix`.
+  // Spec files whose names start with `prefix`, and those of which only a write's leftover
+  // temporary file is there.
   Result<std::vector<std::string>> List(const std::string& prefix) const;
 
  private:

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <regex>
 #include <set>
@@ -186,7 +187,12 @@ class PrepareDaemonTest : public ::testing::Test {
         EXPECT_EQ(Driver(address), host) << address;
       }
     }
-    for (const std::string& file : CdiFiles()) {
+    for (std::string file : CdiFiles()) {
+      // A write cut short by a kill leaves ".<spec>.tmp-<n>": it belongs to <spec>, and goes when
+      // the claim is unprepared (the end of each test checks that nothing is left).
+      if (file.size() > 1 && file[0] == '.' && file.rfind(".tmp-") != std::string::npos) {
+        file = file.substr(1, file.rfind(".tmp-") - 1);
+      }
       EXPECT_EQ(files.count(file), 1u) << "CDI spec without a checkpoint entry: " << file;
     }
   }
@@ -662,6 +668,91 @@ INSTANTIATE_TEST_SUITE_P(RetryTarget, SigkillTest, ::testing::Values(false, true
                          [](const ::testing::TestParamInfo<bool>& param) {
                            return param.param ? "RetryOnTheOtherInstance" : "RetryAfterRestart";
                          });
+
+// The same with two VMs starting at once: a GPU-and-vGPU claim and a VF claim are prepared in
+// parallel (two kubelet calls), then unprepared in parallel, and the daemon is killed before each
+// step of the run; which claim's step that is depends on how the two interleave, and the outcome
+// must not: after the retries both claims are prepared, then gone, with nothing left behind.
+// Retries go to a restarted daemon and to the other instance in turn.
+TEST_F(PrepareDaemonTest, SurvivesSigkillAtEveryStepWithAnotherPrepareInFlight) {
+  const std::string gpu_uid = "33333333-0000-4000-8000-000000000001";
+  const std::string vf_uid = "33333333-0000-4000-8000-000000000002";
+  server_->PutClaim(Claim(
+      "vm", gpu_uid, {{"gpu", "gpu-0000-01-00-0"}, {"vgpu", "mdev-0000-3b-00-0-nvidia-222-0"}}));
+  server_->PutClaim(Claim("vm-nic", vf_uid, {{"nic", "vf-0000-5e-02-1"}}));
+  const SimClaim gpu{"vms", "vm", gpu_uid};
+  const SimClaim vf{"vms", "vm-nic", vf_uid};
+  // Both calls at once; each answer is the call's or its claim's error, empty when it worked.
+  using Errors = std::pair<std::string, std::string>;
+  const Errors ok;
+  const auto both = [&](RegisteredPlugin& plugin, bool prepare) {
+    const auto call = [&](const SimClaim& claim) -> std::string {
+      if (prepare) {
+        auto r = sim_.Prepare(plugin, {claim});
+        return r.ok() ? r->claims().at(claim.uid).error() : r.error().message;
+      }
+      auto r = sim_.Unprepare(plugin, {claim});
+      return r.ok() ? r->claims().at(claim.uid).error() : r.error().message;
+    };
+    auto other = std::async(std::launch::async, [&] { return call(vf); });
+    std::string first = call(gpu);
+    return Errors(std::move(first), other.get());
+  };
+  const std::string step_log = dir_ + "/steps.log";
+  StartDaemon({"VFIO_DRA_SIM_STEP_LOG=" + step_log});
+  ASSERT_EQ(both(plugin_, true), ok) << daemon_->Log();
+  ASSERT_EQ(both(plugin_, false), ok) << daemon_->Log();
+  size_t steps = 0;
+  {
+    std::ifstream in(step_log);
+    for (std::string line; std::getline(in, line);) ++steps;
+  }
+  ASSERT_GE(steps, 20u);
+
+  for (size_t k = 1; k <= steps; ++k) {
+    SCOPED_TRACE("SIGKILL before step " + std::to_string(k) + " of both claims' steps");
+    const bool retry_on_other_instance = k % 2 == 0;
+    FreshNode();
+    if (retry_on_other_instance) StartSecondInstance();
+    StartDaemon({"VFIO_DRA_SIM_CRASH_AT_STEP=" + std::to_string(k)});
+    const auto retry_target = [&]() -> RegisteredPlugin& {
+      EXPECT_EQ(daemon_->WaitForExit(std::chrono::seconds(10)), 128 + SIGKILL);
+      if (retry_on_other_instance) return second_plugin_;
+      StartDaemon();
+      return plugin_;
+    };
+    RegisteredPlugin* serving = &plugin_;
+    bool killed = false;
+    if (both(plugin_, true) != ok) {
+      killed = true;
+      serving = &retry_target();
+      ExpectAccountedFor("after the kill in prepare");
+      ASSERT_EQ(both(*serving, true), ok) << daemon_->Log();
+    }
+    EXPECT_EQ(Driver("0000:01:00.0"), "vfio-pci");
+    EXPECT_EQ(Driver("0000:01:00.1"), "vfio-pci");
+    EXPECT_EQ(Driver("0000:5e:02.1"), "vfio-pci");
+    EXPECT_FALSE(fs::is_empty(dir_ + "/sys/bus/mdev/devices"));
+    size_t specs = 0;
+    for (const std::string& file : CdiFiles()) specs += file[0] == '.' ? 0 : 1;
+    EXPECT_EQ(specs, 5u);  // each claim's devices spec, one metadata spec per request
+    ExpectAccountedFor("prepared");
+
+    if (both(*serving, false) != ok) {
+      ASSERT_FALSE(killed) << "a failure after the retry that was no kill";
+      killed = true;
+      RegisteredPlugin& target = retry_target();
+      ExpectAccountedFor("after the kill in unprepare");
+      ASSERT_EQ(both(target, false), ok) << daemon_->Log();
+    }
+    EXPECT_TRUE(killed) << "the daemon was never killed";
+    for (const auto& [address, host] : HostDrivers()) EXPECT_EQ(Driver(address), host) << address;
+    EXPECT_TRUE(fs::is_empty(dir_ + "/sys/bus/mdev/devices"));
+    EXPECT_TRUE(CdiFiles().empty());
+    EXPECT_TRUE(Checkpoint()["claims"].empty());
+    if (HasFailure()) break;
+  }
+}
 
 }  // namespace
 }  // namespace vfio_dra::testing

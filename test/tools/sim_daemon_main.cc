@@ -29,9 +29,12 @@ int main(int argc, char** argv) {
   using vfio_dra::cmd::ServeEnvironment;
   using vfio_dra::cmd::ServeOptions;
   ServeEnvironment environment;
-  environment.make_sysfs_writer = [](const ServeOptions& options) {
+  // The kernel the daemon writes to, for the crash hook (set once, before any step runs).
+  auto kernel_of_daemon = std::make_shared<std::atomic<vfio_dra::testing::SimulatedKernel*>>();
+  environment.make_sysfs_writer = [kernel_of_daemon](const ServeOptions& options) {
     auto kernel =
         std::make_unique<vfio_dra::testing::SimulatedKernel>(options.sysfs_root, options.dev_root);
+    *kernel_of_daemon = kernel.get();
     if (const std::string log = Env("VFIO_DRA_SIM_WRITE_LOG"); !log.empty()) {
       kernel->LogWritesTo(log);
     }
@@ -45,13 +48,19 @@ int main(int argc, char** argv) {
   if (!crash_at.empty() || !step_log.empty()) {
     const long target = crash_at.empty() ? 0 : std::stol(crash_at);
     auto count = std::make_shared<std::atomic<long>>(0);
-    environment.before_prepare_step = [target, step_log, count](const std::string& step) {
+    environment.before_prepare_step = [target, step_log, count,
+                                       kernel_of_daemon](const std::string& step) {
       const long n = ++*count;
       if (!step_log.empty()) {
         std::ofstream out(step_log, std::ios::app);
         out << step << "\n";
       }
-      if (n == target) ::raise(SIGKILL);
+      if (n != target) return;
+      // Another claim's thread may be in a sysfs write right now: the kernel would finish it.
+      if (vfio_dra::testing::SimulatedKernel* kernel = *kernel_of_daemon) {
+        kernel->KillProcessBetweenWrites();
+      }
+      ::raise(SIGKILL);
     };
   }
   return vfio_dra::cmd::RunCli(argc, argv, environment);

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -151,6 +153,13 @@ void SimulatedKernel::AddBootTimeNodes() {
 void SimulatedKernel::WaitIdle() const {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return in_flight_ == 0; });
+}
+
+void SimulatedKernel::KillProcessBetweenWrites() const {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return in_flight_ == hanging_; });
+  ::raise(SIGKILL);
+  std::abort();  // not reached: SIGKILL cannot be caught
 }
 
 SimulatedKernel::~SimulatedKernel() {

@@ -69,6 +69,10 @@ class SimulatedKernel final : public sysfs::SysfsWriter {
   bool WaitUntilHanging(int count, std::chrono::milliseconds timeout) const;
   // Waits until no write is in progress (for example after ReleaseHangs).
   void WaitIdle() const;
+  // SIGKILLs this process once no write is halfway through (writes parked in a hang excepted),
+  // and lets none start meanwhile. A process killed during a sysfs write does not stop the kernel
+  // halfway through a bind; without this, the simulation's bookkeeping of one would be.
+  [[noreturn]] void KillProcessBetweenWrites() const;
 
   std::vector<SimWrite> Writes() const;
   // Also append every write as a JSON line to `path` (for daemons in other processes).

@@ -186,6 +186,30 @@ TEST_F(CdiTest, RemovingAClaimRemovesItsFilesAndIsIdempotent) {
   EXPECT_TRUE(store.RemoveClaim("vms", gpu.claim_name, gpu.claim_uid).ok());
 }
 
+// A process killed between creating a spec's temporary file and renaming it leaves the temporary
+// file behind (seen with two prepares in flight at a kill): removing the claim removes it too,
+// whether or not the spec itself was ever written, and never another claim's.
+TEST_F(CdiTest, RemovingAClaimRemovesTheTemporaryFilesOfWritesCutShort) {
+  MetadataStore store(dir_ + "/plugin", SpecDirectory(dir_ + "/cdi"), "vfio.dra.io");
+  RequestMetadata gpu = GpuRequest();
+  ASSERT_TRUE(store.Write(gpu).ok());
+  const std::string uid = gpu.claim_uid;
+  const std::string metadata_spec = "vfio.dra.io_metadata_" + uid + "_gpu.json";
+  ASSERT_TRUE(fs::exists(dir_ + "/cdi/" + metadata_spec));
+  std::ofstream(dir_ + "/cdi/." + metadata_spec + ".tmp-123") << "{";
+  // A second request whose first write never reached its rename.
+  std::ofstream(dir_ + "/cdi/.vfio.dra.io_metadata_" + uid + "_nic.json.tmp-7") << "";
+  std::ofstream(dir_ +
+                "/cdi/.vfio.dra.io_metadata_aaaaaaaa-0000-4000-8000-000000000009_gpu.json.tmp-1")
+      << "";
+  auto listed = SpecDirectory(dir_ + "/cdi").List("vfio.dra.io_metadata_" + uid + "_");
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(*listed,
+            (std::vector<std::string>{metadata_spec, "vfio.dra.io_metadata_" + uid + "_nic.json"}));
+  ASSERT_TRUE(store.RemoveClaim("vms", gpu.claim_name, uid).ok());
+  EXPECT_EQ(FilesUnder(dir_ + "/cdi"), 1u) << "only the other claim's leftover remains";
+}
+
 TEST_F(CdiTest, MetadataPathsCannotLeaveTheirDirectory) {
   MetadataStore store(dir_ + "/plugin", SpecDirectory(dir_ + "/cdi"), "vfio.dra.io");
   const std::vector<std::pair<std::string, std::function<void(RequestMetadata&)>>> cases = {
