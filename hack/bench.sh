@@ -59,14 +59,18 @@ def prow(what, key, target_ms=None, note=""):
 prow("NodePrepareResources, one-device claim, 1 pod at a time", "prepare_1_pod", None,
      "gRPC socket, fake API server, simulated kernel")
 prow("NodePrepareResources, one-device claims, 8 pods at once", "prepare_8_pods", None,
-     "device work is serialized per node")
+     "each claim its own IOMMU group: prepared in parallel")
 prow("NodePrepareResources, one-device claims, 32 pods at once", "prepare_32_pods", 5,
-     "device work is serialized per node")
+     "each claim its own IOMMU group: prepared in parallel")
 prow("NodePrepareResources, one-device claims, 128 pods at once", "prepare_128_pods", None,
-     "device work is serialized per node")
-prow("Floor: one claim GET + 5 atomic fsynced writes, 1 at a time", "floor_1_pod", None,
-     "done directly by the benchmark")
-prow("Floor: the same, 32 at once", "floor_32_pods", None, "done directly by the benchmark")
+     "each claim its own IOMMU group: prepared in parallel")
+prow("Floor: one claim GET, 2 durable checkpoint writes, 3 atomic writes, 1 at a time",
+     "floor_1_pod", None, "done directly by the benchmark, rounds interleaved with the prepares")
+prow("Floor: the same, 32 at once", "floor_32_pods", None,
+     "directory fsyncs group-committed as the daemon does")
+ratio = p["prepare_32_pods"]["p99_ms"] / p["floor_32_pods"]["p99_ms"]
+rows.append(f"| Prepare p99 at 32 pods at once, against the floor's p99 | {ratio:.2f}x | <= 1.5x | "
+            f"{'met' if ratio <= 1.5 else 'MISSED'} | same run |")
 dm = json.load(open(os.path.join(out, "daemon.json")))
 for key, what in (("start_to_registered_vm_host", "Start to registered with the kubelet, vm-host node"),
                   ("start_to_registered_large",
@@ -102,12 +106,14 @@ print("| What | Median | Target | | Note |")
 print("|---|---|---|---|---|")
 print("\n".join(rows))
 why = {
-    "32 pods at once": "Prepare changes the node and must survive a crash at any point, so each "
-    "claim costs a claim GET and five atomic, fsynced files (two checkpoint records, the CDI "
-    "spec, the metadata file and its spec), and device work is serialized per node (two claims "
-    "must never race on one IOMMU group, and a rolling update's two instances share one lock). "
-    "The floor rows show what the disk alone costs at 32 at once; a p99 of 5 ms for the 32nd "
-    "pod in line would need a prepare of about 0.15 ms.",
+    "32 pods at once": "A p99 of 5 ms for 32 pods at once is below what the disk alone allows: "
+    "the floor row (the writes a prepare must make, with no device work at all) is tens of ms at "
+    "32 at once. The ratio to the floor is the figure to watch.",
+    "against the floor": "Prepare is CPU-bound on this 2-core machine while the floor mostly waits "
+    "for the disk: the daemon's gRPC handling, planning, checkpoint reads and the simulated "
+    "kernel's bookkeeping of each bind (files under /dev/shm standing in for sysfs) share the two "
+    "cores with the benchmark's kubelet and API server. Claims on distinct groups decide and bind "
+    "in parallel; the floor itself varies by about 2x between runs with the disk's latency.",
     "Idle RSS": "More than half of it is not ours to shrink: the mapped code of the binary and "
     "of gRPC, protobuf, Abseil, OpenSSL and curl (the file-backed part). The heap holds the "
     "scan, the desired slices, the published-device index and the reconciler's copy of the "

@@ -287,8 +287,44 @@ std::string PrepareCheckpoint::PathOf(const std::string& uid) const {
 }
 
 Result<std::optional<ClaimRecord>> PrepareCheckpoint::Find(const std::string& uid) const {
+  return Read(uid, nullptr);
+}
+
+Result<std::optional<ClaimRecord>> PrepareCheckpoint::Read(const std::string& uid,
+                                                           bool* dropped_empty) const {
   if (!IsObjectUid(uid)) return std::optional<ClaimRecord>();
   const std::string path = PathOf(uid);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) {
+      std::lock_guard<std::mutex> lock(parsed_->mu);
+      parsed_->by_uid.erase(uid);
+      return std::optional<ClaimRecord>();
+    }
+    return MakeError(ErrorKind::kUnavailable,
+                     "cannot read the prepare checkpoint record of claim "
+                     "uid " +
+                         uid + ": " + path + ": " + ErrnoText(errno));
+  }
+  if (st.st_size == 0) {
+    // Only a power loss between Stage and Commit leaves an empty record (every write renames a
+    // complete file into place), and nothing acts on a record before its Commit: drop it.
+    if (::unlink(path.c_str()) == 0 && dropped_empty != nullptr) *dropped_empty = true;
+    return std::optional<ClaimRecord>();
+  }
+  const FileVersion version{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+                            static_cast<uint64_t>(st.st_size),
+                            st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec,
+                            st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec};
+  {
+    std::lock_guard<std::mutex> lock(parsed_->mu);
+    auto it = parsed_->by_uid.find(uid);
+    if (it != parsed_->by_uid.end() && it->second.first == version) {
+      return std::optional<ClaimRecord>(it->second.second);
+    }
+  }
+  // Replaced after the stat: what is read is newer than `version`, so the next stat differs and
+  // parses again; a stale parse is never kept under the new file's version.
   auto text = ReadFileToString(path, kMaxRecordBytes);
   if (!text.ok()) {
     if (text.error().kind == ErrorKind::kNotFound) return std::optional<ClaimRecord>();
@@ -299,6 +335,8 @@ Result<std::optional<ClaimRecord>> PrepareCheckpoint::Find(const std::string& ui
     if (record.uid != uid) {
       throw json::other_error::create(503, "it names claim uid " + record.uid, nullptr);
     }
+    std::lock_guard<std::mutex> lock(parsed_->mu);
+    parsed_->by_uid[uid] = {version, record};
     return std::optional<ClaimRecord>(std::move(record));
   } catch (const json::exception& e) {
     return MakeError(ErrorKind::kDataLoss,
@@ -324,7 +362,13 @@ CheckpointView PrepareCheckpoint::Load() const {
   }
   ::closedir(dir);
   for (const std::string& uid : uids) {
-    auto record = Find(uid);
+    bool dropped_empty = false;
+    auto record = Read(uid, &dropped_empty);
+    if (dropped_empty) {
+      view.problems.push_back("removed the empty prepare checkpoint record " + PathOf(uid) +
+                              ": a power loss came before the record of that prepare reached "
+                              "the disk, so nothing was done for it");
+    }
     if (record.ok()) {
       if (*record) view.claims.emplace(uid, std::move(**record));
       continue;
@@ -356,12 +400,44 @@ Status PrepareCheckpoint::Put(const ClaimRecord& record) const {
   return Status::Ok();
 }
 
+Status PrepareCheckpoint::Stage(const ClaimRecord& record) const {
+  if (!IsObjectUid(record.uid)) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "cannot record claim uid \"" + record.uid + "\": not an object UID");
+  }
+  ClaimRecord stamped = record;
+  stamped.boot_id = boot_id_;
+  Status status = WriteFileAtomically(PathOf(record.uid), RecordJson(stamped).dump(1) + "\n", 0600,
+                                      Durability::kVolatile);
+  if (!status.ok()) return status.error().Wrap("cannot write the prepare checkpoint");
+  return Status::Ok();
+}
+
+Status PrepareCheckpoint::Commit(const std::string& uid) const {
+  const std::string path = PathOf(uid);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return MakeError(ErrorKind::kUnavailable, "cannot make the prepare checkpoint record " + path +
+                                                  " durable: " + ErrnoText(errno));
+  }
+  const int synced = ::fsync(fd);
+  const int fsync_errno = errno;
+  ::close(fd);
+  if (synced != 0) {
+    return MakeError(ErrorKind::kUnavailable, "cannot make the prepare checkpoint record " + path +
+                                                  " durable: fsync: " + ErrnoText(fsync_errno));
+  }
+  if (Status s = dir_sync_->Sync(); !s.ok()) {
+    return s.error().Wrap("cannot make the prepare checkpoint record " + path + " durable");
+  }
+  return Status::Ok();
+}
+
 Status PrepareCheckpoint::Remove(const std::string& uid) const {
   if (!IsObjectUid(uid)) return Status::Ok();
-  if (::unlink(PathOf(uid).c_str()) != 0) {
-    if (errno == ENOENT) return Status::Ok();
-    return MakeError(ErrorKind::kUnavailable, "cannot remove the prepare checkpoint record " +
-                                                  PathOf(uid) + ": " + ErrnoText(errno));
+  // The record's leftover temporary files go too: a process killed while writing it leaves one.
+  if (Status s = RemoveFileAndTemporaries(PathOf(uid)); !s.ok()) {
+    return s.error().Wrap("cannot remove the prepare checkpoint record of claim uid " + uid);
   }
   return dir_sync_->Sync();
 }

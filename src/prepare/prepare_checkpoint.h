@@ -20,8 +20,10 @@
 // - Version 1 (one checkpoint.json for all claims) is upgraded explicitly by Upgrade().
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -135,13 +137,21 @@ class PrepareCheckpoint {
   const std::string& boot_id() const { return boot_id_; }
   const std::string& directory() const { return dir_; }
 
-  // Reads every record. Call under the node-wide lock before acting on what it says.
+  // Reads every record. Call under the node-wide lock before acting on what it says. A record
+  // whose file is unchanged since it was last parsed (same inode, size and timestamps) is not
+  // parsed again.
   CheckpointView Load() const;
   // Reads one claim's record: nullopt when there is none; an error when it cannot be read.
   Result<std::optional<ClaimRecord>> Find(const std::string& uid) const;
   // Writes a claim's record (stamped with this boot's ID) durably before returning. Claims that
   // finish together share the fsync of the directory (group commit).
   Status Put(const ClaimRecord& record) const;
+  // Put in two halves, so that the fsyncs can run after a lock that only needs the record to be
+  // visible: Stage replaces the record atomically without forcing it to disk, Commit makes the
+  // staged record durable. Nothing may act on a staged record before its Commit succeeded: a
+  // power loss in between can leave the file empty, which Load then drops as never written.
+  Status Stage(const ClaimRecord& record) const;
+  Status Commit(const std::string& uid) const;
   // Drops a claim's record durably; dropping an unknown claim succeeds.
   Status Remove(const std::string& uid) const;
 
@@ -155,13 +165,28 @@ class PrepareCheckpoint {
       : data_dir_(std::move(data_dir)),
         dir_(std::move(dir)),
         boot_id_(std::move(boot_id)),
-        dir_sync_(std::make_shared<GroupDirectorySync>(dir_)) {}
+        dir_sync_(std::make_shared<GroupDirectorySync>(dir_)),
+        parsed_(std::make_shared<ParsedRecords>()) {}
   std::string PathOf(const std::string& uid) const;
+  // Find, and says when it removed an empty record (see Stage).
+  Result<std::optional<ClaimRecord>> Read(const std::string& uid, bool* dropped_empty) const;
+
+  // What identifies one version of a record file: an atomic replacement is a new inode.
+  struct FileVersion {
+    uint64_t device = 0, inode = 0, size = 0;
+    int64_t mtime_ns = 0, ctime_ns = 0;
+    bool operator==(const FileVersion&) const = default;
+  };
+  struct ParsedRecords {
+    std::mutex mu;
+    std::map<std::string, std::pair<FileVersion, ClaimRecord>> by_uid;
+  };
 
   std::string data_dir_;
   std::string dir_;
   std::string boot_id_;
   std::shared_ptr<GroupDirectorySync> dir_sync_;
+  std::shared_ptr<ParsedRecords> parsed_;  // a cache of parsing only: each use stats the file
 };
 
 // A device of a completed prepare and what it occupies on the node (the health stream checks it).

@@ -22,7 +22,14 @@ Result<FileLock> PrepareLocks::Call(Deadline deadline) const {
 
 Result<FileLock> PrepareLocks::Decision(Deadline deadline) const {
   const std::string path = data_dir_ + "/" + kDecisionLockFile;
-  return FileLock::Acquire(path, LockMode::kExclusive, deadline, "the prepare lock " + path);
+  return FileLock::Acquire(path, LockMode::kShared, deadline,
+                           "the prepare lock " + path + " (held by start-up recovery)");
+}
+
+Result<FileLock> PrepareLocks::Recovery(Deadline deadline) const {
+  const std::string path = data_dir_ + "/" + kDecisionLockFile;
+  return FileLock::Acquire(path, LockMode::kExclusive, deadline,
+                           "the prepare lock " + path + " (calls deciding what to do)");
 }
 
 Result<std::string> PrepareLocks::DevicePath(const std::string& address) const {

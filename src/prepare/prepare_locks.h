@@ -4,17 +4,19 @@
 //   serialize.lock           shared for the whole of every call. Versions before parallel
 //                            preparation take it exclusively for each call, so an instance of
 //                            such a version and one of this version never overlap.
-//   prepare.lock             exclusive, briefly: reading the checkpoint, planning, refusing
-//                            overlaps, taking device locks and recording PrepareStarted happen
-//                            as one decision that no other call interleaves with.
+//   prepare.lock             shared while a call decides (reads the checkpoint, takes its device
+//                            locks, plans, records PrepareStarted); exclusive for start-up
+//                            recovery, which so sees no decision half made.
 //   devices/<address>.lock   exclusive per PCI function for as long as a call changes it: every
 //                            function of a PCI device, and the parent of an mdev (so a whole GPU
 //                            and its vGPUs, or two vGPUs of one GPU, are never changed at once).
-// Invariants: device locks are only taken while prepare.lock is held, all of a call's at once or
-// none (so two calls never hold parts of each other's sets: no deadlock); a call waiting for a
-// busy device lets prepare.lock go while it waits. A record in PrepareStarted whose device locks
-// are free was left by a process that died (the kernel drops a dead holder's flocks), which is
-// how recovery tells a crash from work still in flight.
+// Invariants: a call only tries device locks while it holds some, never waits for one (a call
+// that finds one busy lets all of them go, and prepare.lock, before it waits), so two calls never
+// wait for each other: no deadlock. Every record that holds a device is written and removed only
+// under that device's lock, so a call that holds the locks of all its devices and then reads the
+// checkpoint sees every record that can clash with it, and none can appear while it works. A
+// record in PrepareStarted whose device locks are free was left by a process that died (the
+// kernel drops a dead holder's flocks), which is how recovery tells a crash from work in flight.
 #pragma once
 
 #include <map>
@@ -58,8 +60,10 @@ class PrepareLocks {
 
   // Held for the whole of one call (shared with this version's other calls).
   Result<FileLock> Call(Deadline deadline) const;
-  // Held while a call decides what to do (exclusive).
+  // Held (shared) while a call decides what to do.
   Result<FileLock> Decision(Deadline deadline) const;
+  // Held (exclusive) by start-up recovery: no call is deciding meanwhile.
+  Result<FileLock> Recovery(Deadline deadline) const;
 
   // Waits until the device's lock is free (then lets it go again).
   Status AwaitDevice(const std::string& address, Deadline deadline) const;

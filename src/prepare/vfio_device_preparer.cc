@@ -461,34 +461,54 @@ std::set<std::string> VfioDevicePreparer::PublishedKeys(
 Result<VfioDevicePreparer::PrepareDecision> VfioDevicePreparer::DecidePrepare(
     const kube::ResourceClaim& claim, const std::vector<kube::DeviceRequestAllocationResult>& ours,
     const std::string& who, Deadline deadline) {
+  // A view with every record, or an error: without every record, a device held by another
+  // claim could be handed out twice.
+  const auto checked_view = [&]() -> Result<CheckpointView> {
+    // Not noted for health: nothing has changed yet, and Prepare notes the outcome.
+    CheckpointView view = checkpoint_.Load();
+    for (const std::string& problem : view.problems) {
+      log_.Error("prepare checkpoint problem", {{"problem", problem}});
+    }
+    if (view.listing_error)
+      return MakeError(ErrorKind::kUnavailable, who + ": " + *view.listing_error);
+    if (auto it = view.unreadable.find(claim.uid); it != view.unreadable.end()) {
+      return MakeError(ErrorKind::kUnavailable, who + ": " + it->second);
+    }
+    return view;
+  };
+  bool corrupt_moved_aside = false;
   for (;;) {
     auto decided = locks_.Decision(deadline);
     if (!decided.ok()) return decided.error().Wrap(who + ": not prepared");
     std::optional<FileLock> decision_lock(std::move(*decided));
     PrepareDecision d{{}, {}, std::nullopt, false, false, DeviceLockSet(locks_)};
-    const CheckpointView view = LoadView();
-    if (view.listing_error) {
-      // Without every record, a device held by another claim could be handed out twice.
-      return MakeError(ErrorKind::kUnavailable, who + ": " + *view.listing_error);
+    // The claim's own record says which devices to lock (and how to replay a completed prepare);
+    // the other claims' records are read once the locks are held.
+    auto own = checkpoint_.Find(claim.uid);
+    if (!own.ok()) {
+      if (own.error().kind == ErrorKind::kDataLoss && !corrupt_moved_aside) {
+        corrupt_moved_aside = true;
+        auto view = checked_view();  // moves the corrupt record aside, saying where
+        if (!view.ok()) return view.error();
+        continue;
+      }
+      return MakeError(ErrorKind::kUnavailable, who + ": " + own.error().message);
     }
-    if (auto it = view.unreadable.find(claim.uid); it != view.unreadable.end()) {
-      return MakeError(ErrorKind::kUnavailable, who + ": " + it->second);
-    }
-    if (const ClaimRecord* existing = view.Find(claim.uid)) d.existing = *existing;
+    std::optional<ClaimRecord> planned_from = std::move(*own);
     // The devices another call may be changing are locked before they are planned, so the plan
     // never reads a device halfway through someone else's bind or restore: first the published
     // functions and the recorded ones, then the rest of the planned IOMMU groups.
     std::set<std::string> keys = PublishedKeys(ours);
-    if (d.existing) AddDeviceKeys(*d.existing, keys);
+    if (planned_from) AddDeviceKeys(*planned_from, keys);
     std::string busy;
     auto all_held = d.devices.TryAdd(keys, busy);
     if (!all_held.ok()) return all_held.error().Wrap(who);
     std::optional<Result<std::vector<PlannedDevice>>> plan;
     if (*all_held) {
-      d.was_completed = d.existing && d.existing->state == PrepareState::kPrepareCompleted;
+      d.was_completed = planned_from && planned_from->state == PrepareState::kPrepareCompleted;
       plan =
-          d.was_completed && d.existing->replayable
-              ? PlanFromRecord(*d.existing, ours)
+          d.was_completed && planned_from->replayable
+              ? PlanFromRecord(*planned_from, ours)
               : PlanClaim(claim, ours,
                           PlanContext{
                               options_.driver_name, options_.node_name, published_, sysfs_,
@@ -502,14 +522,25 @@ Result<VfioDevicePreparer::PrepareDecision> VfioDevicePreparer::DecidePrepare(
     }
     if (!*all_held) {
       d.devices.Clear();
-      decision_lock.reset();  // let others decide while this call waits
+      decision_lock.reset();  // nothing is held while this call waits
       if (Status s = locks_.AwaitDevice(busy, deadline); !s.ok()) {
         return s.error().Wrap(who + ": not prepared");
       }
       continue;
     }
+    // Every device of the claim is locked: no record that holds one of them can appear, change or
+    // go from here on, so this view is the one to judge clashes by. If this claim's own record
+    // changed since it was planned from (another call of the claim finished meanwhile), decide
+    // again.
+    auto view = checked_view();
+    if (!view.ok()) return view.error();
+    if (const ClaimRecord* existing = view->Find(claim.uid)) d.existing = *existing;
+    if (d.existing != planned_from) {
+      d.devices.Clear();
+      continue;
+    }
     d.plan = std::move(**plan);
-    if (Status s = CheckOverlap(view, claim.uid, d.plan); !s.ok()) return s.error().Wrap(who);
+    if (Status s = CheckOverlap(*view, claim.uid, d.plan); !s.ok()) return s.error().Wrap(who);
     const bool earlier_boot = d.existing && d.existing->boot_id != checkpoint_.boot_id();
     if (earlier_boot) {
       if (Status s = CheckIdentities(*d.existing); !s.ok()) return s.error().Wrap(who);
@@ -521,8 +552,10 @@ Result<VfioDevicePreparer::PrepareDecision> VfioDevicePreparer::DecidePrepare(
       return s.error().Wrap(who + ": cannot record the prepare in the checkpoint");
     }
     if (d.changed) {
+      // Visible to every other call from here on; made durable by Prepare before the node is
+      // touched.
       Step("checkpoint:started");
-      if (Status s = checkpoint_.Put(d.record); !s.ok()) {
+      if (Status s = checkpoint_.Stage(d.record); !s.ok()) {
         return s.error().Wrap(who + ": cannot record the prepare in the checkpoint");
       }
     }
@@ -548,6 +581,13 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Prepare(
   auto decided = DecidePrepare(claim, ours, who, deadline);
   if (!decided.ok()) return decided.error();
   PrepareDecision& d = *decided;
+  if (d.changed) {
+    // Durable before the node is touched. On failure the staged record stays: it records nothing
+    // done yet, and the kubelet's retry (or recovery) goes on from it.
+    if (Status s = checkpoint_.Commit(claim.uid); !s.ok()) {
+      return s.error().Wrap(who + ": cannot record the prepare in the checkpoint");
+    }
+  }
 
   // Only this call's device locks are held from here: claims on other devices go on meanwhile.
   auto answer = Apply(claim, d.plan, deadline);
@@ -653,25 +693,28 @@ Status VfioDevicePreparer::Unprepare(const ClaimRef& claim, Deadline deadline) {
   const std::string who = "claim " + claim.Display();
   auto call_lock = locks_.Call(deadline);
   if (!call_lock.ok()) return call_lock.error().Wrap(who + ": not unprepared");
+  // The claim's own record, read directly: only a record that is really absent means "never
+  // prepared, or already undone".
+  const auto read_record = [&]() -> Result<std::optional<ClaimRecord>> {
+    auto found = checkpoint_.Find(claim.uid);
+    if (found.ok()) return found;
+    if (found.error().kind == ErrorKind::kDataLoss) {
+      // A corrupt record cannot be undone automatically: LoadView moves it aside (the log says
+      // where), this answer tells the kubelet once, and its retry then finds nothing to do.
+      LoadView();
+      return found.error().Wrap(who + ": its devices must be checked and returned by hand");
+    }
+    return MakeError(ErrorKind::kUnavailable,
+                     who + ": " + found.error().message + "; the record is kept and retried");
+  };
   DeviceLockSet devices(locks_);
   std::optional<ClaimRecord> record;
   for (;;) {
     auto decided = locks_.Decision(deadline);
     if (!decided.ok()) return decided.error().Wrap(who + ": not unprepared");
     std::optional<FileLock> decision_lock(std::move(*decided));
-    // The claim's own record, read directly: only a record that is really absent means "never
-    // prepared, or already undone".
-    auto found = checkpoint_.Find(claim.uid);
-    if (!found.ok()) {
-      if (found.error().kind == ErrorKind::kDataLoss) {
-        // A corrupt record cannot be undone automatically: LoadView moves it aside (the log says
-        // where), this answer tells the kubelet once, and its retry then finds nothing to do.
-        LoadView();
-        return found.error().Wrap(who + ": its devices must be checked and returned by hand");
-      }
-      return MakeError(ErrorKind::kUnavailable,
-                       who + ": " + found.error().message + "; the record is kept and retried");
-    }
+    auto found = read_record();
+    if (!found.ok()) return found.error();
     if (!found->has_value()) return Status::Ok();
     std::set<std::string> keys;
     AddDeviceKeys(**found, keys);
@@ -679,8 +722,17 @@ Status VfioDevicePreparer::Unprepare(const ClaimRef& claim, Deadline deadline) {
     auto all_held = devices.TryAdd(keys, busy);
     if (!all_held.ok()) return all_held.error().Wrap(who + ": not unprepared");
     if (*all_held) {
-      record = std::move(**found);
-      break;
+      // The record is only changed under these locks: read under them, it is the one to undo. A
+      // call of this claim that finished while they were taken means: look again.
+      auto locked = read_record();
+      if (!locked.ok()) return locked.error();
+      if (!locked->has_value()) return Status::Ok();
+      if (**locked == **found) {
+        record = std::move(**locked);
+        break;
+      }
+      devices.Clear();
+      continue;
     }
     // A prepare of this claim (a retry in flight) or of a claim on the same device is running:
     // undo what it leaves, not a record it is still writing.
@@ -696,11 +748,12 @@ Status VfioDevicePreparer::Unprepare(const ClaimRef& claim, Deadline deadline) {
 }
 
 Status VfioDevicePreparer::Recover() {
-  // Another instance (a rolling update) may be working on the node: recovery decides under the
-  // decision lock and only undoes records whose devices nobody holds.
+  // Another instance (a rolling update) may be working on the node: recovery holds prepare.lock
+  // exclusively (no decision is half made meanwhile) and only undoes records whose devices nobody
+  // holds.
   auto call_lock = locks_.Call(Deadline());
   if (!call_lock.ok()) return call_lock.error().Wrap("recovering from the prepare checkpoint");
-  auto decision_lock = locks_.Decision(Deadline());
+  auto decision_lock = locks_.Recovery(Deadline());
   if (!decision_lock.ok()) {
     return decision_lock.error().Wrap("recovering from the prepare checkpoint");
   }

@@ -1,15 +1,16 @@
 // VfioDevicePreparer: the real device work behind NodePrepareResources/NodeUnprepareResources.
 //
-// Prepare, per claim: read the checkpoint from disk (callers hold the node-wide lock, so this is
-// the truth even with a second instance running), plan (look up and re-check every allocated
-// device, or rebuild the plan of a claim prepared before from its record), refuse devices another
-// claim holds, record PrepareStarted with every function's original binding and identity and the
-// mdevs to create, bind each function to vfio-pci / create each mdev, verify the /dev/vfio nodes,
-// write the claim's CDI spec and the KubeVirt metadata files, then record PrepareCompleted with the
-// answer. Every step is idempotent, so a repeated prepare (the kubelet retries; a shared claim;
-// after a reboot bindings and /var/run/cdi are gone) re-creates what is missing and gives the
-// same answer without touching what is in place. A failed first prepare is rolled back, unless the
-// kubelet's deadline ran out: then the record stays for the retry (or the unprepare) to finish.
+// Prepare, per claim: lock the claim's devices (PrepareLocks), read the checkpoint from disk
+// (holding those locks, this is the truth even with a second instance running), plan (look up and
+// re-check every allocated device, or rebuild the plan of a claim prepared before from its record),
+// refuse devices another claim holds, record PrepareStarted with every function's original binding
+// and identity and the mdevs to create, bind each function to vfio-pci / create each mdev, verify
+// the /dev/vfio nodes, write the claim's CDI spec and the KubeVirt metadata files, then record
+// PrepareCompleted with the answer. Every step is idempotent, so a repeated prepare (the kubelet
+// retries; a shared claim; after a reboot bindings and /var/run/cdi are gone) re-creates what is
+// missing and gives the same answer without touching what is in place. A failed first prepare is
+// rolled back, unless the kubelet's deadline ran out: then the record stays for the retry (or the
+// unprepare) to finish.
 //
 // Unprepare undoes exactly what the checkpoint says, in reverse order: CDI specs and metadata,
 // the mdevs vfio-dra created, each function back to its original driver and driver_override;
@@ -18,7 +19,8 @@
 // against what the addresses name now. At startup Recover upgrades an old checkpoint, rolls back
 // claims a crash left in PrepareStarted and removes CDI specs that no record owns.
 //
-// Callers hold the node-wide lock (CallSerializer) around Prepare, Unprepare and Recover.
+// The preparer locks for itself (PrepareLocks): calls for claims on different devices run in
+// parallel, from any number of threads and from both instances of a rolling update.
 #pragma once
 
 #include <chrono>
@@ -108,8 +110,7 @@ class VfioDevicePreparer final : public DevicePreparer {
                      sysfs::SysfsWriter& writer, const slicepublisher::PublishedDevices& published,
                      PrepareCheckpoint checkpoint, PrepareLocks locks, Logger log);
 
-  // What a prepare decided under the decision lock, with the device locks it holds while it
-  // changes the node.
+  // What a prepare decided, with the device locks it holds while it changes the node.
   struct PrepareDecision {
     std::vector<PlannedDevice> plan;
     ClaimRecord record;  // as written with PrepareStarted (or as completed before)

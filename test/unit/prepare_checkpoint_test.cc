@@ -188,6 +188,55 @@ TEST_F(PrepareCheckpointTest, AnUnreadableRecordIsReportedAndKept) {
   EXPECT_FALSE(found.ok());
 }
 
+// Stage makes a record visible at once and Commit makes it durable later (after the decision
+// lock); only a power loss in between can leave the file empty, and nothing acted on it then.
+TEST_F(PrepareCheckpointTest, AStagedRecordIsVisibleAndAnEmptyOneIsDroppedAsNeverWritten) {
+  PrepareCheckpoint checkpoint = Open();
+  ASSERT_TRUE(checkpoint.Stage(Started()).ok());
+  auto staged = Open().Find(kUid);
+  ASSERT_TRUE(staged.ok() && staged->has_value()) << "another instance sees it before Commit";
+  EXPECT_EQ(**staged, [] {
+    ClaimRecord r = Started();
+    r.boot_id = "boot-1";
+    return r;
+  }());
+  ASSERT_TRUE(checkpoint.Commit(kUid).ok());
+  EXPECT_FALSE(checkpoint.Commit(kOtherUid).ok()) << "nothing staged under that uid";
+
+  std::ofstream(RecordPath(kOtherUid)) << "";
+  const CheckpointView view = checkpoint.Load();
+  EXPECT_EQ(view.claims.size(), 1u);
+  ASSERT_EQ(view.problems.size(), 1u);
+  EXPECT_THAT(view.problems[0],
+              HasSubstr("removed the empty prepare checkpoint record " + RecordPath(kOtherUid)));
+  EXPECT_FALSE(fs::exists(RecordPath(kOtherUid)));
+}
+
+// A record rewritten by another instance is read again, although this one parsed it before.
+TEST_F(PrepareCheckpointTest, ARecordReplacedByAnotherInstanceIsReadAfresh) {
+  PrepareCheckpoint a = Open();
+  PrepareCheckpoint b = Open();
+  ASSERT_TRUE(a.Put(Started()).ok());
+  ASSERT_EQ(b.Find(kUid)->value().state, PrepareState::kPrepareStarted);
+  ClaimRecord completed = Started();
+  completed.state = PrepareState::kPrepareCompleted;
+  ASSERT_TRUE(a.Put(completed).ok());
+  EXPECT_EQ(b.Find(kUid)->value().state, PrepareState::kPrepareCompleted);
+  ASSERT_TRUE(a.Remove(kUid).ok());
+  EXPECT_FALSE(b.Find(kUid)->has_value());
+}
+
+// A process killed while writing a record leaves its temporary file; removing the record takes
+// it along.
+TEST_F(PrepareCheckpointTest, RemovingARecordRemovesTheTemporaryFilesOfWritesCutShort) {
+  PrepareCheckpoint checkpoint = Open();
+  ASSERT_TRUE(checkpoint.Put(Started()).ok());
+  ASSERT_TRUE(checkpoint.Put(Started(kOtherUid)).ok());
+  std::ofstream(ClaimsDir() + "/." + kUid + ".json.tmp-42") << "{\"version\"";
+  ASSERT_TRUE(checkpoint.Remove(kUid).ok());
+  EXPECT_EQ(Entries(), 1u) << "only the other claim's record is left";
+}
+
 TEST_F(PrepareCheckpointTest, AFailedWriteIsAnError) {
   PrepareCheckpoint checkpoint = Open();
   fs::remove_all(ClaimsDir());
