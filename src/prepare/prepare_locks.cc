@@ -1,5 +1,8 @@
 #include "prepare/prepare_locks.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include "base/file_io.h"
 #include "sysfs/sysfs_parse.h"
 
@@ -33,12 +36,22 @@ Result<FileLock> PrepareLocks::Recovery(Deadline deadline) const {
 }
 
 Result<std::string> PrepareLocks::DevicePath(const std::string& address) const {
-  // The address becomes a file name: only a PCI address may, in one spelling.
-  auto canonical = sysfs::CanonicalBdf(address);
-  if (!canonical.ok()) {
-    return canonical.error().Wrap("cannot lock device \"" + address + "\"");
+  // The address becomes a file name: a PCI address in one spelling, or the name of a parent
+  // device that is not on PCI (the mtty sample's "mtty"), which sysfs gives as one safe name.
+  if (auto canonical = sysfs::CanonicalBdf(address); canonical.ok()) {
+    return data_dir_ + "/" + kDeviceLockDirectory + "/" + *canonical + ".lock";
   }
-  return data_dir_ + "/" + kDeviceLockDirectory + "/" + *canonical + ".lock";
+  const bool safe = !address.empty() && address.size() <= 128 && address[0] != '.' &&
+                    std::all_of(address.begin(), address.end(), [](char c) {
+                      return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' ||
+                             c == '_' || c == '.' || c == ':';
+                    });
+  if (!safe) {
+    return MakeError(
+        ErrorKind::kInvalidArgument,
+        "cannot lock device \"" + address + "\": neither a PCI address nor a plain device name");
+  }
+  return data_dir_ + "/" + kDeviceLockDirectory + "/parent-" + address + ".lock";
 }
 
 Result<bool> DeviceLockSet::TryAdd(const std::set<std::string>& addresses, std::string& busy) {

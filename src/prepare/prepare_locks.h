@@ -9,8 +9,9 @@
 //                            recovery, which so sees no decision half made.
 //   devices/<address>.lock   exclusive per PCI function for as long as a call changes it: every
 //                            function of a PCI device, and the parent of an mdev (so a whole GPU
-//                            and its vGPUs, or two vGPUs of one GPU, are never changed at once).
-// Invariants: a call only tries device locks while it holds some, never waits for one (a call
+//                            and its vGPUs, or two vGPUs of one GPU, are never changed at once);
+//                            a parent that is not on PCI (mtty) has parent-<name>.lock.
+// Invariants: while a call holds device locks it only tries others, never waits for one (a call
 // that finds one busy lets all of them go, and prepare.lock, before it waits), so two calls never
 // wait for each other: no deadlock. Every record that holds a device is written and removed only
 // under that device's lock, so a call that holds the locks of all its devices and then reads the

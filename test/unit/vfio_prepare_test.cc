@@ -420,6 +420,24 @@ TEST_F(PrepareTest, MdevIsCreatedWithItsPublishedUuidAndRemovedAtUnprepare) {
   EXPECT_EQ(Slurp(available), "7\n");
 }
 
+// A parent that is not on PCI (the mtty sample driver's "mtty", as on the real-kernel node) is
+// locked by its name like a PCI function by its address.
+TEST_F(PrepareTest, AnMdevOnAParentThatIsNotOnPciIsPreparedAndRemoved) {
+  Use("mtty");
+  auto prepared = Prepare(Claim({{"vgpu", "mdev-mtty-mtty-2-0"}}));
+  ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+  EXPECT_TRUE(fs::exists(DataDir() + "/devices/parent-mtty.lock"));
+  auto record = Recorded(kUid);
+  ASSERT_TRUE(record.has_value());
+  ASSERT_EQ(record->mdevs.size(), 1u);
+  EXPECT_TRUE(fs::exists(node_->sysfs_root() + "/bus/mdev/devices/" + record->mdevs[0].uuid));
+  auto other = Prepare(Claim({{"vgpu", "mdev-mtty-mtty-2-0"}}, Uid(2), "other"));
+  ASSERT_FALSE(other.ok());
+  EXPECT_THAT(other.error().message, HasSubstr("already prepared for claim vms/gpu-claim"));
+  ASSERT_TRUE(Unprepare().ok());
+  EXPECT_FALSE(fs::exists(node_->sysfs_root() + "/bus/mdev/devices/" + record->mdevs[0].uuid));
+}
+
 // The health verdicts the kubelet's stream carries, over a prepare and changes behind our back.
 TEST_F(PrepareTest, HealthFollowsWhatIsPreparedAndWhatTheKernelChanges) {
   Use("vm-host");
