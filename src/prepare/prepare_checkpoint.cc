@@ -386,31 +386,26 @@ CheckpointView PrepareCheckpoint::Load() const {
   return view;
 }
 
-Status PrepareCheckpoint::Put(const ClaimRecord& record) const {
+Status PrepareCheckpoint::Write(const ClaimRecord& record, Durability durability) const {
   if (!IsObjectUid(record.uid)) {
     return MakeError(ErrorKind::kInvalidArgument,
                      "cannot record claim uid \"" + record.uid + "\": not an object UID");
   }
   ClaimRecord stamped = record;
   stamped.boot_id = boot_id_;
-  Status status = WriteFileAtomically(PathOf(record.uid), RecordJson(stamped).dump(1) + "\n", 0600,
-                                      Durability::kDataOnly);
-  if (status.ok()) status = dir_sync_->Sync();
+  Status status =
+      WriteFileAtomically(PathOf(record.uid), RecordJson(stamped).dump(1) + "\n", 0600, durability);
+  if (status.ok() && durability == Durability::kDataOnly) status = dir_sync_->Sync();
   if (!status.ok()) return status.error().Wrap("cannot write the prepare checkpoint");
   return Status::Ok();
 }
 
+Status PrepareCheckpoint::Put(const ClaimRecord& record) const {
+  return Write(record, Durability::kDataOnly);
+}
+
 Status PrepareCheckpoint::Stage(const ClaimRecord& record) const {
-  if (!IsObjectUid(record.uid)) {
-    return MakeError(ErrorKind::kInvalidArgument,
-                     "cannot record claim uid \"" + record.uid + "\": not an object UID");
-  }
-  ClaimRecord stamped = record;
-  stamped.boot_id = boot_id_;
-  Status status = WriteFileAtomically(PathOf(record.uid), RecordJson(stamped).dump(1) + "\n", 0600,
-                                      Durability::kVolatile);
-  if (!status.ok()) return status.error().Wrap("cannot write the prepare checkpoint");
-  return Status::Ok();
+  return Write(record, Durability::kVolatile);
 }
 
 Status PrepareCheckpoint::Commit(const std::string& uid) const {

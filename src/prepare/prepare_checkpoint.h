@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "base/directory_sync.h"
+#include "base/file_io.h"
 #include "base/result.h"
 #include "discovery/node_scan.h"
 #include "vfio/mdev_lifecycle.h"
@@ -168,6 +169,8 @@ class PrepareCheckpoint {
         dir_sync_(std::make_shared<GroupDirectorySync>(dir_)),
         parsed_(std::make_shared<ParsedRecords>()) {}
   std::string PathOf(const std::string& uid) const;
+  // Put (kDataOnly, then the shared directory fsync) or Stage (kVolatile).
+  Status Write(const ClaimRecord& record, Durability durability) const;
   // Find, and says when it removed an empty record (see Stage).
   Result<std::optional<ClaimRecord>> Read(const std::string& uid, bool* dropped_empty) const;
 
