@@ -469,8 +469,9 @@ Result<VfioDevicePreparer::PrepareDecision> VfioDevicePreparer::DecidePrepare(
     for (const std::string& problem : view.problems) {
       log_.Error("prepare checkpoint problem", {{"problem", problem}});
     }
-    if (view.listing_error)
+    if (view.listing_error) {
       return MakeError(ErrorKind::kUnavailable, who + ": " + *view.listing_error);
+    }
     if (auto it = view.unreadable.find(claim.uid); it != view.unreadable.end()) {
       return MakeError(ErrorKind::kUnavailable, who + ": " + it->second);
     }
