@@ -1,5 +1,6 @@
 // Discovery benchmark: full scan (inventory + selection) of fake nodes with 100, 1,000 and
-// 5,000 PCI functions. Target: 1,000 functions in at most 20 ms.
+// 5,000 PCI functions (target: 1,000 functions in at most 20 ms), and the idle daemon's periodic
+// change probe of the same nodes.
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -7,6 +8,7 @@
 #include <map>
 #include <memory>
 
+#include "discovery/change_probe.h"
 #include "discovery/node_scan.h"
 #include "sysfs_fixture.h"
 
@@ -55,6 +57,17 @@ void BM_DiscoverNode(benchmark::State& state) {
   state.counters["published"] = static_cast<double>(published);
 }
 BENCHMARK(BM_DiscoverNode)->Arg(100)->Arg(1000)->Arg(5000)->Unit(benchmark::kMillisecond);
+
+// The periodic check of an idle node: the function list is unchanged, so no group link is read.
+void BM_ProbeIdleNode(benchmark::State& state) {
+  const LargeNode& node = NodeOfSize(static_cast<int>(state.range(0)));
+  vfio_dra::sysfs::SysfsReader sysfs(node.sysfs());
+  vfio_dra::discovery::ChangeProbe probe(sysfs);
+  probe.Probe();
+  for (auto _ : state) benchmark::DoNotOptimize(probe.Probe());
+  state.counters["functions"] = static_cast<double>(state.range(0));
+}
+BENCHMARK(BM_ProbeIdleNode)->Arg(1000)->Arg(3000)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -135,7 +135,7 @@ void ServeDaemon::BuildPublishing() {
         reconciler_->SetScan(scan);
       },
       watch_options, root_.WithComponent("discovery"),
-      [this] { return discovery::ProbeDeviceState(*sysfs_); });
+      [probe = std::make_shared<discovery::ChangeProbe>(*sysfs_)] { return probe->Probe(); });
 }
 
 void ServeDaemon::BuildKubeletServices() {

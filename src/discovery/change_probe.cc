@@ -6,6 +6,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace vfio_dra::discovery {
 namespace {
@@ -27,8 +28,8 @@ class Digest {
   uint64_t value_ = 14695981039346656037ULL;
 };
 
-// Each entry of a directory (no "." / ".."), in the kernel's order: sysfs lists in creation
-// order, which is stable while nothing changes, so no sort is needed.
+// Each entry of a directory (no "." / ".."), in the kernel's order: sysfs lists a directory in a
+// fixed order (by a hash of the names), stable while nothing changes, so no sort is needed.
 template <typename Fn>
 void ForEachEntry(int dir_fd, Fn fn) {
   const int fd = ::dup(dir_fd);
@@ -50,31 +51,36 @@ int OpenDir(int at, const std::string& path) {
   return ::openat(at, path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 }
 
-void AddFunctions(const sysfs::SysfsReader& sysfs, Digest& digest) {
-  const int bus = ::open(sysfs.Path("bus/pci/devices").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (bus < 0) {
-    digest.Add("no-pci-bus");
+int OpenDir(const sysfs::SysfsReader& sysfs, const std::string& path) {
+  return ::open(sysfs.Path(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+// A link's target, empty when there is none.
+std::string_view ReadLink(int dir_fd, const std::string& link, char (&target)[512]) {
+  const ssize_t n = ::readlinkat(dir_fd, link.c_str(), target, sizeof target);
+  return n > 0 ? std::string_view(target, static_cast<size_t>(n)) : std::string_view();
+}
+
+// Each PCI driver with the functions bound to it (and its fixed attribute files, which never
+// change the digest).
+void AddDrivers(const sysfs::SysfsReader& sysfs, Digest& digest) {
+  const int drivers = OpenDir(sysfs, "bus/pci/drivers");
+  if (drivers < 0) {
+    digest.Add("no-pci-drivers");
     return;
   }
-  char target[512];
-  const auto add_link = [&](const std::string& link) {
-    const ssize_t n = ::readlinkat(bus, link.c_str(), target, sizeof target);
-    digest.Add(n > 0 ? std::string_view(target, static_cast<size_t>(n)) : std::string_view());
-  };
-  ForEachEntry(bus, [&](std::string_view name) {
-    digest.Add(name);
-    add_link(std::string(name) + "/driver");
-    // The kernel links a new function into its IOMMU group only after the function is listed on
-    // the bus (the IOMMU core runs from the bus's add notifier), so a scan can catch a device
-    // without its group; the group link must change the digest for the next check to rescan.
-    add_link(std::string(name) + "/iommu_group");
+  ForEachEntry(drivers, [&](std::string_view driver) {
+    digest.Add(driver);
+    const int dir = OpenDir(drivers, std::string(driver));
+    if (dir < 0) return;
+    ForEachEntry(dir, [&](std::string_view entry) { digest.Add(entry); });
+    ::close(dir);
   });
-  ::close(bus);
+  ::close(drivers);
 }
 
 void AddMdevTypes(const sysfs::SysfsReader& sysfs, Digest& digest) {
-  const int parents =
-      ::open(sysfs.Path("class/mdev_bus").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int parents = OpenDir(sysfs, "class/mdev_bus");
   if (parents < 0) return;  // no mdev parents on this node
   ForEachEntry(parents, [&](std::string_view parent) {
     digest.Add(parent);
@@ -105,11 +111,40 @@ void AddMdevTypes(const sysfs::SysfsReader& sysfs, Digest& digest) {
 
 }  // namespace
 
-uint64_t ProbeDeviceState(const sysfs::SysfsReader& sysfs) {
+uint64_t ChangeProbe::Probe() {
   Digest digest;
-  AddFunctions(sysfs, digest);
+  const int bus = OpenDir(sysfs_, "bus/pci/devices");
+  if (bus < 0) {
+    digest.Add("no-pci-bus");
+  } else {
+    std::vector<std::string> functions;
+    Digest list;
+    ForEachEntry(bus, [&](std::string_view name) {
+      list.Add(name);
+      functions.emplace_back(name);
+    });
+    digest.Add(std::to_string(list.value()));
+    char target[512];
+    if (!listed_ || list.value() != function_list_) {
+      // The function list changed: every link is read once, and the functions without a group
+      // are remembered for the next probes.
+      ungrouped_.clear();
+      for (const std::string& name : functions) {
+        if (ReadLink(bus, name + "/iommu_group", target).empty()) ungrouped_.push_back(name);
+      }
+      listed_ = true;
+      function_list_ = list.value();
+    }
+    for (const std::string& name : ungrouped_) {
+      digest.Add(name);
+      digest.Add(ReadLink(bus, name + "/iommu_group", target));
+    }
+    ::close(bus);
+  }
+  digest.Add("drivers");
+  AddDrivers(sysfs_, digest);
   digest.Add("mdev");
-  AddMdevTypes(sysfs, digest);
+  AddMdevTypes(sysfs_, digest);
   return digest.value();
 }
 

@@ -32,7 +32,7 @@ class DeviceWatcher {
  public:
   using Scanner = std::function<std::shared_ptr<const NodeScan>()>;
   using Listener = std::function<void(std::shared_ptr<const NodeScan>)>;
-  // A cheap digest of the device state (ProbeDeviceState); equal digests let the periodic check
+  // A cheap digest of the device state (ChangeProbe); equal digests let the periodic check
   // skip the full scan.
   using Probe = std::function<uint64_t()>;
 

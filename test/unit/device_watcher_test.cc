@@ -112,8 +112,9 @@ TEST(DeviceWatcher, ThePeriodicRescanCatchesMissedEvents) {
 // Counts probes and lets the test wait for them.
 class ProbeCounter {
  public:
-  uint64_t Probe(const sysfs::SysfsReader& sysfs) {
-    const uint64_t digest = ProbeDeviceState(sysfs);
+  explicit ProbeCounter(const sysfs::SysfsReader& sysfs) : probe_(sysfs) {}
+  uint64_t Probe() {
+    const uint64_t digest = probe_.Probe();
     std::lock_guard<std::mutex> lock(mu_);
     ++probes_;
     cv_.notify_all();
@@ -125,6 +126,7 @@ class ProbeCounter {
   }
 
  private:
+  ChangeProbe probe_;
   std::mutex mu_;
   std::condition_variable cv_;
   int probes_ = 0;
@@ -136,14 +138,14 @@ TEST(DeviceWatcher, ThePeriodicCheckProbesInsteadOfScanningWhileNothingChanges) 
   FixtureNode node("workstation");
   sysfs::SysfsReader sysfs(node.sysfs_root());
   Recorder recorder;
-  ProbeCounter probes;
+  ProbeCounter probes(sysfs);
   DeviceWatcherOptions options;
   options.listen_for_uevents = false;
   options.rescan_interval = std::chrono::milliseconds(10);
   options.full_rescan_interval = std::chrono::hours(1);
   DeviceWatcher watcher([&] { return recorder.Scan(sysfs); },
                         [&](auto scan) { recorder.Publish(std::move(scan)); }, options,
-                        Logger::Discard(), [&] { return probes.Probe(sysfs); });
+                        Logger::Discard(), [&] { return probes.Probe(); });
   watcher.Start();
   ASSERT_TRUE(probes.WaitForProbes(6));
   EXPECT_EQ(recorder.scans(), 1) << "only the first scan: the probes saw no change";
@@ -178,33 +180,52 @@ TEST(DeviceWatcher, AFullScanStillRunsAtTheFullRescanInterval) {
 TEST(ChangeProbe, SeesBindingsDevicesAndMdevsAndNothingElse) {
   FixtureNode node("vgpu");
   sysfs::SysfsReader sysfs(node.sysfs_root());
-  const uint64_t first = ProbeDeviceState(sysfs);
-  EXPECT_EQ(ProbeDeviceState(sysfs), first) << "stable while nothing changes";
+  ChangeProbe probe(sysfs);
+  const uint64_t first = probe.Probe();
+  EXPECT_EQ(probe.Probe(), first) << "stable while nothing changes";
   // An attribute that is not part of the state (and may take the device lock) is not read.
   const std::string gpu = node.sysfs_root() + "/bus/pci/devices/0000:3b:00.0";
   std::filesystem::remove(gpu + "/driver_override");
-  EXPECT_EQ(ProbeDeviceState(sysfs), first);
-  // An unbind removes the driver link.
+  EXPECT_EQ(probe.Probe(), first);
+  // An unbind removes the function's driver link and its entry under the driver together.
+  const std::string driver = std::filesystem::read_symlink(gpu + "/driver").filename().string();
   std::filesystem::remove(gpu + "/driver");
-  const uint64_t unbound = ProbeDeviceState(sysfs);
+  std::filesystem::remove(node.sysfs_root() + "/bus/pci/drivers/" + driver + "/0000:3b:00.0");
+  const uint64_t unbound = probe.Probe();
   EXPECT_NE(unbound, first);
-  // A function listed on the bus before the kernel linked it into its IOMMU group (the order a
-  // hot-add happens in) changes the digest again when the link appears.
-  const std::string group = std::filesystem::read_symlink(gpu + "/iommu_group").string();
-  std::filesystem::remove(gpu + "/iommu_group");
-  const uint64_t without_group = ProbeDeviceState(sysfs);
-  EXPECT_NE(without_group, unbound);
-  std::filesystem::create_directory_symlink(group, gpu + "/iommu_group");
-  EXPECT_EQ(ProbeDeviceState(sysfs), unbound);
+  EXPECT_EQ(probe.Probe(), unbound);
   // An mdev instance appears under its type.
   const std::string types = node.sysfs_root() + "/class/mdev_bus/0000:3b:00.0/mdev_supported_types";
   const std::string type = std::filesystem::directory_iterator(types)->path().string();
   std::filesystem::create_directories(type + "/devices/4b20d080-1b54-4048-85b3-a6a62d165c01");
-  EXPECT_NE(ProbeDeviceState(sysfs), unbound);
+  const uint64_t with_mdev = probe.Probe();
+  EXPECT_NE(with_mdev, unbound);
   // A function is hot-added.
-  const uint64_t with_mdev = ProbeDeviceState(sysfs);
   AddGpu(node.sysfs_root(), "0000:09:00.0", 90);
-  EXPECT_NE(ProbeDeviceState(sysfs), with_mdev);
+  EXPECT_NE(probe.Probe(), with_mdev);
+}
+
+// The kernel lists a hot-added function on the bus before it links it into its IOMMU group: the
+// link appearing later changes the digest once, and the digest is stable again after it.
+TEST(ChangeProbe, SeesAGroupLinkThatAppearsAfterTheFunctionIsListed) {
+  FixtureNode node("vgpu");
+  sysfs::SysfsReader sysfs(node.sysfs_root());
+  AddGpu(node.sysfs_root(), "0000:09:00.0", 90);
+  const std::string gpu = node.sysfs_root() + "/bus/pci/devices/0000:09:00.0";
+  const std::filesystem::path group = std::filesystem::read_symlink(gpu + "/iommu_group");
+  std::filesystem::remove(gpu + "/iommu_group");
+  ChangeProbe probe(sysfs);
+  const uint64_t listed = probe.Probe();
+  EXPECT_EQ(probe.ungrouped(), std::vector<std::string>{"0000:09:00.0"});
+  EXPECT_EQ(probe.Probe(), listed);
+  std::filesystem::create_directory_symlink(group, gpu + "/iommu_group");
+  const uint64_t grouped = probe.Probe();
+  EXPECT_NE(grouped, listed);
+  EXPECT_EQ(probe.Probe(), grouped);
+  // A new probe of the same node (a restarted daemon) sees every function grouped.
+  ChangeProbe fresh(sysfs);
+  fresh.Probe();
+  EXPECT_TRUE(fresh.ungrouped().empty());
 }
 
 }  // namespace
