@@ -9,12 +9,14 @@
 #include <filesystem>
 
 #include "base/file_io.h"
+#include "kubeletplugin/serving_status_service.h"
 
 namespace vfio_dra::kubeletplugin {
 namespace {
 
 // Owner-only: the kubelet connects as root, and nobody else has business on these sockets.
 constexpr mode_t kSocketMode = 0600;
+constexpr int kIdleRequestThreadWaitMs = 5 * 60 * 1000;
 
 Result<std::unique_ptr<grpc::Server>> StartUnixServer(const std::string& path,
                                                       const std::vector<grpc::Service*>& services) {
@@ -28,10 +30,11 @@ Result<std::unique_ptr<grpc::Server>> StartUnixServer(const std::string& path,
   const std::string dir = std::filesystem::path(path).parent_path().string();
   const std::string temp = dir + "/.vfio-dra-" + std::to_string(::getpid()) + ".sock";
   ::unlink(temp.c_str());
-  // The standard grpc.health.v1 service on both sockets: probes and tools that speak it see the
-  // plugin SERVING while it listens and NOT_SERVING while it stops.
-  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
+  // Idle request threads wake when their completion-queue wait times out (10 s by default) only
+  // to wait again; shutdown reaches them through the queue itself, so a long wait costs nothing.
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::CQ_TIMEOUT_MSEC,
+                              kIdleRequestThreadWaitMs);
   int bound = 0;
   builder.AddListeningPort("unix:" + temp, grpc::InsecureServerCredentials(), &bound);
   for (grpc::Service* service : services) builder.RegisterService(service);
@@ -52,10 +55,10 @@ Result<std::unique_ptr<grpc::Server>> StartUnixServer(const std::string& path,
   return server;
 }
 
-void ShutdownAndUnlink(std::unique_ptr<grpc::Server>& server, const std::string& path,
-                       const Logger& log) {
+void ShutdownAndUnlink(std::unique_ptr<grpc::Server>& server, ServingStatusService& health,
+                       const std::string& path, const Logger& log) {
   if (server == nullptr) return;
-  if (auto* health = server->GetHealthCheckService(); health != nullptr) health->Shutdown();
+  health.Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server->Wait();
   server.reset();
@@ -99,12 +102,17 @@ Result<std::unique_ptr<PluginServer>> PluginServer::Start(
     const SocketLayout& layout, const std::vector<grpc::Service*>& dra_services,
     grpc::Service* registration, Logger log) {
   std::unique_ptr<PluginServer> server(new PluginServer(layout, std::move(log)));
-  auto dra = StartUnixServer(layout.dra_socket, dra_services);
+  // The standard grpc.health.v1 service on both sockets: probes and tools that speak it see the
+  // plugin SERVING while it listens and NOT_SERVING while it stops.
+  std::vector<grpc::Service*> services = dra_services;
+  services.push_back(server->dra_health_.get());
+  auto dra = StartUnixServer(layout.dra_socket, services);
   if (!dra.ok()) return dra.error().Wrap("cannot start the DRA service");
   server->dra_server_ = std::move(*dra);
   server->log_.Info("DRA service listening", {{"socket", layout.dra_socket}});
   // Only now, with the DRA socket accepting connections, may the kubelet learn about us.
-  auto reg = StartUnixServer(layout.registration_socket, {registration});
+  auto reg = StartUnixServer(layout.registration_socket,
+                             {registration, server->registration_health_.get()});
   if (!reg.ok()) {
     server->Stop();
     return reg.error().Wrap("cannot start the registration service");
@@ -115,13 +123,16 @@ Result<std::unique_ptr<PluginServer>> PluginServer::Start(
 }
 
 PluginServer::PluginServer(SocketLayout layout, Logger log)
-    : layout_(std::move(layout)), log_(std::move(log)) {}
+    : layout_(std::move(layout)),
+      log_(std::move(log)),
+      dra_health_(std::make_unique<ServingStatusService>()),
+      registration_health_(std::make_unique<ServingStatusService>()) {}
 
 PluginServer::~PluginServer() { Stop(); }
 
 void PluginServer::Stop() {
-  ShutdownAndUnlink(registration_server_, layout_.registration_socket, log_);
-  ShutdownAndUnlink(dra_server_, layout_.dra_socket, log_);
+  ShutdownAndUnlink(registration_server_, *registration_health_, layout_.registration_socket, log_);
+  ShutdownAndUnlink(dra_server_, *dra_health_, layout_.dra_socket, log_);
 }
 
 }  // namespace vfio_dra::kubeletplugin

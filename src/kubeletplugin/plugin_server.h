@@ -18,6 +18,8 @@ class Service;
 
 namespace vfio_dra::kubeletplugin {
 
+class ServingStatusService;
+
 struct SocketLayout {
   std::string dra_socket;           // <plugin-data-dir>/dra[-<uid>].sock
   std::string registration_socket;  // <registrar-dir>/<driver>[-<uid>]-reg.sock
@@ -50,6 +52,9 @@ class PluginServer {
 
   SocketLayout layout_;
   Logger log_;
+  // Declared before the servers that serve them, so they outlive those servers.
+  std::unique_ptr<ServingStatusService> dra_health_;
+  std::unique_ptr<ServingStatusService> registration_health_;
   std::unique_ptr<grpc::Server> dra_server_;
   std::unique_ptr<grpc::Server> registration_server_;
 };
