@@ -221,7 +221,7 @@ Status ApiClient::Delete(const std::string& path, const std::string& uid,
 }
 
 Status ApiClient::Watch(const std::string& path_and_query, const WatchHandler& on_event,
-                        const std::atomic<bool>& stop) {
+                        std::stop_token stop) {
   limiter_.Acquire();
   auto request = BuildRequest("GET", path_and_query, nullptr, true);
   if (!request.ok()) return request.error();
@@ -259,7 +259,7 @@ Status ApiClient::Watch(const std::string& path_and_query, const WatchHandler& o
     }
     return true;
   };
-  auto response = transport_.Stream(*request, on_chunk, stop);
+  auto response = transport_.Stream(*request, on_chunk, std::move(stop));
   if (!response.ok()) return response.error().Wrap("watch " + path_and_query);
   if (response->status == 401) tokens_.Invalidate();
   if (response->status != 200) {

@@ -4,10 +4,10 @@
 // into errors, warnings logged, and watches as a first-class streaming call.
 #pragma once
 
-#include <atomic>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <stop_token>
 #include <string>
 
 #include "base/clock.h"
@@ -87,7 +87,7 @@ class ApiClient {
   // server closed the stream normally or the handler/stop ended it, kGone on 410/Expired (the
   // caller must relist), or another error.
   Status Watch(const std::string& path_and_query, const WatchHandler& on_event,
-               const std::atomic<bool>& stop);
+               std::stop_token stop);
 
   const Logger& log() const { return log_; }
 

@@ -13,7 +13,6 @@ namespace {
 struct TransferState {
   HttpResponse response;
   const BodyChunkHandler* on_chunk = nullptr;
-  const std::atomic<bool>* stop = nullptr;
   CURL* handle = nullptr;
   bool aborted_by_handler = false;
 };
@@ -55,9 +54,55 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
   return n;
 }
 
-int OnProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
-  auto* state = static_cast<TransferState*>(user);
-  return (state->stop != nullptr && state->stop->load()) ? 1 : 0;
+// The longest a streaming transfer sleeps without looking at curl's timers (curl normally names
+// its next deadline itself: the request timeout).
+constexpr int kMaxStreamSleepMs = 60000;
+
+// Runs a streaming transfer on its own multi handle until it ends or `stop` is requested.
+// curl_easy_perform polls with a one-second ceiling, which would wake an idle watch every second
+// for the life of the daemon; curl_multi_poll sleeps until data arrives, curl's own next deadline,
+// or a wakeup from the stop callback.
+CURLcode PerformUntilStopped(CURL* handle, const std::stop_token& stop) {
+  CURLM* multi = curl_multi_init();
+  if (multi == nullptr) return CURLE_OUT_OF_MEMORY;
+  if (curl_multi_add_handle(multi, handle) != CURLM_OK) {
+    curl_multi_cleanup(multi);
+    return CURLE_FAILED_INIT;
+  }
+  CURLcode result = CURLE_OK;
+  {
+    const std::stop_callback wake(stop, [multi] { curl_multi_wakeup(multi); });
+    while (true) {
+      int running = 0;
+      if (curl_multi_perform(multi, &running) != CURLM_OK) {
+        result = CURLE_RECV_ERROR;
+        break;
+      }
+      if (running == 0) {
+        int left = 0;
+        while (CURLMsg* message = curl_multi_info_read(multi, &left)) {
+          if (message->msg == CURLMSG_DONE) result = message->data.result;
+        }
+        break;
+      }
+      if (stop.stop_requested()) {
+        result = CURLE_ABORTED_BY_CALLBACK;
+        break;
+      }
+      long next_ms = -1;
+      curl_multi_timeout(multi, &next_ms);
+      const int sleep_ms = next_ms < 0
+                               ? kMaxStreamSleepMs
+                               : static_cast<int>(std::min<long>(next_ms, kMaxStreamSleepMs));
+      if (curl_multi_poll(multi, nullptr, 0, sleep_ms, nullptr) != CURLM_OK) {
+        result = CURLE_RECV_ERROR;
+        break;
+      }
+    }
+  }
+  curl_multi_remove_handle(multi, handle);
+  curl_multi_cleanup(multi);
+  return result;
 }
 
 void SetBlob(CURL* handle, CURLoption option, const std::string& data) {
@@ -129,19 +174,17 @@ Result<HttpResponse> CurlTransport::Send(const HttpRequest& request) {
 }
 
 Result<HttpResponse> CurlTransport::Stream(const HttpRequest& request,
-                                           const BodyChunkHandler& on_chunk,
-                                           const std::atomic<bool>& stop) {
+                                           const BodyChunkHandler& on_chunk, std::stop_token stop) {
   return Perform(request, &on_chunk, &stop);
 }
 
 Result<HttpResponse> CurlTransport::Perform(const HttpRequest& request,
                                             const BodyChunkHandler* on_chunk,
-                                            const std::atomic<bool>* stop) {
+                                            const std::stop_token* stop) {
   CURL* handle = static_cast<CURL*>(TakeHandle());
   if (handle == nullptr) return MakeError(ErrorKind::kInternal, "curl_easy_init failed");
   TransferState state;
   state.on_chunk = on_chunk;
-  state.stop = stop;
   state.handle = handle;
 
   const std::string url = config_.server + request.path_and_query;
@@ -161,11 +204,6 @@ Result<HttpResponse> CurlTransport::Perform(const HttpRequest& request,
   curl_easy_setopt(handle, CURLOPT_HEADERDATA, &state);
   curl_easy_setopt(handle, CURLOPT_WRITEFUNCTION, &OnBody);
   curl_easy_setopt(handle, CURLOPT_WRITEDATA, &state);
-  if (stop != nullptr) {
-    curl_easy_setopt(handle, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, &OnProgress);
-    curl_easy_setopt(handle, CURLOPT_XFERINFODATA, &state);
-  }
   // TLS: verification stays on unless the kubeconfig explicitly turns it off.
   if (config_.insecure_skip_tls_verify) {
     curl_easy_setopt(handle, CURLOPT_SSL_VERIFYPEER, 0L);
@@ -198,11 +236,12 @@ Result<HttpResponse> CurlTransport::Perform(const HttpRequest& request,
   headers = curl_slist_append(headers, "Expect:");  // no 100-continue round trip
   curl_easy_setopt(handle, CURLOPT_HTTPHEADER, headers);
 
-  const CURLcode rc = curl_easy_perform(handle);
+  const CURLcode rc =
+      stop != nullptr ? PerformUntilStopped(handle, *stop) : curl_easy_perform(handle);
   long code = 0;
   curl_easy_getinfo(handle, CURLINFO_RESPONSE_CODE, &code);
   curl_slist_free_all(headers);
-  const bool stopped = stop != nullptr && stop->load();
+  const bool stopped = stop != nullptr && stop->stop_requested();
   if (rc != CURLE_OK && !(state.aborted_by_handler || stopped)) {
     curl_easy_cleanup(handle);  // the connection may be in a bad state; do not reuse it
     const ErrorKind kind =

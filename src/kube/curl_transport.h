@@ -23,14 +23,14 @@ class CurlTransport final : public HttpTransport {
 
   Result<HttpResponse> Send(const HttpRequest& request) override;
   Result<HttpResponse> Stream(const HttpRequest& request, const BodyChunkHandler& on_chunk,
-                              const std::atomic<bool>& stop) override;
+                              std::stop_token stop) override;
 
  private:
   CurlTransport(ClientConfig config, std::string user_agent);
   void* TakeHandle();
   void ReturnHandle(void* handle);
   Result<HttpResponse> Perform(const HttpRequest& request, const BodyChunkHandler* on_chunk,
-                               const std::atomic<bool>* stop);
+                               const std::stop_token* stop);
 
   const ClientConfig config_;
   const std::string user_agent_;

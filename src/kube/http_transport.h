@@ -3,10 +3,10 @@
 // transport; production uses CurlTransport.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
+#include <stop_token>
 #include <string>
 #include <string_view>
 
@@ -45,9 +45,10 @@ class HttpTransport {
   // responses, not errors.
   virtual Result<HttpResponse> Send(const HttpRequest& request) = 0;
   // Sends one request and streams the body into `on_chunk`. The returned response has the status
-  // and headers and, for non-2xx statuses, the body. `stop` aborts the transfer when set.
+  // and headers and, for non-2xx statuses, the body. A stop requested on `stop` ends the transfer
+  // promptly (an idle stream must wake for it, not poll for it).
   virtual Result<HttpResponse> Stream(const HttpRequest& request, const BodyChunkHandler& on_chunk,
-                                      const std::atomic<bool>& stop) = 0;
+                                      std::stop_token stop) = 0;
 };
 
 }  // namespace vfio_dra::kube

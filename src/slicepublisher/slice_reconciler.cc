@@ -81,6 +81,7 @@ void SliceReconciler::Start() {
 
 void SliceReconciler::Stop() {
   stopping_ = true;
+  stop_watch_.request_stop();
   wake_.notify_all();
   if (watch_thread_.joinable()) watch_thread_.join();
   if (sync_thread_.joinable()) sync_thread_.join();
@@ -285,7 +286,7 @@ void SliceReconciler::WatchLoop() {
             MarkDirty();
             return true;
           },
-          stopping_);
+          stop_watch_.get_token());
       if (stopping_) break;
       if (watched.ok()) {
         backoff.Reset();

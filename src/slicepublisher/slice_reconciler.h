@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stop_token>
 #include <thread>
 
 #include "base/log.h"
@@ -133,6 +134,7 @@ class SliceReconciler {
   std::map<std::string, std::string> adopted_;
 
   std::atomic<bool> stopping_{false};
+  std::stop_source stop_watch_;  // wakes the watch's idle stream at Stop
   std::thread sync_thread_;
   std::thread watch_thread_;
 };

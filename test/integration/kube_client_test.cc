@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <stop_token>
 #include <thread>
 
 #include "cmd/serve_command.h"
@@ -172,7 +173,7 @@ TEST_F(KubeClientTest, WatchStreamsChangesWithFieldSelectors) {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::string> events;
-  std::atomic<bool> stop{false};
+  std::stop_source stop;
   Status watch_status;
   std::thread watcher([&] {
     watch_status = client_->Watch(
@@ -184,7 +185,7 @@ TEST_F(KubeClientTest, WatchStreamsChangesWithFieldSelectors) {
           cv.notify_all();
           return true;
         },
-        stop);
+        stop.get_token());
   });
   auto slice = [](const std::string& node) {
     return json{{"apiVersion", "resource.k8s.io/v1"},
@@ -210,7 +211,8 @@ TEST_F(KubeClientTest, WatchStreamsChangesWithFieldSelectors) {
     ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return events.size() >= 2; }));
     EXPECT_EQ(events, (std::vector<std::string>{"ADDED:n1", "DELETED:n1"}));
   }
-  stop = true;
+  // The stream is idle now: the stop must wake it (the transport does not poll for it).
+  stop.request_stop();
   watcher.join();
   EXPECT_TRUE(watch_status.ok()) << watch_status.error().message;
 }

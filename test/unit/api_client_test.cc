@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <deque>
+#include <stop_token>
 
 #include "unit/fake_clock.h"
 
@@ -31,7 +32,7 @@ class ScriptedTransport final : public HttpTransport {
     return next;
   }
   Result<HttpResponse> Stream(const HttpRequest& request, const BodyChunkHandler& on_chunk,
-                              const std::atomic<bool>&) override {
+                              std::stop_token /*stop*/) override {
     sent.push_back(request);
     for (const std::string& chunk : stream_chunks) {
       if (!on_chunk(chunk)) break;
@@ -162,14 +163,13 @@ TEST_F(ApiClientTest, WatchDeliversEventsSplitAcrossChunks) {
                               "\n"};
   auto client = Client();
   std::vector<std::string> seen;
-  std::atomic<bool> stop{false};
   Status status = client.Watch(
       "/w?watch=1",
       [&](const WatchEvent& e) {
         seen.push_back(e.type + ":" + e.object["metadata"]["name"].get<std::string>());
         return true;
       },
-      stop);
+      std::stop_token());
   ASSERT_TRUE(status.ok()) << status.error().message;
   EXPECT_EQ(seen, (std::vector<std::string>{"ADDED:a", "MODIFIED:b"}));
 }
@@ -179,9 +179,8 @@ TEST_F(ApiClientTest, WatchErrorEventWith410IsGone) {
       R"({"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired","message":"too old resource version"}})"
       "\n"};
   auto client = Client();
-  std::atomic<bool> stop{false};
   Status status = client.Watch(
-      "/w?watch=1", [](const WatchEvent&) { return true; }, stop);
+      "/w?watch=1", [](const WatchEvent&) { return true; }, std::stop_token());
   ASSERT_FALSE(status.ok());
   EXPECT_EQ(status.error().kind, ErrorKind::kGone);
 }
@@ -189,9 +188,8 @@ TEST_F(ApiClientTest, WatchErrorEventWith410IsGone) {
 TEST_F(ApiClientTest, WatchRejectsMalformedEvents) {
   transport_.stream_chunks = {"not json\n"};
   auto client = Client();
-  std::atomic<bool> stop{false};
   Status status = client.Watch(
-      "/w?watch=1", [](const WatchEvent&) { return true; }, stop);
+      "/w?watch=1", [](const WatchEvent&) { return true; }, std::stop_token());
   ASSERT_FALSE(status.ok());
   EXPECT_NE(status.error().message.find("malformed watch event"), std::string::npos);
 }
