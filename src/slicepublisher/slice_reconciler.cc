@@ -35,12 +35,34 @@ bool HasCounters(const SliceContent& content) {
   return false;
 }
 
-int64_t PoolInt(const json& object, const char* key) {
-  const json& pool = object["spec"]["pool"];
+int64_t PoolInt(const json& pool, const char* key) {
   return pool.contains(key) && pool[key].is_number_integer() ? pool[key].get<int64_t>() : 0;
 }
 
+// A string field of `object`, empty when absent or not a string.
+std::string StringField(const json& object, const char* key) {
+  return object.is_object() && object.contains(key) && object[key].is_string()
+             ? object[key].get<std::string>()
+             : std::string();
+}
+
 }  // namespace
+
+SliceReconciler::CachedSlice SliceReconciler::CachedSlice::From(const json& object,
+                                                                SliceContent content) {
+  static const json kNone = json::object();
+  const json& meta = object.contains("metadata") ? object["metadata"] : kNone;
+  const json& spec = object.contains("spec") ? object["spec"] : kNone;
+  const json& pool = spec.is_object() && spec.contains("pool") ? spec["pool"] : kNone;
+  CachedSlice slice;
+  slice.uid = StringField(meta, "uid");
+  slice.resource_version = StringField(meta, "resourceVersion");
+  slice.pool_name = StringField(pool, "name");
+  slice.pool_generation = pool.is_object() ? PoolInt(pool, "generation") : 0;
+  slice.pool_slice_count = pool.is_object() ? PoolInt(pool, "resourceSliceCount") : 0;
+  slice.content = std::move(content);
+  return slice;
+}
 
 SliceReconciler::SliceReconciler(kube::ApiClient& api, ReconcilerOptions options, Logger log)
     : api_(api), options_(std::move(options)), log_(std::move(log)) {
@@ -139,7 +161,7 @@ void SliceReconciler::Remember(const json& object) {
   if (!content.ok() || !object.contains("metadata")) return;
   const std::string name = object["metadata"].value("name", "");
   std::lock_guard<std::mutex> lock(mu_);
-  cache_[name] = CachedSlice{object, std::move(*content)};
+  cache_[name] = CachedSlice::From(object, std::move(*content));
 }
 
 void SliceReconciler::Forget(const std::string& name) {
@@ -221,7 +243,7 @@ Status SliceReconciler::ListIntoCache(std::string& resource_version) {
         log_.Warn("unreadable ResourceSlice", {{"error", content.error().message}});
         content = SliceContent{};
       }
-      fresh[item["metadata"].value("name", "")] = CachedSlice{item, std::move(*content)};
+      fresh[item["metadata"].value("name", "")] = CachedSlice::From(item, std::move(*content));
     }
   }
   resource_version = (*list)["metadata"].value("resourceVersion", "");
@@ -272,8 +294,7 @@ void SliceReconciler::WatchLoop() {
               if (event.type == "DELETED") {
                 changed = it != cache_.end();
               } else {
-                changed = it == cache_.end() ||
-                          it->second.object["metadata"].value("resourceVersion", "") != event_rv;
+                changed = it == cache_.end() || it->second.resource_version != event_rv;
               }
             }
             if (!changed) return true;  // the echo of our own write
@@ -387,7 +408,7 @@ SliceReconciler::WritePlan SliceReconciler::PlanWrites(
     const DesiredPool& pool, const std::map<std::string, CachedSlice>& cache) const {
   WritePlan plan;
   for (const auto& [name, slice] : cache) {
-    plan.generation = std::max(plan.generation, PoolInt(slice.object, "generation"));
+    plan.generation = std::max(plan.generation, slice.pool_generation);
   }
   // Match desired slices to existing ones by their device and counter-set names.
   plan.match.resize(pool.slices.size());
@@ -423,10 +444,8 @@ SliceReconciler::WritePlan SliceReconciler::PlanWrites(
       auto it = adopted_.find(ContentFingerprint(pool.slices[i]));
       same = it != adopted_.end() && it->second == ContentFingerprint(current.content);
     }
-    const json& spec = current.object["spec"];
-    if (!same || PoolInt(current.object, "resourceSliceCount") != count ||
-        spec["pool"].value("name", "") != pool.name ||
-        PoolInt(current.object, "generation") != plan.generation) {
+    if (!same || current.pool_slice_count != count || current.pool_name != pool.name ||
+        current.pool_generation != plan.generation) {
       plan.changed.push_back(i);
     }
   }
@@ -475,9 +494,8 @@ Status SliceReconciler::DeleteObsolete(const WritePlan& plan,
                                        const std::map<std::string, CachedSlice>& cache,
                                        const std::string& path) {
   for (const std::string& name : plan.obsolete) {
-    const json& object = cache.at(name).object;
-    Status s = api_.Delete(path + "/" + name, object["metadata"].value("uid", ""),
-                           object["metadata"].value("resourceVersion", ""));
+    const CachedSlice& slice = cache.at(name);
+    Status s = api_.Delete(path + "/" + name, slice.uid, slice.resource_version);
     if (!s.ok() && s.error().kind != ErrorKind::kNotFound) {
       return s.error().Wrap("cannot delete obsolete ResourceSlice " + name);
     }
@@ -494,7 +512,7 @@ Status SliceReconciler::UpdateChanged(const DesiredPool& pool, const WritePlan& 
                                       const std::string& path, SliceMeta meta) {
   for (size_t i : plan.changed) {
     meta.name = plan.match[i];
-    meta.resource_version = cache.at(meta.name).object["metadata"].value("resourceVersion", "");
+    meta.resource_version = cache.at(meta.name).resource_version;
     for (int attempt = 0;; ++attempt) {
       auto stored = api_.Update(path + "/" + meta.name, SliceToJson(pool.slices[i], meta));
       if (stored.ok()) {

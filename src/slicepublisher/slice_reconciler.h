@@ -76,9 +76,18 @@ class SliceReconciler {
   bool WaitInSync(std::chrono::milliseconds timeout);
 
  private:
+  // What a Sync needs of a server slice: its identity, its pool fields and its content, decoded
+  // once. The object itself is not kept: with 1,000 devices its JSON tree costs megabytes of the
+  // idle daemon's heap.
   struct CachedSlice {
-    nlohmann::json object;
+    std::string uid;
+    std::string resource_version;
+    std::string pool_name;
+    int64_t pool_generation = 0;
+    int64_t pool_slice_count = 0;
     SliceContent content;
+
+    static CachedSlice From(const nlohmann::json& object, SliceContent content);
   };
   // What one Sync writes: desired slices matched to existing ones by device and counter-set names.
   struct WritePlan {
