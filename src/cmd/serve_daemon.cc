@@ -125,7 +125,9 @@ void ServeDaemon::BuildPublishing() {
         preparer_->Refresh();
         context.managed = *preparer_->ManagedFunctions();
         context.vfio_drivers = vfio_drivers_.get();
-        return discovery::ScanNode(*sysfs_, names_.get(), policy_, context);
+        auto scan = discovery::ScanNode(*sysfs_, names_.get(), policy_, context);
+        if (names_ != nullptr) names_->ReleaseDatabase();
+        return scan;
       },
       [this](const std::shared_ptr<const discovery::NodeScan>& scan) {
         log_.Info("node devices",

@@ -93,6 +93,11 @@ std::string PciNames::Lookup(int flags, uint32_t a, uint32_t b) {
   return name == nullptr ? std::string() : std::string(name);
 }
 
+void PciNames::ReleaseDatabase() {
+  std::lock_guard<std::mutex> lock(mu_);
+  pci_free_name_list(access_);
+}
+
 std::string PciNames::VendorName(uint32_t vendor) { return Lookup(PCI_LOOKUP_VENDOR, vendor, 0); }
 
 std::string PciNames::DeviceName(uint32_t vendor, uint32_t device) {

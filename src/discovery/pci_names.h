@@ -32,6 +32,10 @@ class PciNames {
   std::string DeviceName(uint32_t vendor, uint32_t device);
   // Set when libpci reported an error (for example a malformed pci.ids); names are then empty.
   std::string LoadError() const;
+  // Frees libpci's in-memory copy of pci.ids (about 2 MB); the next lookup reads the file again.
+  // The daemon calls it after each full scan: names are needed only while scanning, and an idle
+  // node agent should not keep the database for the hours between scans.
+  void ReleaseDatabase();
 
  private:
   explicit PciNames(pci_access* access) : access_(access) {}

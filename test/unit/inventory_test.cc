@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "discovery/pci_names.h"
 #include "unit/fixture_node.h"
 
 namespace vfio_dra::discovery {
@@ -182,6 +183,28 @@ TEST(Inventory, ADanglingIommuGroupLinkDoesNotCrash) {
   EXPECT_EQ(inv.Find("0000:01:00.0"), nullptr);
   ASSERT_EQ(inv.warnings.size(), 1u);
   EXPECT_THAT(inv.warnings[0], HasSubstr("not an IOMMU group number"));
+}
+
+}  // namespace
+}  // namespace vfio_dra::discovery
+
+namespace vfio_dra::discovery {
+namespace {
+
+// The daemon frees the pci.ids database after each scan; the next lookup reads the file again,
+// including a change made to it meanwhile (a package update).
+TEST(PciNamesTest, NamesAreReadAgainAfterTheDatabaseIsReleased) {
+  FixtureNode node("workstation");
+  auto names = PciNames::Open({node.sysfs_root(), node.pci_ids(), false});
+  ASSERT_TRUE(names.ok()) << names.error().message;
+  EXPECT_EQ((*names)->DeviceName(0x10de, 0x1eb8), "TU104GL [Tesla T4]");
+  (*names)->ReleaseDatabase();
+  EXPECT_EQ((*names)->DeviceName(0x10de, 0x1eb8), "TU104GL [Tesla T4]");
+  std::ofstream(node.pci_ids(), std::ios::app) << "1b36  Red Hat, Inc.\n";
+  EXPECT_EQ((*names)->VendorName(0x1b36), "") << "still the database read before the change";
+  (*names)->ReleaseDatabase();
+  EXPECT_EQ((*names)->VendorName(0x1b36), "Red Hat, Inc.");
+  EXPECT_EQ((*names)->LoadError(), "");
 }
 
 }  // namespace
