@@ -200,6 +200,13 @@ Result<HttpResponse> CurlTransport::Perform(const HttpRequest& request,
   }
   curl_easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
   curl_easy_setopt(handle, CURLOPT_TIMEOUT_MS, static_cast<long>(request.timeout.count()));
+  if (stop != nullptr) {
+    // A stream has no overall timeout (the server ends a watch after its timeoutSeconds); kernel
+    // keepalives notice a peer that vanished without closing, at no cost to the idle process.
+    curl_easy_setopt(handle, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(handle, CURLOPT_TCP_KEEPIDLE, 30L);
+    curl_easy_setopt(handle, CURLOPT_TCP_KEEPINTVL, 15L);
+  }
   curl_easy_setopt(handle, CURLOPT_HEADERFUNCTION, &OnHeader);
   curl_easy_setopt(handle, CURLOPT_HEADERDATA, &state);
   curl_easy_setopt(handle, CURLOPT_WRITEFUNCTION, &OnBody);
