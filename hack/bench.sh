@@ -135,6 +135,10 @@ why = {
     "The figure is a few milliseconds a minute and varies with the machine's other load.",
     "Discovery of a node with 1000": "Discovery reads about ten sysfs files per function; the "
     "figure varies between runs around the target on this machine.",
+    "Slice build growth": "Building 5,000 devices is sensitive to this machine's memory "
+    "bandwidth: on 2026-11-25 the benchmark built from an earlier commit (fe3755c) gave the same "
+    "20-27 ms in the same session that an earlier run had measured at 11 ms. Compare builds side "
+    "by side in one session before reading a change into it.",
 }
 notes = [text for key, text in why.items() if any(key in r and "MISSED" in r for r in rows)]
 if notes:
