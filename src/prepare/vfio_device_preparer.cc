@@ -542,26 +542,32 @@ Result<VfioDevicePreparer::PrepareDecision> VfioDevicePreparer::DecidePrepare(
     }
     d.plan = std::move(**plan);
     if (Status s = CheckOverlap(*view, claim.uid, d.plan); !s.ok()) return s.error().Wrap(who);
-    const bool earlier_boot = d.existing && d.existing->boot_id != checkpoint_.boot_id();
-    if (earlier_boot) {
-      if (Status s = CheckIdentities(*d.existing); !s.ok()) return s.error().Wrap(who);
-    }
-    d.record = d.existing ? *d.existing : ClaimRecord{};
-    if (!d.was_completed) d.record.state = PrepareState::kPrepareStarted;
-    d.changed = !d.existing || earlier_boot;
-    if (Status s = RecordStart(claim, d.plan, d.record, d.changed, deadline); !s.ok()) {
-      return s.error().Wrap(who + ": cannot record the prepare in the checkpoint");
-    }
-    if (d.changed) {
-      // Visible to every other call from here on; made durable by Prepare before the node is
-      // touched.
-      Step("checkpoint:started");
-      if (Status s = checkpoint_.Stage(d.record); !s.ok()) {
-        return s.error().Wrap(who + ": cannot record the prepare in the checkpoint");
-      }
-    }
+    if (Status s = RecordDecision(claim, d, who, deadline); !s.ok()) return s.error();
     return d;
   }
+}
+
+Status VfioDevicePreparer::RecordDecision(const kube::ResourceClaim& claim, PrepareDecision& d,
+                                          const std::string& who, Deadline deadline) {
+  const bool earlier_boot = d.existing && d.existing->boot_id != checkpoint_.boot_id();
+  if (earlier_boot) {
+    if (Status s = CheckIdentities(*d.existing); !s.ok()) return s.error().Wrap(who);
+  }
+  d.record = d.existing ? *d.existing : ClaimRecord{};
+  if (!d.was_completed) d.record.state = PrepareState::kPrepareStarted;
+  d.changed = !d.existing || earlier_boot;
+  if (Status s = RecordStart(claim, d.plan, d.record, d.changed, deadline); !s.ok()) {
+    return s.error().Wrap(who + ": cannot record the prepare in the checkpoint");
+  }
+  if (d.changed) {
+    // Visible to every other call from here on; made durable by Prepare before the node is
+    // touched.
+    Step("checkpoint:started");
+    if (Status s = checkpoint_.Stage(d.record); !s.ok()) {
+      return s.error().Wrap(who + ": cannot record the prepare in the checkpoint");
+    }
+  }
+  return Status::Ok();
 }
 
 Result<std::vector<PreparedDevice>> VfioDevicePreparer::Prepare(

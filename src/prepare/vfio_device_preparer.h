@@ -123,6 +123,11 @@ class VfioDevicePreparer final : public DevicePreparer {
       const kube::ResourceClaim& claim,
       const std::vector<kube::DeviceRequestAllocationResult>& ours, const std::string& who,
       Deadline deadline);
+  // The last phase of a decision, with every device locked and no clash found: checks a record
+  // of an earlier boot against the devices now at its addresses, then records the start (staged,
+  // visible to other calls) when anything is new.
+  Status RecordDecision(const kube::ResourceClaim& claim, PrepareDecision& d,
+                        const std::string& who, Deadline deadline);
   // The published functions (PCI devices) and parents (mdevs) of the allocated devices.
   std::set<std::string> PublishedKeys(
       const std::vector<kube::DeviceRequestAllocationResult>& ours) const;

@@ -161,6 +161,67 @@ ParentGroup BuildParentGroup(const MdevParent& parent, const PciFunction* parent
   return group;
 }
 
+// Counter sets in slices of their own (1.35+): devices that consume counters and plain devices
+// follow in slices of their own limits.
+void LayOutOwnSlice(std::vector<ParentGroup>& groups, std::vector<SliceDevice> plain,
+                    DesiredPool& pool) {
+  std::vector<CounterSet> sets;
+  std::vector<SliceDevice> consuming;
+  for (auto& group : groups) {
+    sets.push_back({group.counter_set, {{kCapacityCounter, group.capacity}}});
+    for (auto& device : group.devices) {
+      (device.consumes_counters.empty() ? plain : consuming).push_back(std::move(device));
+    }
+  }
+  for (size_t i = 0; i < sets.size(); i += kMaxCounterSetsPerSlice) {
+    SliceContent slice;
+    slice.shared_counters.assign(sets.begin() + static_cast<std::ptrdiff_t>(i),
+                                 sets.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                                    sets.size(), i + kMaxCounterSetsPerSlice)));
+    pool.slices.push_back(std::move(slice));
+  }
+  Chunk(std::move(plain), kMaxDevicesPerSlice, pool.slices);
+  Chunk(std::move(consuming), kMaxDevicesPerSliceWithCounters, pool.slices);
+}
+
+// Before 1.35 a counter set and the devices using it must share one slice.
+void LayOutInDeviceSlice(std::vector<ParentGroup>& groups, std::vector<SliceDevice> plain,
+                         DesiredPool& pool) {
+  // A parent's counter set and every device using it share one slice; small parents are
+  // packed together while the per-slice limits allow.
+  SliceContent current;
+  size_t consumed = 0;
+  auto flush = [&] {
+    if (!current.devices.empty() || !current.shared_counters.empty()) {
+      pool.slices.push_back(std::move(current));
+    }
+    current = SliceContent{};
+    consumed = 0;
+  };
+  for (auto& group : groups) {
+    if (group.devices.size() > kMaxDevicesPerSlice) {
+      pool.warnings.push_back("counter set " + group.counter_set + ": " +
+                              std::to_string(group.devices.size() - kMaxDevicesPerSlice) +
+                              " potential mdev instances left out (at most " +
+                              std::to_string(kMaxDevicesPerSlice) +
+                              " devices share a slice with their counters before 1.35)");
+      group.devices.resize(kMaxDevicesPerSlice);
+    }
+    if (current.devices.size() + group.devices.size() > kMaxDevicesPerSlice ||
+        current.shared_counters.size() + 1 > kMaxSharedCountersPerSlice ||
+        consumed + group.devices.size() > 1024) {
+      flush();
+    }
+    current.shared_counters.push_back({group.counter_set, {{kCapacityCounter, group.capacity}}});
+    for (auto& device : group.devices) {
+      consumed += device.consumes_counters.size();
+      current.devices.push_back(std::move(device));
+    }
+  }
+  flush();
+  Chunk(std::move(plain), kMaxDevicesPerSlice, pool.slices);
+}
+
 }  // namespace
 
 DesiredPool BuildDesiredPool(const discovery::NodeScan& scan, const BuildOptions& options,
@@ -211,63 +272,12 @@ DesiredPool BuildDesiredPool(const discovery::NodeScan& scan, const BuildOptions
       Chunk(std::move(plain), kMaxDevicesPerSlice, pool.slices);
       break;
     }
-    case CounterLayout::kOwnSlice: {
-      std::vector<CounterSet> sets;
-      std::vector<SliceDevice> consuming;
-      for (auto& group : groups) {
-        sets.push_back({group.counter_set, {{kCapacityCounter, group.capacity}}});
-        for (auto& device : group.devices) {
-          (device.consumes_counters.empty() ? plain : consuming).push_back(std::move(device));
-        }
-      }
-      for (size_t i = 0; i < sets.size(); i += kMaxCounterSetsPerSlice) {
-        SliceContent slice;
-        slice.shared_counters.assign(sets.begin() + static_cast<std::ptrdiff_t>(i),
-                                     sets.begin() + static_cast<std::ptrdiff_t>(std::min(
-                                                        sets.size(), i + kMaxCounterSetsPerSlice)));
-        pool.slices.push_back(std::move(slice));
-      }
-      Chunk(std::move(plain), kMaxDevicesPerSlice, pool.slices);
-      Chunk(std::move(consuming), kMaxDevicesPerSliceWithCounters, pool.slices);
+    case CounterLayout::kOwnSlice:
+      LayOutOwnSlice(groups, std::move(plain), pool);
       break;
-    }
-    case CounterLayout::kInDeviceSlice: {
-      // A parent's counter set and every device using it share one slice; small parents are
-      // packed together while the per-slice limits allow.
-      SliceContent current;
-      size_t consumed = 0;
-      auto flush = [&] {
-        if (!current.devices.empty() || !current.shared_counters.empty()) {
-          pool.slices.push_back(std::move(current));
-        }
-        current = SliceContent{};
-        consumed = 0;
-      };
-      for (auto& group : groups) {
-        if (group.devices.size() > kMaxDevicesPerSlice) {
-          pool.warnings.push_back("counter set " + group.counter_set + ": " +
-                                  std::to_string(group.devices.size() - kMaxDevicesPerSlice) +
-                                  " potential mdev instances left out (at most " +
-                                  std::to_string(kMaxDevicesPerSlice) +
-                                  " devices share a slice with their counters before 1.35)");
-          group.devices.resize(kMaxDevicesPerSlice);
-        }
-        if (current.devices.size() + group.devices.size() > kMaxDevicesPerSlice ||
-            current.shared_counters.size() + 1 > kMaxSharedCountersPerSlice ||
-            consumed + group.devices.size() > 1024) {
-          flush();
-        }
-        current.shared_counters.push_back(
-            {group.counter_set, {{kCapacityCounter, group.capacity}}});
-        for (auto& device : group.devices) {
-          consumed += device.consumes_counters.size();
-          current.devices.push_back(std::move(device));
-        }
-      }
-      flush();
-      Chunk(std::move(plain), kMaxDevicesPerSlice, pool.slices);
+    case CounterLayout::kInDeviceSlice:
+      LayOutInDeviceSlice(groups, std::move(plain), pool);
       break;
-    }
   }
   // Every pool has at least one slice, even an empty one, so consumers see the pool exists.
   if (pool.slices.empty()) pool.slices.emplace_back();
