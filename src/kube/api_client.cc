@@ -85,6 +85,12 @@ Error ApiErrorFromResponse(const std::string& method, const std::string& path,
   return MakeError(KindForStatus(response.status, status.reason), message);
 }
 
+void AddRbacHint(Error& error, const ApiResponse& response, const std::string& needed) {
+  if (response.status != 403) return;
+  error.message +=
+      " (the plugin's ClusterRole needs " + needed + "; see deploy/daemonset/rbac.yaml)";
+}
+
 ApiClient::ApiClient(HttpTransport& transport, TokenSource& tokens, Clock& clock, Logger log,
                      ApiClientOptions options)
     : transport_(transport),
@@ -95,14 +101,15 @@ ApiClient::ApiClient(HttpTransport& transport, TokenSource& tokens, Clock& clock
       limiter_(options.qps, options.burst, clock) {}
 
 Result<HttpRequest> ApiClient::BuildRequest(const std::string& method, const std::string& path,
-                                            const nlohmann::json* body, bool streaming) {
+                                            const nlohmann::json* body, const char* content_type,
+                                            bool streaming) {
   HttpRequest request;
   request.method = method;
   request.path_and_query = path;
   request.headers["Accept"] = "application/json";
   if (body != nullptr) {
     request.body = body->dump();
-    request.headers["Content-Type"] = "application/json";
+    request.headers["Content-Type"] = content_type != nullptr ? content_type : kJsonContentType;
   }
   request.timeout = streaming ? std::chrono::milliseconds(0) : options_.request_timeout;
   auto token = tokens_.Token();
@@ -117,7 +124,8 @@ void ApiClient::LogWarnings(const HttpResponse& response, const std::string& pat
 }
 
 Result<ApiResponse> ApiClient::Call(const std::string& method, const std::string& path,
-                                    const nlohmann::json* body, Deadline deadline) {
+                                    const nlohmann::json* body, Deadline deadline,
+                                    const char* content_type) {
   Backoff backoff(options_.initial_backoff, options_.max_backoff);
   bool reauthenticated = false;
   const auto out_of_time = [&](int attempts, const std::string& last) {
@@ -128,7 +136,7 @@ Result<ApiResponse> ApiClient::Call(const std::string& method, const std::string
   };
   for (int attempt = 0;; ++attempt) {
     limiter_.Acquire();
-    auto request = BuildRequest(method, path, body, false);
+    auto request = BuildRequest(method, path, body, content_type, false);
     if (!request.ok()) return request.error();
     if (deadline.IsSet()) {
       const auto left = deadline.RemainingOr(request->timeout, clock_.Now());
@@ -223,7 +231,7 @@ Status ApiClient::Delete(const std::string& path, const std::string& uid,
 Status ApiClient::Watch(const std::string& path_and_query, const WatchHandler& on_event,
                         std::stop_token stop) {
   limiter_.Acquire();
-  auto request = BuildRequest("GET", path_and_query, nullptr, true);
+  auto request = BuildRequest("GET", path_and_query, nullptr, nullptr, true);
   if (!request.ok()) return request.error();
   std::string pending;
   Status handler_status;

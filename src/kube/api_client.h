@@ -54,11 +54,19 @@ ApiStatus ParseApiStatus(const ApiResponse& response);
 // Maps an HTTP error response to an Error whose message names the request and the server's reason.
 Error ApiErrorFromResponse(const std::string& method, const std::string& path,
                            const ApiResponse& response);
+// On a 403, says which right the plugin's ClusterRole lacks ("get on pods"), so that an admin
+// who trimmed deploy/daemonset/rbac.yaml sees what to put back.
+void AddRbacHint(Error& error, const ApiResponse& response, const std::string& needed);
 
 struct WatchEvent {
   std::string type;  // ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
   nlohmann::json object;
 };
+
+// Request body types. Server-side apply needs its own: the server tells an apply from a merge patch
+// by this header alone (JSON is valid YAML, so an apply body may be JSON).
+inline constexpr const char* kJsonContentType = "application/json";
+inline constexpr const char* kApplyPatchContentType = "application/apply-patch+yaml";
 
 // Called for each watch event; returning false ends the watch.
 using WatchHandler = std::function<bool(const WatchEvent& event)>;
@@ -71,8 +79,10 @@ class ApiClient {
   // One request with retries. HTTP error statuses come back as responses (callers decide);
   // only transport failures that outlast the retries are errors. With a `deadline`, each attempt
   // is bounded by it and no retry is started that could not finish before it (kDeadlineExceeded).
+  // A `body` is sent as JSON with `content_type` (e.g. kApplyPatchContentType for PATCH).
   Result<ApiResponse> Call(const std::string& method, const std::string& path,
-                           const nlohmann::json* body = nullptr, Deadline deadline = {});
+                           const nlohmann::json* body = nullptr, Deadline deadline = {},
+                           const char* content_type = kJsonContentType);
 
   // Convenience wrappers that turn any non-2xx status into an Error.
   Result<nlohmann::json> Get(const std::string& path);
@@ -93,7 +103,8 @@ class ApiClient {
 
  private:
   Result<HttpRequest> BuildRequest(const std::string& method, const std::string& path,
-                                   const nlohmann::json* body, bool streaming);
+                                   const nlohmann::json* body, const char* content_type,
+                                   bool streaming);
   void LogWarnings(const HttpResponse& response, const std::string& path) const;
 
   HttpTransport& transport_;

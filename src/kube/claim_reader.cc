@@ -42,7 +42,9 @@ Result<ResourceClaim> ResourceClaimReader::Get(const std::string& namespace_,
       }
       continue;
     }
-    return ApiErrorFromResponse("GET", path, *response).Wrap("cannot get " + what);
+    Error error = ApiErrorFromResponse("GET", path, *response).Wrap("cannot get " + what);
+    AddRbacHint(error, *response, "get on resourceclaims");
+    return error;
   }
   return MakeError(ErrorKind::kNotFound,
                    "cannot get " + what +

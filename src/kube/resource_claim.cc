@@ -96,6 +96,32 @@ Result<AllocationResult> ParseAllocation(const nlohmann::json& allocation) {
   return out;
 }
 
+// status.reservedFor: resource, name and uid identify the consumer, so each is required; apiGroup
+// is empty for core resources (pods) and may be absent.
+Result<std::vector<ResourceClaimConsumerReference>> ParseReservedFor(const nlohmann::json& list) {
+  const std::string base = "status.reservedFor";
+  if (!list.is_array()) return FieldError(base, "must be a list");
+  std::vector<ResourceClaimConsumerReference> out;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string path = base + "[" + std::to_string(i) + "]";
+    const nlohmann::json& entry = list[i];
+    if (!entry.is_object()) return FieldError(path, "must be an object");
+    ResourceClaimConsumerReference ref;
+    auto api_group = StringField(entry, "apiGroup", path);
+    if (!api_group.ok()) return api_group.error();
+    ref.api_group = *api_group;
+    for (auto [key, target] : {std::pair{"resource", &ref.resource}, std::pair{"name", &ref.name},
+                               std::pair{"uid", &ref.uid}}) {
+      auto value = StringField(entry, key, path);
+      if (!value.ok()) return value.error();
+      if (value->empty()) return FieldError(path + "." + key, "is required");
+      *target = *value;
+    }
+    out.push_back(std::move(ref));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string BaseRequestName(const std::string& request) {
@@ -144,6 +170,12 @@ Result<ResourceClaim> ParseResourceClaim(const nlohmann::json& object) {
       auto parsed = ParseAllocation(*allocation);
       if (!parsed.ok()) return parsed.error();
       claim.allocation = std::move(*parsed);
+    }
+    auto reserved = status->find("reservedFor");
+    if (reserved != status->end() && !reserved->is_null()) {
+      auto parsed = ParseReservedFor(*reserved);
+      if (!parsed.ok()) return parsed.error();
+      claim.reserved_for = std::move(*parsed);
     }
   }
   return claim;

@@ -38,6 +38,15 @@ struct AllocationResult {
   std::vector<DeviceAllocationConfiguration> config;
 };
 
+// status.reservedFor[]: who uses the claim (the kubelet prepares it for pods among them).
+struct ResourceClaimConsumerReference {
+  std::string api_group;  // "" for core
+  std::string resource;   // e.g. "pods"
+  std::string name;
+  std::string uid;
+  bool IsPod() const { return api_group.empty() && resource == "pods"; }
+};
+
 struct ResourceClaim {
   std::string api_version;
   std::string namespace_;
@@ -47,9 +56,14 @@ struct ResourceClaim {
   int64_t generation = 0;
   std::map<std::string, std::string> annotations;
   std::optional<AllocationResult> allocation;
+  std::vector<ResourceClaimConsumerReference> reserved_for;
 };
 
 Result<ResourceClaim> ParseResourceClaim(const nlohmann::json& object);
+
+// The annotation the ResourceClaim controller puts on a claim generated from a pod's template:
+// the pod's name for the claim (spec.resourceClaims[].name).
+inline constexpr const char* kPodClaimNameAnnotation = "resource.kubernetes.io/pod-claim-name";
 
 // "req/subreq" -> "req": container specs and the kubelet only know top-level request names.
 std::string BaseRequestName(const std::string& request);

@@ -1,19 +1,28 @@
 // The API client against the fake API server over real HTTP on loopback.
 #include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <stop_token>
 #include <thread>
 
 #include "cmd/serve_command.h"
+#include "discovery/node_scan.h"
 #include "fake_apiserver.h"
 #include "kube/api_client.h"
 #include "kube/claim_reader.h"
+#include "kube/claim_status_writer.h"
 #include "kube/client_config.h"
 #include "kube/curl_transport.h"
+#include "kube/pod.h"
+#include "slicepublisher/slice_reconciler.h"
+#include "sysfs_fixture.h"
 
 namespace vfio_dra::kube {
 namespace {
@@ -55,11 +64,13 @@ class KubeClientTest : public ::testing::Test {
     options.initial_backoff = std::chrono::milliseconds(5);
     options.max_backoff = std::chrono::milliseconds(20);
     options.max_retries = max_retries;
+    options.qps = qps_;
     client_ =
         std::make_unique<ApiClient>(*transport_, *tokens_, RealClock(), Logger::Discard(), options);
   }
 
   std::string dir_;
+  double qps_ = ApiClientOptions().qps;  // the client's own rate limit (0: none)
   std::unique_ptr<FakeApiServer> server_;
   std::unique_ptr<CurlTransport> transport_;
   std::unique_ptr<TokenSource> tokens_;
@@ -239,6 +250,658 @@ TEST_F(KubeClientTest, StaleUpdateIsAConflictAndStaleDeleteToo) {
       client_->Delete(base + "/s1", "", (*created)["metadata"]["resourceVersion"]);
   ASSERT_FALSE(stale_delete.ok());
   EXPECT_EQ(stale_delete.error().kind, ErrorKind::kConflict);
+}
+
+TEST_F(KubeClientTest, PodReaderGetsPodsAndReportsMissingOnes) {
+  StartServer({});
+  Connect();
+  server_->PutPod(
+      {{"metadata",
+        {{"namespace", "vms"},
+         {"name", "virt-launcher-vm1"},
+         {"annotations", {{"kubevirt.io/dra-networks", "[]"}}}}},
+       {"spec", {{"resourceClaims", {{{"name", "nic"}, {"resourceClaimName", "c"}}}}}}});
+  ApiPodReader reader(*client_);
+  auto pod = reader.Get("vms", "virt-launcher-vm1", Deadline::After(std::chrono::seconds(10)));
+  ASSERT_TRUE(pod.ok()) << pod.error().message;
+  EXPECT_EQ(pod->annotations.at("kubevirt.io/dra-networks"), "[]");
+  EXPECT_EQ(pod->uid.rfind("pod-uid-", 0), 0u);
+  EXPECT_EQ(pod->PodClaimNameOf("c"), "nic");
+
+  auto missing = reader.Get("vms", "gone", Deadline());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().kind, ErrorKind::kNotFound);
+  EXPECT_NE(missing.error().message.find("Pod vms/gone not found (pods \"gone\" not found)"),
+            std::string::npos)
+      << missing.error().message;
+  EXPECT_EQ(server_->CountRequests("GET", "/api/v1/namespaces/vms/pods/"), 2u);
+
+  const json object = {{"metadata", {{"name", "virt-launcher-vm1"}}}};
+  auto put = client_->Call("PUT", "/api/v1/namespaces/vms/pods/virt-launcher-vm1", &object);
+  ASSERT_TRUE(put.ok());
+  EXPECT_EQ(put->status, 405);
+  EXPECT_EQ(put->body["reason"], "MethodNotAllowed");
+}
+
+// Claim status: a claim allocated three devices, two of ours and one of another driver.
+class ClaimStatusTest : public KubeClientTest {
+ protected:
+  static constexpr const char* kStatusPath =
+      "/apis/resource.k8s.io/v1/namespaces/vms/resourceclaims/nic-claim/status";
+
+  void SetUp() override {
+    KubeClientTest::SetUp();
+    StartWithClaim({});
+  }
+
+  void StartWithClaim(FakeApiServerOptions options) {
+    StartServer(std::move(options));
+    Connect();
+    json claim = ClaimJson("vms", "nic-claim", "claim-uid-1");
+    claim["status"]["allocation"] = {
+        {"devices",
+         {{"results",
+           {Allocated("nic", "vfio.dra.io", "vf-a"), Allocated("nic2", "vfio.dra.io", "vf-b"),
+            Allocated("net", "sriov.example.com", "eth1")}}}}};
+    server_->PutClaim(claim);
+    writer_ = std::make_unique<ApiClaimStatusWriter>(*client_, "vfio.dra.io");
+  }
+
+  static json Allocated(const std::string& request, const std::string& driver,
+                        const std::string& device) {
+    return {{"request", request}, {"driver", driver}, {"pool", "node1"}, {"device", device}};
+  }
+
+  static AllocatedDeviceStatus Ours(const std::string& device, const std::string& mac) {
+    AllocatedDeviceStatus status;
+    status.driver = "vfio.dra.io";
+    status.pool = "node1";
+    status.device = device;
+    status.conditions.push_back({"Ready", "True", "VfConfigured", "", 1, ""});
+    status.network_data = NetworkDeviceData{"", {}, mac};
+    return status;
+  }
+
+  Status Apply(const std::vector<AllocatedDeviceStatus>& devices,
+               const std::string& uid = "claim-uid-1") {
+    return writer_->Apply({"resource.k8s.io/v1", "vms", "nic-claim", uid}, devices,
+                          Deadline::After(std::chrono::seconds(10)));
+  }
+
+  // An apply as another client would send it.
+  ApiResponse RawApply(const std::string& query, const json& devices,
+                       const char* content_type = kApplyPatchContentType) {
+    const json body = {{"apiVersion", "resource.k8s.io/v1"},
+                       {"kind", "ResourceClaim"},
+                       {"metadata", {{"name", "nic-claim"}, {"namespace", "vms"}}},
+                       {"status", {{"devices", devices}}}};
+    auto response =
+        client_->Call("PATCH", std::string(kStatusPath) + query, &body, Deadline(), content_type);
+    EXPECT_TRUE(response.ok());
+    return response.ok() ? *response : ApiResponse{};
+  }
+
+  // "driver/device=hardwareAddress" of every stored status.devices entry, in order.
+  std::vector<std::string> StoredDevices() const {
+    std::vector<std::string> out;
+    const json claim = server_->Claim("vms", "nic-claim");
+    for (const json& entry : claim["status"].value("devices", json::array())) {
+      std::string mac;
+      if (entry.contains("networkData")) mac = entry["networkData"].value("hardwareAddress", "");
+      out.push_back(entry["driver"].get<std::string>() + "/" + entry["device"].get<std::string>() +
+                    "=" + mac);
+    }
+    return out;
+  }
+
+  std::unique_ptr<ApiClaimStatusWriter> writer_;
+};
+
+TEST_F(ClaimStatusTest, ApplyAddsOurEntries) {
+  Status status = Apply({Ours("vf-a", "de:ad:00:00:be:ef")});
+  ASSERT_TRUE(status.ok()) << status.error().message;
+  EXPECT_EQ(StoredDevices(), std::vector<std::string>{"vfio.dra.io/vf-a=de:ad:00:00:be:ef"});
+  const json claim = server_->Claim("vms", "nic-claim");
+  const json& entry = claim["status"]["devices"][0];
+  EXPECT_EQ(entry["conditions"][0]["type"], "Ready");
+  EXPECT_FALSE(entry["conditions"][0]["lastTransitionTime"].get<std::string>().empty());
+  ASSERT_EQ(claim["metadata"]["managedFields"].size(), 1u);
+  EXPECT_EQ(claim["metadata"]["managedFields"][0]["manager"], "vfio.dra.io");
+  EXPECT_EQ(claim["metadata"]["managedFields"][0]["subresource"], "status");
+  const auto requests = server_->Requests();
+  ASSERT_FALSE(requests.empty());
+  EXPECT_EQ(requests.back().method, "PATCH");
+  EXPECT_EQ(requests.back().path, kStatusPath);
+  EXPECT_EQ(requests.back().query, "fieldManager=vfio.dra.io&force=true");
+  EXPECT_EQ(requests.back().status, 200);
+}
+
+TEST_F(ClaimStatusTest, ApplyReplacesOnlyOurEntries) {
+  // Another driver's entry, applied by its own manager, and one that predates any apply.
+  ApiResponse theirs = RawApply("?fieldManager=sriov.example.com&force=true",
+                                json::array({{{"driver", "sriov.example.com"},
+                                              {"pool", "node1"},
+                                              {"device", "eth1"},
+                                              {"networkData", {{"interfaceName", "net1"}}}}}));
+  ASSERT_EQ(theirs.status, 200) << theirs.raw_body;
+  ASSERT_TRUE(Apply({Ours("vf-a", "02:00:00:00:00:0a"), Ours("vf-b", "02:00:00:00:00:0b")}).ok());
+  EXPECT_EQ(StoredDevices(), (std::vector<std::string>{
+                                 "sriov.example.com/eth1=", "vfio.dra.io/vf-a=02:00:00:00:00:0a",
+                                 "vfio.dra.io/vf-b=02:00:00:00:00:0b"}));
+  // The second apply lists vf-b only, with a new MAC: vf-a goes, theirs stays.
+  ASSERT_TRUE(Apply({Ours("vf-b", "02:00:00:00:00:bb")}).ok());
+  EXPECT_EQ(StoredDevices(), (std::vector<std::string>{"sriov.example.com/eth1=",
+                                                       "vfio.dra.io/vf-b=02:00:00:00:00:bb"}));
+  // An empty apply removes all of ours.
+  ASSERT_TRUE(Apply({}).ok());
+  EXPECT_EQ(StoredDevices(), std::vector<std::string>{"sriov.example.com/eth1="});
+  const json managed = server_->Claim("vms", "nic-claim")["metadata"]["managedFields"];
+  ASSERT_EQ(managed.size(), 1u);
+  EXPECT_EQ(managed[0]["manager"], "sriov.example.com");
+}
+
+TEST_F(ClaimStatusTest, EntriesNobodyAppliedSurviveOurApplies) {
+  json claim = server_->Claim("vms", "nic-claim");
+  claim["status"]["devices"] = {
+      {{"driver", "sriov.example.com"}, {"pool", "node1"}, {"device", "eth1"}}};
+  server_->PutClaim(claim);
+  ASSERT_TRUE(Apply({Ours("vf-a", "02:00:00:00:00:0a")}).ok());
+  ASSERT_TRUE(Apply({}).ok());
+  EXPECT_EQ(StoredDevices(), std::vector<std::string>{"sriov.example.com/eth1="});
+}
+
+TEST_F(ClaimStatusTest, ReplacedOrDeletedClaimIsNotFound) {
+  ASSERT_TRUE(Apply({Ours("vf-a", "02:00:00:00:00:0a")}).ok());
+  Status replaced = Apply({Ours("vf-a", "02:00:00:00:00:ff")}, "claim-uid-0");
+  ASSERT_FALSE(replaced.ok());
+  EXPECT_EQ(replaced.error().kind, ErrorKind::kNotFound);
+  EXPECT_NE(replaced.error().message.find("was replaced"), std::string::npos);
+  EXPECT_NE(replaced.error().message.find("Precondition failed: UID in precondition"),
+            std::string::npos)
+      << replaced.error().message;
+  EXPECT_EQ(StoredDevices(), std::vector<std::string>{"vfio.dra.io/vf-a=02:00:00:00:00:0a"});
+
+  server_->RemoveClaim("vms", "nic-claim");
+  Status gone = Apply({Ours("vf-a", "02:00:00:00:00:0a")});
+  ASSERT_FALSE(gone.ok());
+  EXPECT_EQ(gone.error().kind, ErrorKind::kNotFound);
+  EXPECT_NE(gone.error().message.find("resourceclaims.resource.k8s.io \"nic-claim\" not found"),
+            std::string::npos)
+      << gone.error().message;
+}
+
+TEST_F(ClaimStatusTest, ForbiddenCarriesTheServersMessageAndTheRbacHint) {
+  server_->FailNext(1, 403, 0, kStatusPath);
+  Status forbidden = Apply({Ours("vf-a", "02:00:00:00:00:0a")});
+  ASSERT_FALSE(forbidden.ok());
+  EXPECT_EQ(forbidden.error().kind, ErrorKind::kPermissionDenied);
+  EXPECT_NE(forbidden.error().message.find("HTTP 403 Forbidden: injected fault"), std::string::npos)
+      << forbidden.error().message;
+  EXPECT_NE(forbidden.error().message.find("deploy/daemonset/rbac.yaml"), std::string::npos);
+  EXPECT_TRUE(StoredDevices().empty());
+}
+
+TEST_F(ClaimStatusTest, TheServerValidatesWhatIsApplied) {
+  // A device the claim was not allocated.
+  Status unallocated = Apply({Ours("vf-z", "02:00:00:00:00:0a")});
+  ASSERT_FALSE(unallocated.ok());
+  EXPECT_EQ(unallocated.error().kind, ErrorKind::kInvalidArgument);
+  EXPECT_NE(unallocated.error().message.find(
+                "status.devices[0]: Invalid value: \"vfio.dra.io/node1/vf-z\": must be an "
+                "allocated device in the claim"),
+            std::string::npos)
+      << unallocated.error().message;
+
+  const json vf_a = {{"driver", "vfio.dra.io"}, {"pool", "node1"}, {"device", "vf-a"}};
+  json too_many = vf_a;
+  for (int i = 0; i < 9; ++i) {
+    too_many["conditions"].push_back({{"type", "C" + std::to_string(i)},
+                                      {"status", "True"},
+                                      {"reason", "R"},
+                                      {"message", ""},
+                                      {"lastTransitionTime", "2026-11-25T10:00:00Z"}});
+  }
+  ApiResponse response = RawApply("?fieldManager=m", json::array({too_many}));
+  EXPECT_EQ(response.status, 422);
+  EXPECT_NE(response.body.value("message", "").find("Too many: 9: must have at most 8 items"),
+            std::string::npos);
+  json long_mac = vf_a;
+  long_mac["networkData"] = {{"hardwareAddress", std::string(129, 'a')}};
+  response = RawApply("?fieldManager=m", json::array({long_mac}));
+  EXPECT_EQ(response.status, 422);
+  EXPECT_NE(response.body.value("message", "").find("hardwareAddress: Too long"),
+            std::string::npos);
+  json bad_type = vf_a;
+  bad_type["conditions"] = "Ready";
+  EXPECT_EQ(RawApply("?fieldManager=m", json::array({bad_type})).status, 400);
+
+  response = RawApply("", json::array({vf_a}));
+  EXPECT_EQ(response.status, 422);
+  EXPECT_NE(response.body.value("message", "").find("fieldManager: Required value"),
+            std::string::npos);
+  EXPECT_EQ(RawApply("?fieldManager=m", json::array({vf_a}), "application/merge-patch+json").status,
+            415);
+  EXPECT_EQ(
+      RawApply("?fieldManager=m&force=true", json::array({vf_a}), "application/merge-patch+json")
+          .status,
+      422);
+  EXPECT_TRUE(StoredDevices().empty());
+}
+
+TEST_F(ClaimStatusTest, AnUnforcedApplyConflictsWithTheOwner) {
+  ASSERT_TRUE(Apply({Ours("vf-a", "02:00:00:00:00:0a")}).ok());
+  json changed = {{"driver", "vfio.dra.io"}, {"pool", "node1"}, {"device", "vf-a"}};
+  ApiResponse response = RawApply("?fieldManager=intruder", json::array({changed}));
+  EXPECT_EQ(response.status, 409);
+  EXPECT_NE(response.body.value("message", "").find("conflict with \"vfio.dra.io\""),
+            std::string::npos)
+      << response.raw_body;
+  EXPECT_EQ(StoredDevices(), std::vector<std::string>{"vfio.dra.io/vf-a=02:00:00:00:00:0a"});
+}
+
+TEST_F(ClaimStatusTest, WritesInTheVersionTheClaimWasReadIn) {
+  FakeApiServerOptions options;
+  options.served_versions = {"v1beta1"};
+  server_->Stop();
+  StartServer(options);
+  Connect();
+  writer_ = std::make_unique<ApiClaimStatusWriter>(*client_, "vfio.dra.io");
+  json claim = ClaimJson("vms", "old", "u-old");
+  claim["status"]["allocation"] = {
+      {"devices", {{"results", {Allocated("nic", "vfio.dra.io", "vf-a")}}}}};
+  server_->PutClaim(claim);
+  ResourceClaimReader reader(*client_);
+  auto read = reader.Get("vms", "old");
+  ASSERT_TRUE(read.ok()) << read.error().message;
+  Status status = writer_->Apply({read->api_version, read->namespace_, read->name, read->uid},
+                                 {Ours("vf-a", "02:00:00:00:00:0a")}, Deadline());
+  ASSERT_TRUE(status.ok()) << status.error().message;
+  EXPECT_EQ(server_->CountRequests("PATCH",
+                                   "/apis/resource.k8s.io/v1beta1/namespaces/vms/resourceclaims/"
+                                   "old/status"),
+            1u);
+  EXPECT_EQ(server_->Claim("vms", "old")["status"]["devices"].size(), 1u);
+}
+
+// RBAC: the fake API server authorizes every request as a cluster does under the plugin's
+// shipped deploy/daemonset/rbac.yaml (or a changed copy of it), as the plugin's service account.
+class RbacTest : public ClaimStatusTest {
+ protected:
+  static constexpr const char* kPod = "virt-launcher-vm1";
+  static constexpr const char* kForbiddenUser =
+      "User \"system:serviceaccount:vfio-dra:vfio-dra-plugin\" cannot ";
+
+  void SetUp() override {
+    qps_ = 0;  // these tests make more calls than the client's rate limit lets burst
+    ClaimStatusTest::SetUp();
+  }
+
+  // Replaces the server with one under `rbac_file` (as `user`, when given), holding the claim,
+  // its pod and the node. The old server's connections go first, so that its stop need not wait
+  // for them to idle out.
+  void StartUnder(const std::string& rbac_file, const std::string& user = "") {
+    writer_.reset();
+    client_.reset();
+    transport_.reset();
+    tokens_.reset();
+    server_->Stop();
+    FakeApiServerOptions options;
+    options.rbac_file = rbac_file;
+    if (!user.empty()) options.rbac_user = user;
+    StartWithClaim(options);
+    server_->PutPod({{"metadata", {{"namespace", "vms"}, {"name", kPod}}}});
+    server_->PutNode("node-1", "node-uid-1");
+  }
+
+  // Writes the shipped rbac.yaml, with `edit` applied to each of its documents, into the test's
+  // directory; returns the copy's path.
+  std::string ShippedRbacEdited(const std::string& copy_name,
+                                const std::function<void(YAML::Node&)>& edit) {
+    std::vector<YAML::Node> documents = YAML::LoadAllFromFile(testing::ShippedRbacFile());
+    std::string path = dir_ + "/" + copy_name;
+    std::ofstream out(path);
+    for (YAML::Node& document : documents) {
+      edit(document);
+      out << "---\n" << YAML::Dump(document) << "\n";
+    }
+    return path;
+  }
+
+  // The shipped rbac.yaml without its ClusterRole rule for `resource` (which must be there, so
+  // that a change to the shipped file cannot make the test pass without removing anything).
+  std::string ShippedRbacWithout(const std::string& resource) {
+    int removed = 0;
+    std::string name = resource;
+    std::replace(name.begin(), name.end(), '/', '-');
+    std::string path = ShippedRbacEdited("rbac-without-" + name + ".yaml", [&](YAML::Node& doc) {
+      if (doc["kind"].as<std::string>("") != "ClusterRole") return;
+      YAML::Node kept(YAML::NodeType::Sequence);
+      for (const YAML::Node& rule : doc["rules"]) {
+        const YAML::Node resources = rule["resources"];
+        const bool match =
+            std::any_of(resources.begin(), resources.end(),
+                        [&](const YAML::Node& r) { return r.as<std::string>() == resource; });
+        if (match) {
+          ++removed;
+        } else {
+          kept.push_back(rule);
+        }
+      }
+      doc["rules"] = kept;
+    });
+    EXPECT_EQ(removed, 1) << "the shipped rbac.yaml should have one rule for " << resource;
+    return path;
+  }
+
+  size_t Forbidden() const {
+    size_t n = 0;
+    for (const auto& r : server_->Requests()) n += r.status == 403 ? 1 : 0;
+    return n;
+  }
+};
+
+TEST_F(RbacTest, TheShippedRbacAllowsEverythingThePluginAsks) {
+  StartUnder(testing::ShippedRbacFile());
+  // Preparing a VF: the claim, the pod it is reserved for, the MAC in the claim's status.
+  ResourceClaimReader claims(*client_);
+  auto claim = claims.Get("vms", "nic-claim");
+  ASSERT_TRUE(claim.ok()) << claim.error().message;
+  ApiPodReader pods(*client_);
+  auto pod = pods.Get("vms", kPod, Deadline::After(std::chrono::seconds(10)));
+  ASSERT_TRUE(pod.ok()) << pod.error().message;
+  Status applied = Apply({Ours("vf-a", "02:00:00:00:00:0a")});
+  ASSERT_TRUE(applied.ok()) << applied.error().message;
+  EXPECT_EQ(StoredDevices(), std::vector<std::string>{"vfio.dra.io/vf-a=02:00:00:00:00:0a"});
+
+  // Publishing slices, call by call as the reconciler makes them: discovery, the Node (the
+  // slices' owner), a list and a watch of its own slices, create, update, re-read, delete.
+  ASSERT_TRUE(client_->Get("/apis/resource.k8s.io").ok());
+  ASSERT_TRUE(client_->Get("/version").ok());
+  auto node = client_->Get("/api/v1/nodes/node-1");
+  ASSERT_TRUE(node.ok()) << node.error().message;
+  const std::string base = "/apis/resource.k8s.io/v1/resourceslices";
+  const std::string selector = UrlEncode("spec.nodeName=node-1,spec.driver=vfio.dra.io");
+  auto list = client_->Get(base + "?fieldSelector=" + selector);
+  ASSERT_TRUE(list.ok()) << list.error().message;
+  const json slice = {
+      {"metadata", {{"generateName", "node-1-vfio.dra.io-"}}},
+      {"spec",
+       {{"driver", "vfio.dra.io"},
+        {"nodeName", "node-1"},
+        {"pool", {{"name", "node-1"}, {"generation", 1}, {"resourceSliceCount", 1}}}}}};
+  auto created = client_->Create(base, slice);
+  ASSERT_TRUE(created.ok()) << created.error().message;
+  const std::string path = base + "/" + (*created)["metadata"]["name"].get<std::string>();
+  // The watch from the start replays the slice at once; seeing it ends the watch.
+  std::stop_source stop;
+  int events = 0;
+  Status watched = client_->Watch(
+      base + "?watch=1&fieldSelector=" + selector,
+      [&](const WatchEvent&) {
+        ++events;
+        stop.request_stop();
+        return true;
+      },
+      stop.get_token());
+  EXPECT_TRUE(watched.ok()) << watched.error().message;
+  EXPECT_EQ(events, 1);
+  json update = *created;
+  update["spec"]["pool"]["generation"] = 2;
+  auto updated = client_->Update(path, update);
+  ASSERT_TRUE(updated.ok()) << updated.error().message;
+  auto reread = client_->Get(path);
+  ASSERT_TRUE(reread.ok()) << reread.error().message;
+  Status deleted =
+      client_->Delete(path, (*reread)["metadata"]["uid"], (*reread)["metadata"]["resourceVersion"]);
+  ASSERT_TRUE(deleted.ok()) << deleted.error().message;
+  EXPECT_EQ(Forbidden(), 0u);
+
+  // What the plugin never needs stays forbidden: writing a pod or a claim itself (not its
+  // status), and the kubelet's wipe of a node's slices (deletecollection).
+  const json object = {{"metadata", {{"name", kPod}}}};
+  auto write_pod =
+      client_->Call("PUT", "/api/v1/namespaces/vms/pods/" + std::string(kPod), &object);
+  ASSERT_TRUE(write_pod.ok());
+  EXPECT_EQ(write_pod->status, 403);
+  auto wipe = client_->Call("DELETE", base + "?fieldSelector=" + selector, nullptr);
+  ASSERT_TRUE(wipe.ok());
+  EXPECT_EQ(wipe->status, 403);
+  EXPECT_EQ(wipe->body.value("message", ""),
+            std::string("resourceslices.resource.k8s.io is forbidden: ") + kForbiddenUser +
+                "deletecollection resource \"resourceslices\" in API group \"resource.k8s.io\" at "
+                "the cluster scope");
+  auto claim_write =
+      client_->Call("PATCH", "/apis/resource.k8s.io/v1/namespaces/vms/resourceclaims/nic-claim",
+                    &object, Deadline(), "application/merge-patch+json");
+  ASSERT_TRUE(claim_write.ok());
+  EXPECT_EQ(claim_write->status, 403);
+}
+
+// The reconciler itself, start to finish, with creates, updates and deletes.
+TEST_F(RbacTest, TheSliceReconcilerPublishesUnderTheShippedRbac) {
+  StartUnder(testing::ShippedRbacFile());
+  testing::WritePciIds(dir_ + "/pci.ids");
+  auto scan = [&](const std::string& fixture) {
+    const std::string root = dir_ + "/" + fixture;
+    if (!std::filesystem::exists(root)) {
+      EXPECT_TRUE(testing::BuildFixture(fixture, root));
+    }
+    sysfs::SysfsReader sysfs(root);
+    auto names = discovery::PciNames::Open({root, dir_ + "/pci.ids", false});
+    return discovery::ScanNode(sysfs, names.ok() ? names->get() : nullptr, {});
+  };
+  slicepublisher::ReconcilerOptions options;
+  options.driver = "vfio.dra.io";
+  options.node_name = "node-1";
+  options.initial_backoff = std::chrono::milliseconds(50);
+  options.max_backoff = std::chrono::seconds(2);
+  slicepublisher::SliceReconciler reconciler(*client_, options, Logger::Discard());
+  // Each step ends when the server holds the pool the scan gives (`slices` slices; with one, of
+  // `devices` devices), however many syncs it takes.
+  auto publish = [&](const std::string& fixture, size_t slices, size_t devices = 0) {
+    reconciler.SetScan(scan(fixture));
+    return server_->WaitForSlices(
+        [&](const std::vector<json>& stored) {
+          return stored.size() == slices &&
+                 (devices == 0 || stored[0]["spec"]["devices"].size() == devices);
+        },
+        std::chrono::seconds(20));
+  };
+  reconciler.Start();
+  ASSERT_TRUE(publish("workstation", 1, 2));  // created
+  ASSERT_TRUE(publish("sriov", 1, 8));        // the slice is updated in place
+  ASSERT_TRUE(publish("vgpu", 3));            // a new pool generation
+  ASSERT_TRUE(publish("workstation", 1, 2));  // and another, with fewer slices
+  ASSERT_TRUE(reconciler.WaitInSync(std::chrono::seconds(20))) << reconciler.Stats().last_error;
+  reconciler.Stop();
+  const std::string base = "/apis/resource.k8s.io/v1/resourceslices";
+  EXPECT_GE(server_->CountRequests("GET", "/api/v1/nodes/node-1"), 1u);
+  EXPECT_GE(server_->CountRequests("POST", base), 1u);
+  EXPECT_GE(server_->CountRequests("PUT", base + "/"), 1u);
+  EXPECT_GE(server_->CountRequests("DELETE", base + "/"), 1u);
+  bool watched = false;
+  for (const auto& r : server_->Requests()) {
+    watched = watched || (r.path == base && r.query.find("watch=") != std::string::npos);
+  }
+  EXPECT_TRUE(watched);
+  EXPECT_EQ(Forbidden(), 0u);
+  EXPECT_EQ(reconciler.Stats().failed_syncs, 0u) << reconciler.Stats().last_error;
+}
+
+TEST_F(RbacTest, WithoutThePodsRuleReadingThePodIsForbidden) {
+  StartUnder(ShippedRbacWithout("pods"));
+  ApiPodReader reader(*client_);
+  auto pod = reader.Get("vms", kPod, Deadline::After(std::chrono::seconds(10)));
+  ASSERT_FALSE(pod.ok());
+  EXPECT_EQ(pod.error().kind, ErrorKind::kPermissionDenied);
+  EXPECT_NE(pod.error().message.find(std::string("pods \"virt-launcher-vm1\" is forbidden: ") +
+                                     kForbiddenUser +
+                                     "get resource \"pods\" in API group \"\" in the namespace "
+                                     "\"vms\""),
+            std::string::npos)
+      << pod.error().message;
+  EXPECT_NE(pod.error().message.find("deploy/daemonset/rbac.yaml"), std::string::npos);
+  // The body is the real server's, field for field.
+  auto raw = client_->Call("GET", "/api/v1/namespaces/vms/pods/" + std::string(kPod), nullptr);
+  ASSERT_TRUE(raw.ok());
+  EXPECT_EQ(raw->status, 403);
+  EXPECT_EQ(
+      raw->body,
+      json({{"kind", "Status"},
+            {"apiVersion", "v1"},
+            {"metadata", json::object()},
+            {"status", "Failure"},
+            {"message", std::string("pods \"virt-launcher-vm1\" is forbidden: ") + kForbiddenUser +
+                            "get resource \"pods\" in API group \"\" in the "
+                            "namespace \"vms\""},
+            {"reason", "Forbidden"},
+            {"details", {{"name", kPod}, {"kind", "pods"}}},
+            {"code", 403}}));
+  EXPECT_EQ(Forbidden(), 2u);
+  // Only that rule is gone.
+  ResourceClaimReader claims(*client_);
+  EXPECT_TRUE(claims.Get("vms", "nic-claim").ok());
+}
+
+TEST_F(RbacTest, WithoutTheClaimStatusRuleNothingIsApplied) {
+  StartUnder(ShippedRbacWithout("resourceclaims/status"));
+  Status forbidden = Apply({Ours("vf-a", "02:00:00:00:00:0a")});
+  ASSERT_FALSE(forbidden.ok());
+  EXPECT_EQ(forbidden.error().kind, ErrorKind::kPermissionDenied);
+  EXPECT_NE(forbidden.error().message.find(
+                std::string("resourceclaims.resource.k8s.io \"nic-claim\" is forbidden: ") +
+                kForbiddenUser +
+                "patch resource \"resourceclaims/status\" in API group \"resource.k8s.io\" in "
+                "the namespace \"vms\""),
+            std::string::npos)
+      << forbidden.error().message;
+  EXPECT_NE(forbidden.error().message.find("deploy/daemonset/rbac.yaml"), std::string::npos);
+  EXPECT_TRUE(StoredDevices().empty());
+  const auto requests = server_->Requests();
+  ASSERT_FALSE(requests.empty());
+  EXPECT_EQ(requests.back().path, kStatusPath);
+  EXPECT_EQ(requests.back().status, 403);
+}
+
+// Every other rule is needed too: without it, the call it is for is forbidden.
+TEST_F(RbacTest, EveryOtherShippedRuleIsNeeded) {
+  struct Case {
+    std::string resource;
+    std::function<Status()> call;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"resourceslices",
+       [&]() -> Status {
+         auto list = client_->Get("/apis/resource.k8s.io/v1/resourceslices?fieldSelector=" +
+                                  UrlEncode("spec.nodeName=node-1"));
+         return list.ok() ? Status() : list.error();
+       },
+       std::string("resourceslices.resource.k8s.io is forbidden: ") + kForbiddenUser +
+           "list resource \"resourceslices\" in API group \"resource.k8s.io\" at the cluster "
+           "scope"},
+      {"resourceclaims",
+       [&]() -> Status {
+         ResourceClaimReader reader(*client_);
+         auto claim = reader.Get("vms", "nic-claim");
+         return claim.ok() ? Status() : claim.error();
+       },
+       std::string("resourceclaims.resource.k8s.io \"nic-claim\" is forbidden: ") + kForbiddenUser +
+           "get resource \"resourceclaims\" in API group \"resource.k8s.io\" in the namespace "
+           "\"vms\""},
+      {"nodes",
+       [&]() -> Status {
+         auto node = client_->Get("/api/v1/nodes/node-1");
+         return node.ok() ? Status() : node.error();
+       },
+       std::string("nodes \"node-1\" is forbidden: ") + kForbiddenUser +
+           "get resource \"nodes\" in API group \"\" at the cluster scope"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.resource);
+    StartUnder(ShippedRbacWithout(c.resource));
+    Status status = c.call();
+    ASSERT_FALSE(status.ok());
+    EXPECT_EQ(status.error().kind, ErrorKind::kPermissionDenied);
+    EXPECT_NE(status.error().message.find(c.message), std::string::npos) << status.error().message;
+    if (c.resource == "resourceclaims") {
+      EXPECT_NE(status.error().message.find("the plugin's ClusterRole needs get on resourceclaims; "
+                                            "see deploy/daemonset/rbac.yaml"),
+                std::string::npos)
+          << status.error().message;
+    }
+  }
+}
+
+TEST_F(RbacTest, RulesCountOnlyWhenBoundToThePlugin) {
+  // Bound to a service account of the same name in another namespace.
+  StartUnder(ShippedRbacEdited("rbac-other-namespace.yaml", [](YAML::Node& doc) {
+    if (doc["kind"].as<std::string>("") == "ClusterRoleBinding") {
+      doc["subjects"][0]["namespace"] = "default";
+    }
+  }));
+  ApiPodReader reader(*client_);
+  auto pod = reader.Get("vms", kPod, Deadline());
+  ASSERT_FALSE(pod.ok());
+  EXPECT_EQ(pod.error().kind, ErrorKind::kPermissionDenied);
+  EXPECT_TRUE(server_->Claim("vms", "nic-claim").is_object());
+  EXPECT_FALSE(ResourceClaimReader(*client_).Get("vms", "nic-claim").ok());
+
+  // The shipped file, another user.
+  StartUnder(testing::ShippedRbacFile(), "system:serviceaccount:vfio-dra:default");
+  ApiPodReader other_user(*client_);
+  pod = other_user.Get("vms", kPod, Deadline());
+  ASSERT_FALSE(pod.ok());
+  EXPECT_NE(pod.error().message.find(
+                "User \"system:serviceaccount:vfio-dra:default\" cannot get resource \"pods\""),
+            std::string::npos)
+      << pod.error().message;
+
+  // A binding whose role is not there: the denial names the missing role, as the real one does.
+  StartUnder(ShippedRbacEdited("rbac-renamed-role.yaml", [](YAML::Node& doc) {
+    if (doc["kind"].as<std::string>("") == "ClusterRole") doc["metadata"]["name"] = "renamed";
+  }));
+  auto node = client_->Get("/api/v1/nodes/node-1");
+  ASSERT_FALSE(node.ok());
+  EXPECT_NE(
+      node.error().message.find("at the cluster scope: RBAC: clusterrole.rbac.authorization.k8s.io "
+                                "\"vfio-dra-plugin\" not found"),
+      std::string::npos)
+      << node.error().message;
+  // Discovery is everyone's.
+  EXPECT_TRUE(client_->Get("/version").ok());
+  EXPECT_TRUE(client_->Get("/apis/resource.k8s.io/v1").ok());
+}
+
+TEST_F(RbacTest, AMalformedRbacFileFailsTheStartNamingFileAndProblem) {
+  std::ifstream in(testing::ShippedRbacFile());
+  std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const std::string good = "resources: [\"pods\"]";
+  const size_t at = text.find(good);
+  ASSERT_NE(at, std::string::npos);
+  const auto line = std::count(text.data(), text.data() + at, '\n') + 1;
+  text.replace(at, good.size(), "resource: [\"pods\"]");  // a misspelt field
+  const std::string path = dir_ + "/rbac-typo.yaml";
+  std::ofstream(path) << text;
+
+  FakeApiServerOptions options;
+  options.rbac_file = path;
+  FakeApiServer server(options);
+  ::testing::internal::CaptureStderr();
+  EXPECT_FALSE(server.Start());
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("fake-apiserver: invalid RBAC file " + path + ":" + std::to_string(line) +
+                     ": ClusterRole vfio-dra-plugin: rules[4]: unknown field \"resource\""),
+            std::string::npos)
+      << err;
+
+  options.rbac_file = dir_ + "/missing.yaml";
+  FakeApiServer missing(options);
+  ::testing::internal::CaptureStderr();
+  EXPECT_FALSE(missing.Start());
+  const std::string missing_err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(missing_err.find("cannot read RBAC file " + dir_ + "/missing.yaml"), std::string::npos)
+      << missing_err;
 }
 
 // TLS: verification is on unless the kubeconfig turns it off; a CA file makes it pass.

@@ -67,12 +67,18 @@ class PluginDaemonTest : public ::testing::Test {
     registrar_ = dir_ + "/plugins_registry";
     data_dir_ = dir_ + "/plugins/" + kDriver;
     std::filesystem::create_directories(registrar_);
-    server_ = std::make_unique<FakeApiServer>();
+    // Under the shipped RBAC: a call the plugin's ClusterRole does not allow fails the test.
+    FakeApiServerOptions options;
+    options.rbac_file = ShippedRbacFile();
+    server_ = std::make_unique<FakeApiServer>(options);
     ASSERT_TRUE(server_->Start());
     kubeconfig_ = server_->WriteKubeconfig(dir_);
   }
   void TearDown() override {
     daemons_.clear();
+    for (const RecordedRequest& r : server_->Requests()) {
+      EXPECT_NE(r.status, 403) << r.method << " " << r.path << " is not allowed by rbac.yaml";
+    }
     server_->Stop();
     if (!HasFailure()) std::filesystem::remove_all(dir_);
   }

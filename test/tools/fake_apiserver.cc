@@ -3,9 +3,12 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <iostream>
 #include <random>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -15,12 +18,15 @@ namespace {
 using nlohmann::json;
 
 json StatusBody(int code, const std::string& reason, const std::string& message,
-                const std::string& kind = "", const std::string& name = "") {
+                const std::string& kind = "", const std::string& name = "",
+                const std::string& group = "resource.k8s.io") {
   json status = {{"kind", "Status"},    {"apiVersion", "v1"}, {"metadata", json::object()},
                  {"status", "Failure"}, {"message", message}, {"reason", reason},
                  {"code", code}};
   if (!kind.empty() || !name.empty()) {
-    status["details"] = {{"name", name}, {"group", "resource.k8s.io"}, {"kind", kind}};
+    status["details"] = {{"name", name}, {"kind", kind}};
+    // The core group is "", which the server leaves out.
+    if (!group.empty()) status["details"]["group"] = group;
   }
   return status;
 }
@@ -32,8 +38,14 @@ void Reply(httplib::Response& res, int code, const json& body) {
 
 void ReplyStatus(httplib::Response& res, int code, const std::string& reason,
                  const std::string& message, const std::string& kind = "",
-                 const std::string& name = "") {
-  Reply(res, code, StatusBody(code, reason, message, kind, name));
+                 const std::string& name = "", const std::string& group = "resource.k8s.io") {
+  Reply(res, code, StatusBody(code, reason, message, kind, name, group));
+}
+
+// What the real server answers for a verb a resource does not support.
+void ReplyMethodNotAllowed(httplib::Response& res) {
+  ReplyStatus(res, 405, "MethodNotAllowed",
+              "the server does not allow this method on the requested resource");
 }
 
 void ReplyPageNotFound(httplib::Response& res) {
@@ -162,11 +174,13 @@ std::string ValidateSlice(const json& slice, int minor, std::string& field) {
       spec["driver"].get<std::string>().empty()) {
     return fail("spec.driver", "Required value");
   }
-  if (spec["driver"].get<std::string>().size() > 63)
+  if (spec["driver"].get<std::string>().size() > 63) {
     return fail("spec.driver", "Too long: may not be more than 63 bytes");
+  }
   const json& pool = spec.contains("pool") ? spec["pool"] : json::object();
-  if (!pool.contains("name") || pool["name"].get<std::string>().empty())
+  if (!pool.contains("name") || pool["name"].get<std::string>().empty()) {
     return fail("spec.pool.name", "Required value");
+  }
   if (!pool.contains("resourceSliceCount") || pool["resourceSliceCount"].get<int64_t>() <= 0) {
     return fail("spec.pool.resourceSliceCount", "Invalid value: must be greater than zero");
   }
@@ -192,8 +206,9 @@ std::string ValidateSlice(const json& slice, int minor, std::string& field) {
                       ": must have at most 8 items");
     }
     for (const json& set : spec["sharedCounters"]) {
-      if (!IsLabel(set.value("name", "")))
+      if (!IsLabel(set.value("name", ""))) {
         return fail("spec.sharedCounters[].name", "Invalid value: a lowercase RFC 1123 label");
+      }
       counters_total += set.contains("counters") ? set["counters"].size() : 0;
     }
     if (minor < 35 && counters_total > 32) {
@@ -206,11 +221,13 @@ std::string ValidateSlice(const json& slice, int minor, std::string& field) {
     std::set<std::string> names;
     for (const json& device : spec["devices"]) {
       const std::string name = device.value("name", "");
-      if (!IsLabel(name))
+      if (!IsLabel(name)) {
         return fail("spec.devices[].name",
                     "Invalid value: \"" + name + "\": a lowercase RFC 1123 label");
-      if (!names.insert(name).second)
+      }
+      if (!names.insert(name).second) {
         return fail("spec.devices[].name", "Duplicate value: \"" + name + "\"");
+      }
       const std::string version = slice.value("apiVersion", "");
       const json* fields = &device;
       if (version == "resource.k8s.io/v1beta1") {
@@ -218,13 +235,15 @@ std::string ValidateSlice(const json& slice, int minor, std::string& field) {
         fields = &device["basic"];
       }
       const json attributes = fields->value("attributes", json::object());
-      if (attributes.size() > 32)
+      if (attributes.size() > 32) {
         return fail("spec.devices[].attributes",
                     "Too many: must have at most 32 attributes and capacities combined");
+      }
       for (const auto& [key, value] : attributes.items()) {
-        if (value.size() != 1)
+        if (value.size() != 1) {
           return fail("spec.devices[].attributes[" + key + "]",
                       "Invalid value: exactly one value must be specified");
+        }
         if (value.contains("string") && value["string"].get<std::string>().size() > 64) {
           return fail("spec.devices[].attributes[" + key + "].string",
                       "Too long: may not be more than 64 bytes");
@@ -267,6 +286,333 @@ std::string RandomSuffix() {
   return out;
 }
 
+// ---- Server-side apply of a claim's status.devices ----
+
+constexpr const char* kApplyPatchType = "application/apply-patch+yaml";
+
+// A string member, or "" when it is absent or not a string (bodies are client input).
+std::string StringOr(const json& object, const char* key) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// The list-map key of a status.devices entry (types already checked).
+json DeviceKeyFields(const json& entry) {
+  json key = {{"driver", entry["driver"]}, {"pool", entry["pool"]}, {"device", entry["device"]}};
+  if (entry.contains("shareID") && !entry["shareID"].is_null()) key["shareID"] = entry["shareID"];
+  return key;
+}
+
+// As managedFields spells it: k:{"device":...,"driver":...,"pool":...} (sorted keys).
+std::string DeviceKey(const json& entry) { return "k:" + DeviceKeyFields(entry).dump(); }
+
+// "driver/pool/device[/shareID]", as the server's allocated-device check prints it.
+std::string SharedDeviceId(const json& entry) {
+  std::string id = entry["driver"].get<std::string>() + "/" + entry["pool"].get<std::string>() +
+                   "/" + entry["device"].get<std::string>();
+  if (entry.contains("shareID") && entry["shareID"].is_string()) {
+    id += "/" + entry["shareID"].get<std::string>();
+  }
+  return id;
+}
+
+std::string ExpectType(const json& parent, const char* key, const std::string& path,
+                       json::value_t type, const char* type_name) {
+  if (!parent.contains(key) || parent[key].is_null()) return "";
+  const json& value = parent[key];
+  const bool ok =
+      type == json::value_t::number_integer ? value.is_number_integer() : value.type() == type;
+  return ok ? "" : path + "." + key + ": expected " + type_name;
+}
+
+// Checks JSON types as decoding into the typed object does; "" or "<field>: expected <type>".
+std::string CheckConditionTypes(const json& condition, const std::string& path) {
+  if (!condition.is_object()) return path + ": expected map";
+  for (const char* key : {"type", "status", "reason", "message", "lastTransitionTime"}) {
+    std::string error = ExpectType(condition, key, path, json::value_t::string, "string");
+    if (!error.empty()) return error;
+  }
+  return ExpectType(condition, "observedGeneration", path, json::value_t::number_integer,
+                    "integer");
+}
+
+std::string CheckEntryTypes(const json& entry, const std::string& path) {
+  if (!entry.is_object()) return path + ": expected map";
+  for (const char* key : {"driver", "pool", "device", "shareID"}) {
+    std::string error = ExpectType(entry, key, path, json::value_t::string, "string");
+    if (!error.empty()) return error;
+  }
+  std::string error = ExpectType(entry, "conditions", path, json::value_t::array, "list");
+  if (!error.empty()) return error;
+  if (entry.contains("conditions") && entry["conditions"].is_array()) {
+    for (size_t i = 0; i < entry["conditions"].size(); ++i) {
+      error = CheckConditionTypes(entry["conditions"][i],
+                                  path + ".conditions[" + std::to_string(i) + "]");
+      if (!error.empty()) return error;
+    }
+  }
+  error = ExpectType(entry, "networkData", path, json::value_t::object, "map");
+  if (!error.empty() || !entry.contains("networkData") || entry["networkData"].is_null()) {
+    return error;
+  }
+  const json& network = entry["networkData"];
+  const std::string network_path = path + ".networkData";
+  for (const char* key : {"interfaceName", "hardwareAddress"}) {
+    error = ExpectType(network, key, network_path, json::value_t::string, "string");
+    if (!error.empty()) return error;
+  }
+  error = ExpectType(network, "ips", network_path, json::value_t::array, "list");
+  if (!error.empty() || !network.contains("ips") || network["ips"].is_null()) return error;
+  for (const json& ip : network["ips"]) {
+    if (!ip.is_string()) return network_path + ".ips: expected list of strings";
+  }
+  return "";
+}
+
+// The driver/pool/device[/shareID] of every allocated device of a stored claim.
+std::set<std::string> AllocatedDevices(const json& claim) {
+  std::set<std::string> out;
+  const json* results = &claim;
+  for (const char* key : {"status", "allocation", "devices", "results"}) {
+    if (!results->is_object() || !results->contains(key)) return out;
+    results = &(*results)[key];
+  }
+  if (!results->is_array()) return out;
+  for (const json& result : *results) {
+    if (result.is_object() && result.contains("driver") && result.contains("pool") &&
+        result.contains("device")) {
+      out.insert(SharedDeviceId(result));
+    }
+  }
+  return out;
+}
+
+std::string ValidateCondition(const json& condition, const std::string& path, std::string& field) {
+  static const std::regex kReason("^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$");
+  auto fail = [&](const std::string& f, const std::string& message) {
+    field = path + "." + f;
+    return message;
+  };
+  if (condition.value("type", "").empty()) return fail("type", "Required value");
+  const std::string status = condition.value("status", "");
+  if (status != "True" && status != "False" && status != "Unknown") {
+    return fail("status", "Unsupported value: \"" + status +
+                              "\": supported values: \"False\", \"True\", \"Unknown\"");
+  }
+  const std::string reason = condition.value("reason", "");
+  if (reason.empty()) return fail("reason", "Required value");
+  if (reason.size() > 1024 || !std::regex_match(reason, kReason)) {
+    return fail("reason", "Invalid value: \"" + reason +
+                              "\": a condition reason must start with alphabetic character, "
+                              "optionally followed by a string of alphanumeric characters or "
+                              "'_,:', and must end with an alphanumeric character or '_'");
+  }
+  if (condition.value("message", "").size() > 32768) {
+    return fail("message", "Too long: may not be more than 32768 bytes");
+  }
+  if (condition.value("lastTransitionTime", "").empty()) {
+    return fail("lastTransitionTime", "Required value: must be set");
+  }
+  if (condition.value("observedGeneration", int64_t{0}) < 0) {
+    return fail("observedGeneration", "Invalid value: must be greater than or equal to zero");
+  }
+  return "";
+}
+
+std::string ValidateNetworkData(const json& network, const std::string& path, std::string& field) {
+  auto fail = [&](const std::string& f, const std::string& message) {
+    field = path + "." + f;
+    return message;
+  };
+  if (network.value("interfaceName", "").size() > 256) {
+    return fail("interfaceName", "Too long: may not be more than 256 bytes");
+  }
+  if (network.value("hardwareAddress", "").size() > 128) {
+    return fail("hardwareAddress", "Too long: may not be more than 128 bytes");
+  }
+  const json ips = network.value("ips", json::array());
+  if (ips.size() > 16) {
+    return fail("ips", "Too many: " + std::to_string(ips.size()) + ": must have at most 16 items");
+  }
+  std::set<std::string> seen;
+  for (const json& ip : ips) {
+    const std::string text = ip.get<std::string>();
+    if (text.find('/') == std::string::npos) {
+      return fail("ips", "Invalid value: \"" + text + "\": must be a valid address in CIDR form");
+    }
+    if (!seen.insert(text).second) return fail("ips", "Duplicate value: \"" + text + "\"");
+  }
+  return "";
+}
+
+// The server's validation of one applied status.devices entry (types already checked); "" or the
+// problem, with `field` set.
+std::string ValidateDeviceEntry(const json& entry, const std::string& path,
+                                const std::set<std::string>& allocated, std::string& field) {
+  for (const char* key : {"driver", "pool", "device"}) {
+    if (entry.value(key, "").empty()) {
+      field = path + "." + key;
+      return "Required value";
+    }
+  }
+  if (!allocated.count(SharedDeviceId(entry))) {
+    field = path;
+    return "Invalid value: \"" + SharedDeviceId(entry) +
+           "\": must be an allocated device in the claim";
+  }
+  const json conditions = entry.value("conditions", json::array());
+  if (conditions.size() > 8) {
+    field = path + ".conditions";
+    return "Too many: " + std::to_string(conditions.size()) + ": must have at most 8 items";
+  }
+  for (size_t i = 0; i < conditions.size(); ++i) {
+    std::string problem =
+        ValidateCondition(conditions[i], path + ".conditions[" + std::to_string(i) + "]", field);
+    if (!problem.empty()) return problem;
+  }
+  if (entry.contains("data") && !entry["data"].is_null()) {
+    field = path + ".data";
+    if (!entry["data"].is_object()) return "Invalid value: must be a valid JSON object";
+    if (entry["data"].dump().size() > size_t{10} * 1024) {
+      return "Too long: may not be more than 10240 bytes";
+    }
+  }
+  if (entry.contains("networkData") && entry["networkData"].is_object()) {
+    return ValidateNetworkData(entry["networkData"], path + ".networkData", field);
+  }
+  return "";
+}
+
+void ReplyInvalidClaim(httplib::Response& res, const std::string& name, const std::string& field,
+                       const std::string& problem) {
+  json status = StatusBody(
+      422, "Invalid",
+      "ResourceClaim.resource.k8s.io \"" + name + "\" is invalid: " + field + ": " + problem,
+      "ResourceClaim", name);
+  status["details"]["causes"] =
+      json::array({{{"reason", "FieldValueInvalid"}, {"message", problem}, {"field", field}}});
+  Reply(res, 422, status);
+}
+
+// The applied status.devices list, or a 400 answer (false) when the body cannot be decoded.
+bool DecodeAppliedDevices(const json& body, httplib::Response& res, json& devices) {
+  devices = json::array();
+  std::string error = ExpectType(body, "status", "", json::value_t::object, "map");
+  if (error.empty() && body.contains("status") && body["status"].is_object()) {
+    error = ExpectType(body["status"], "devices", ".status", json::value_t::array, "list");
+    if (error.empty() && body["status"].contains("devices") &&
+        body["status"]["devices"].is_array()) {
+      devices = body["status"]["devices"];
+      for (size_t i = 0; i < devices.size() && error.empty(); ++i) {
+        error = CheckEntryTypes(devices[i], ".status.devices[" + std::to_string(i) + "]");
+      }
+    }
+  }
+  if (error.empty()) return true;
+  ReplyStatus(res, 400, "BadRequest", "failed to create typed patch object: " + error);
+  return false;
+}
+
+// Checks what the server checks of an apply request before it looks at the object: the patch type
+// and PatchOptions. Answers and returns false when the request is refused.
+bool AcceptApplyRequest(const httplib::Request& req, httplib::Response& res) {
+  const std::string content_type = req.get_header_value("Content-Type");
+  if (content_type.rfind(kApplyPatchType, 0) != 0) {
+    if (req.has_param("force")) {
+      ReplyStatus(res, 422, "Invalid",
+                  "PatchOptions.meta.k8s.io \"\" is invalid: force: Forbidden: may not be "
+                  "specified for non-apply patch",
+                  "PatchOptions", "", "meta.k8s.io");
+      return false;
+    }
+    ReplyStatus(res, 415, "UnsupportedMediaType",
+                "the fake API server implements only " + std::string(kApplyPatchType) +
+                    " patches of resourceclaims/status, not " + content_type);
+    return false;
+  }
+  const std::string manager = req.get_param_value("fieldManager");
+  if (manager.empty() || manager.size() > 128) {
+    ReplyStatus(res, 422, "Invalid",
+                std::string("PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: ") +
+                    (manager.empty() ? "Required value: is required for apply patch"
+                                     : "Too long: may not be more than 128 bytes"),
+                "PatchOptions", "", "meta.k8s.io");
+    return false;
+  }
+  return true;
+}
+
+// The apply body's type and identity against the URL's; answers and returns false on a mismatch.
+bool AcceptApplyBody(const json& body, const std::string& version, const std::string& namespace_,
+                     const std::string& name, httplib::Response& res) {
+  if (!body.is_object()) {
+    ReplyStatus(res, 400, "BadRequest", "error decoding YAML: the body is not a JSON object");
+    return false;
+  }
+  const std::string expected = "resource.k8s.io/" + version;
+  const std::string api_version = StringOr(body, "apiVersion");
+  if (api_version != expected || StringOr(body, "kind") != "ResourceClaim") {
+    ReplyStatus(res, 400, "BadRequest",
+                "the API version in the data (" + api_version +
+                    ") does not match the expected API version (" + expected +
+                    "), or its kind is not ResourceClaim");
+    return false;
+  }
+  const json meta = body.contains("metadata") ? body["metadata"] : json::object();
+  if (!meta.is_object() || StringOr(meta, "name") != name) {
+    ReplyStatus(res, 400, "BadRequest",
+                "the name of the object does not match the name on the URL (" + name + ")");
+    return false;
+  }
+  if (meta.contains("namespace") && StringOr(meta, "namespace") != namespace_) {
+    ReplyStatus(res, 400, "BadRequest",
+                "the namespace of the provided object does not match the namespace sent on the "
+                "request");
+    return false;
+  }
+  return true;
+}
+
+// Without force, an apply may not change an entry another manager owns: the first such entry as
+// the server reports it, or "".
+std::string ApplyConflict(const json& claim,
+                          const std::map<std::string, std::set<std::string>>& owners,
+                          const std::string& manager, const json& applied) {
+  const json* stored = &claim;
+  for (const char* key : {"status", "devices"}) {
+    if (!stored->is_object() || !stored->contains(key)) return "";
+    stored = &(*stored)[key];
+  }
+  for (const json& entry : applied) {
+    const std::string key = DeviceKey(entry);
+    auto existing = std::find_if(stored->begin(), stored->end(),
+                                 [&](const json& d) { return DeviceKey(d) == key; });
+    if (existing == stored->end() || *existing == entry) continue;
+    for (const auto& [other, keys] : owners) {
+      if (other != manager && keys.count(key)) {
+        return "conflict with \"" + other + "\": .status.devices[" + key + "]";
+      }
+    }
+  }
+  return "";
+}
+
+// managedFields as the server reports them for status applies.
+json ManagedFields(const std::map<std::string, std::set<std::string>>& owners) {
+  json out = json::array();
+  for (const auto& [manager, keys] : owners) {
+    json devices = json::object();
+    for (const std::string& key : keys) devices[key] = json::object();
+    out.push_back({{"manager", manager},
+                   {"operation", "Apply"},
+                   {"apiVersion", "resource.k8s.io/v1"},
+                   {"fieldsType", "FieldsV1"},
+                   {"fieldsV1", {{"f:status", {{"f:devices", devices}}}}},
+                   {"subresource", "status"}});
+  }
+  return out;
+}
+
 }  // namespace
 
 FakeApiServer::FakeApiServer(FakeApiServerOptions options) : options_(std::move(options)) {}
@@ -286,6 +632,16 @@ bool FakeApiServer::Start(int port) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = false;
+  }
+  rbac_.reset();
+  if (!options_.rbac_file.empty()) {
+    // Read at every start, so that a restarted server picks up an edited file.
+    auto rbac = RbacAuthorizer::Load(options_.rbac_file, options_.rbac_user);
+    if (!rbac.ok()) {
+      std::cerr << "fake-apiserver: " << rbac.error().message << "\n";
+      return false;
+    }
+    rbac_ = std::make_unique<const RbacAuthorizer>(std::move(*rbac));
   }
   if (!options_.tls_cert_file.empty()) {
     server_ = std::make_unique<httplib::SSLServer>(options_.tls_cert_file.c_str(),
@@ -338,7 +694,7 @@ void FakeApiServer::Stop() {
 
 std::string FakeApiServer::WriteKubeconfig(const std::string& dir,
                                            const std::string& token_file) const {
-  const std::string path = dir + "/kubeconfig";
+  std::string path = dir + "/kubeconfig";
   std::ofstream out(path);
   out << "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
       << "clusters:\n- name: fake\n  cluster:\n    server: " << url() << "\n"
@@ -377,13 +733,170 @@ json FakeApiServer::PutClaim(json claim) {
   meta["resourceVersion"] = std::to_string(NextRv());
   claim["apiVersion"] = "resource.k8s.io/v1";
   claim["kind"] = "ResourceClaim";
-  claims_[meta["namespace"].get<std::string>() + "/" + meta["name"].get<std::string>()] = claim;
+  const std::string key =
+      meta["namespace"].get<std::string>() + "/" + meta["name"].get<std::string>();
+  claims_[key] = claim;
+  device_owners_.erase(key);
   return claim;
 }
 
 void FakeApiServer::RemoveClaim(const std::string& namespace_, const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   claims_.erase(namespace_ + "/" + name);
+  device_owners_.erase(namespace_ + "/" + name);
+}
+
+json FakeApiServer::Claim(const std::string& namespace_, const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = claims_.find(namespace_ + "/" + name);
+  return it == claims_.end() ? json() : it->second;
+}
+
+json FakeApiServer::PutPod(json pod) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& meta = pod["metadata"];
+  if (!meta.contains("uid")) meta["uid"] = "pod-uid-" + std::to_string(next_uid_++);
+  if (!meta.contains("namespace")) meta["namespace"] = "default";
+  meta["resourceVersion"] = std::to_string(NextRv());
+  pod["apiVersion"] = "v1";
+  pod["kind"] = "Pod";
+  pods_[meta["namespace"].get<std::string>() + "/" + meta["name"].get<std::string>()] = pod;
+  return pod;
+}
+
+void FakeApiServer::RemovePod(const std::string& namespace_, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pods_.erase(namespace_ + "/" + name);
+}
+
+void FakeApiServer::ServePod(const httplib::Request& req, httplib::Response& res,
+                             const std::string& namespace_, const std::string& name) const {
+  if (req.method != "GET") return ReplyMethodNotAllowed(res);
+  auto it = pods_.find(namespace_ + "/" + name);
+  if (it == pods_.end()) {
+    return ReplyStatus(res, 404, "NotFound", "pods \"" + name + "\" not found", "pods", name, "");
+  }
+  Reply(res, 200, it->second);
+}
+
+void FakeApiServer::ServeClaimStatus(const httplib::Request& req, httplib::Response& res,
+                                     const std::string& version, const std::string& namespace_,
+                                     const std::string& name) {
+  const std::string key = namespace_ + "/" + name;
+  auto not_found = [&] {
+    ReplyStatus(res, 404, "NotFound", "resourceclaims.resource.k8s.io \"" + name + "\" not found",
+                "resourceclaims", name);
+  };
+  if (req.method == "GET") {
+    auto it = claims_.find(key);
+    if (it == claims_.end()) return not_found();
+    json claim = it->second;
+    claim["apiVersion"] = "resource.k8s.io/" + version;
+    return Reply(res, 200, claim);
+  }
+  if (req.method != "PATCH") return ReplyMethodNotAllowed(res);
+  // The server validates the patch options before it looks the object up.
+  if (!AcceptApplyRequest(req, res)) return;
+  auto it = claims_.find(key);
+  if (it == claims_.end()) return not_found();
+  const json body = json::parse(req.body, nullptr, false);
+  if (!AcceptApplyBody(body, version, namespace_, name, res)) return;
+  const json& meta = body["metadata"];
+  const std::string stored_uid = it->second["metadata"].value("uid", "");
+  if (meta.contains("uid") && StringOr(meta, "uid") != stored_uid) {
+    return ReplyStatus(res, 409, "Conflict",
+                       "Operation cannot be fulfilled on resourceclaims.resource.k8s.io \"" + name +
+                           "\": StorageError: invalid object, Code: 4, Key: "
+                           "/registry/resource.k8s.io/resourceclaims/" +
+                           key +
+                           ", ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: "
+                           "UID in precondition: " +
+                           StringOr(meta, "uid") + ", UID in object meta: " + stored_uid,
+                       "resourceclaims", name);
+  }
+  json applied;
+  if (!DecodeAppliedDevices(body, res, applied)) return;
+  const std::set<std::string> allocated = AllocatedDevices(it->second);
+  std::set<std::string> keys;
+  for (size_t i = 0; i < applied.size(); ++i) {
+    const std::string path = "status.devices[" + std::to_string(i) + "]";
+    std::string field;
+    std::string problem = ValidateDeviceEntry(applied[i], path, allocated, field);
+    if (problem.empty() && !keys.insert(DeviceKey(applied[i])).second) {
+      field = path;
+      problem = "Duplicate value: " + DeviceKeyFields(applied[i]).dump();
+    }
+    if (!problem.empty()) return ReplyInvalidClaim(res, name, field, problem);
+  }
+  const std::string manager = req.get_param_value("fieldManager");
+  if (req.get_param_value("force") != "true") {
+    const std::string conflict = ApplyConflict(it->second, device_owners_[key], manager, applied);
+    if (!conflict.empty()) {
+      return ReplyStatus(res, 409, "Conflict", "Apply failed with 1 conflict: " + conflict,
+                         "resourceclaims", name);
+    }
+  }
+  MergeAppliedDevices(it->second, manager, applied);
+  json claim = it->second;
+  claim["apiVersion"] = "resource.k8s.io/" + version;
+  Reply(res, 200, claim);
+}
+
+void FakeApiServer::MergeAppliedDevices(json& claim, const std::string& manager,
+                                        const json& applied) {
+  const std::string claim_key = claim["metadata"]["namespace"].get<std::string>() + "/" +
+                                claim["metadata"]["name"].get<std::string>();
+  auto& owners = device_owners_[claim_key];
+  json& status = claim["status"];
+  if (!status.is_object()) status = json::object();
+  json devices = status.contains("devices") && status["devices"].is_array() ? status["devices"]
+                                                                            : json::array();
+  std::set<std::string> applied_keys;
+  for (const json& entry : applied) applied_keys.insert(DeviceKey(entry));
+  const auto owned_by_another = [&](const std::string& key) {
+    for (const auto& [other, keys] : owners) {
+      if (other != manager && keys.count(key)) return true;
+    }
+    return false;
+  };
+  // Entries this manager no longer applies go, unless another manager still owns them.
+  for (auto entry = devices.begin(); entry != devices.end();) {
+    const std::string key = DeviceKey(*entry);
+    if (owners[manager].count(key) && !applied_keys.count(key) && !owned_by_another(key)) {
+      entry = devices.erase(entry);
+    } else {
+      ++entry;
+    }
+  }
+  for (const json& entry : applied) {
+    const std::string key = DeviceKey(entry);
+    auto existing = std::find_if(devices.begin(), devices.end(),
+                                 [&](const json& d) { return DeviceKey(d) == key; });
+    if (existing == devices.end()) {
+      devices.push_back(entry);
+      continue;
+    }
+    if (*existing != entry) {
+      // A changed entry is taken over (the apply was forced or nobody else owned it).
+      for (auto& [other, keys] : owners) {
+        if (other != manager) keys.erase(key);
+      }
+      *existing = entry;
+    }
+  }
+  owners[manager] = applied_keys;
+  std::erase_if(owners, [](const auto& owner) { return owner.second.empty(); });
+  if (devices.empty()) {
+    status.erase("devices");
+  } else {
+    status["devices"] = devices;
+  }
+  claim["metadata"]["resourceVersion"] = std::to_string(NextRv());
+  if (owners.empty()) {
+    claim["metadata"].erase("managedFields");
+  } else {
+    claim["metadata"]["managedFields"] = ManagedFields(owners);
+  }
 }
 
 void FakeApiServer::PutNode(const std::string& name, const std::string& uid) {
@@ -509,6 +1022,9 @@ void FakeApiServer::InstallRoutes() {
       RecordedRequest record;
       record.method = req.method;
       record.path = req.path;
+      if (const size_t q = req.target.find('?'); q != std::string::npos) {
+        record.query = req.target.substr(q + 1);
+      }
       record.user_agent = req.get_header_value("User-Agent");
       record.authorization = req.get_header_value("Authorization");
       requests_.push_back(record);
@@ -520,6 +1036,8 @@ void FakeApiServer::InstallRoutes() {
       if (--it->remaining <= 0) faults_.erase(it);
       const std::string reason = status == 429   ? "TooManyRequests"
                                  : status == 409 ? "Conflict"
+                                 : status == 403 ? "Forbidden"
+                                 : status == 404 ? "NotFound"
                                  : status >= 500 ? "InternalError"
                                                  : "BadRequest";
       if (retry_after > 0) res.set_header("Retry-After", std::to_string(retry_after));
@@ -577,6 +1095,15 @@ void FakeApiServer::InstallRoutes() {
       ReplyStatus(res, 401, "Unauthorized", "Unauthorized");
       return;
     }
+    // As in the real server, authorization follows authentication and precedes every handler,
+    // so a denied request never reaches (or changes) the store.
+    if (rbac_) {
+      const RequestAttributes attributes = ResolveRequest(req.method, req.path, req.params);
+      const RbacDecision decision = rbac_->Authorize(attributes);
+      if (!decision.allowed) {
+        return Reply(res, 403, ForbiddenStatus(attributes, rbac_->user(), decision.reason));
+      }
+    }
 
     if (parts.size() == 1 && parts[0] == "version") {
       Reply(res, 200,
@@ -621,7 +1148,7 @@ void FakeApiServer::InstallRoutes() {
                {"preferredVersion", versions[0]}});
         return;
       }
-      const std::string version = parts[2];
+      const std::string& version = parts[2];
       if (!options_.served_versions.count(version)) return ReplyPageNotFound(res);
       if (parts.size() == 3) {
         json resources = json::array();
@@ -645,7 +1172,15 @@ void FakeApiServer::InstallRoutes() {
                {"resources", resources}});
         return;
       }
-      // Claims: /apis/resource.k8s.io/<v>/namespaces/<ns>/resourceclaims/<name>
+      // Claims: /apis/resource.k8s.io/<v>/namespaces/<ns>/resourceclaims/<name>[/status]
+      if (parts.size() == 8 && parts[3] == "namespaces" && parts[5] == "resourceclaims" &&
+          parts[7] == "status") {
+        return ServeClaimStatus(req, res, version, parts[4], parts[6]);
+      }
+      if (parts.size() == 7 && parts[3] == "namespaces" && parts[5] == "resourceclaims" &&
+          req.method != "GET") {
+        return ReplyMethodNotAllowed(res);
+      }
       if (parts.size() == 7 && parts[3] == "namespaces" && parts[5] == "resourceclaims" &&
           req.method == "GET") {
         auto it = claims_.find(parts[4] + "/" + parts[6]);
@@ -868,12 +1403,16 @@ void FakeApiServer::InstallRoutes() {
       }
       return ReplyPageNotFound(res);
     }
+    if (parts.size() == 6 && parts[0] == "api" && parts[1] == "v1" && parts[2] == "namespaces" &&
+        parts[4] == "pods") {
+      return ServePod(req, res, parts[3], parts[5]);
+    }
     if (parts.size() == 4 && parts[0] == "api" && parts[1] == "v1" && parts[2] == "nodes" &&
         req.method == "GET") {
       auto it = nodes_.find(parts[3]);
       if (it == nodes_.end()) {
         return ReplyStatus(res, 404, "NotFound", "nodes \"" + parts[3] + "\" not found", "nodes",
-                           parts[3]);
+                           parts[3], "");
       }
       return Reply(res, 200, it->second);
     }
@@ -883,7 +1422,9 @@ void FakeApiServer::InstallRoutes() {
   server_->Post(".*", handler);
   server_->Put(".*", handler);
   server_->Delete(".*", handler);
-  server_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+  server_->Patch(".*", handler);
+  // Before the response is written, so that a client that has its answer finds it recorded.
+  server_->set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = requests_.rbegin(); it != requests_.rend(); ++it) {
       if (it->status == 0 && it->method == req.method && it->path == req.path) {

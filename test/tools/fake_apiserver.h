@@ -1,9 +1,25 @@
 // FakeApiServer: an in-process Kubernetes API server on loopback for tests, with the semantics
 // the plugin relies on: discovery (/version, /apis, /apis/resource.k8s.io[/<v>]), GET/LIST/WATCH
 // with field selectors, create (generateName), update with resourceVersion checks (409), delete
-// with preconditions, Status bodies shaped like the real server's (404/409/410/422/429), bearer
+// with preconditions, Status bodies shaped like the real server's (404/405/409/410/422/429), bearer
 // token checks (401), and only the resource.k8s.io versions it is told to serve (others get the
 // real server's plain "404 page not found"). Faults can be injected per request.
+//
+// Pods can be read (GET /api/v1/namespaces/<ns>/pods/<name>). A claim's status.devices can be
+// written by server-side apply (PATCH .../resourceclaims/<name>/status, Content-Type
+// application/apply-patch+yaml with a JSON body) as the real server does it for a
+// `+listType=map` list keyed by (driver, pool, device, shareID): each field manager owns the
+// entries it applied; an apply replaces the set of entries its manager owns and leaves the others'
+// (an entry another manager also owns stays until nobody owns it). Field ownership inside an entry
+// is not tracked: whoever applies an entry last writes all of it (without force, changing an entry
+// that another manager owns is a 409 conflict). The apply is validated as the server does:
+// fieldManager is required (422), metadata.uid is a precondition (409), every entry must be an
+// allocated device of the claim, with at most 8 well-formed conditions, data a JSON object of at
+// most 10 KiB and networkData within its limits (422).
+//
+// With an RBAC file (FakeApiServerOptions::rbac_file) every authenticated request is made by one
+// user, rbac_user, and is authorized as the real RBAC authorizer would authorize it under the
+// file's roles and bindings (fake_rbac.h); a denial is the real 403 Forbidden Status.
 #pragma once
 
 #include <chrono>
@@ -20,8 +36,11 @@
 #include <thread>
 #include <vector>
 
+#include "fake_rbac.h"
+
 namespace httplib {
 class Server;
+struct Request;
 struct Response;
 }  // namespace httplib
 
@@ -37,6 +56,10 @@ struct FakeApiServerOptions {
   // When both are set the server speaks HTTPS with this certificate.
   std::string tls_cert_file;
   std::string tls_key_file;
+  // When set, requests are authorized by the ClusterRoles and Roles this manifest file binds to
+  // `rbac_user` (ShippedRbacFile() is the plugin's own); Start() fails on a malformed file.
+  std::string rbac_file;
+  std::string rbac_user = kPluginServiceAccountUser;
 };
 
 // Random faults on every request, for soak tests. Each probability is drawn independently, in the
@@ -74,7 +97,8 @@ class FakeApiServer {
   FakeApiServer(const FakeApiServer&) = delete;
   FakeApiServer& operator=(const FakeApiServer&) = delete;
 
-  // Listens on 127.0.0.1:`port` (0: any free port). Returns false when the port is taken.
+  // Listens on 127.0.0.1:`port` (0: any free port). Returns false when the port is taken or the
+  // RBAC file cannot be loaded (which it reports on stderr).
   bool Start(int port = 0);
   // Stops listening and ends open watches; the stored objects survive a Start() on the same port.
   void Stop();
@@ -89,8 +113,16 @@ class FakeApiServer {
   void SetToken(const std::string& token);
 
   // Objects are kept in their v1 form. A claim without metadata.uid gets a fresh one.
+  // Putting a claim forgets who applied its status.devices entries.
   nlohmann::json PutClaim(nlohmann::json claim);
   void RemoveClaim(const std::string& namespace_, const std::string& name);
+  // The stored claim in its v1 form (with metadata.managedFields for status applies), or null
+  // when there is none.
+  nlohmann::json Claim(const std::string& namespace_, const std::string& name) const;
+  // Pods are kept as given (core/v1); a pod without metadata.uid gets a fresh one and one without
+  // metadata.namespace goes to "default". Returns the stored pod.
+  nlohmann::json PutPod(nlohmann::json pod);
+  void RemovePod(const std::string& namespace_, const std::string& name);
   void PutNode(const std::string& name, const std::string& uid);
   std::vector<nlohmann::json> Slices() const;
   // Waits (on the store's change notifications) until `done(slices)` holds or `timeout` passes.
@@ -129,6 +161,15 @@ class FakeApiServer {
   };
 
   void InstallRoutes();
+  // Handlers for one kind of path; mu_ is held.
+  void ServePod(const httplib::Request& req, httplib::Response& res, const std::string& namespace_,
+                const std::string& name) const;
+  void ServeClaimStatus(const httplib::Request& req, httplib::Response& res,
+                        const std::string& version, const std::string& namespace_,
+                        const std::string& name);
+  // Merges an applied (already validated) status.devices list into `claim` for `manager`.
+  void MergeAppliedDevices(nlohmann::json& claim, const std::string& manager,
+                           const nlohmann::json& applied);
   // Drops gated fields and validates a ResourceSlice body; on failure answers 422 and false.
   bool Admit(nlohmann::json& body, httplib::Response& res) const;
   long long NextRv();
@@ -138,6 +179,8 @@ class FakeApiServer {
   void Emit(const std::string& type, const nlohmann::json& object);
 
   FakeApiServerOptions options_;
+  // Loaded by Start() from options_.rbac_file, before any handler runs; null: allow everything.
+  std::unique_ptr<const RbacAuthorizer> rbac_;
   std::unique_ptr<httplib::Server> server_;
   int listen_fd_ = -1;  // the server's listening socket, captured to raise its backlog
   std::thread thread_;
@@ -151,6 +194,9 @@ class FakeApiServer {
   std::map<std::string, nlohmann::json> claims_;  // "ns/name"
   std::map<std::string, nlohmann::json> slices_;  // name
   std::map<std::string, nlohmann::json> nodes_;   // name
+  std::map<std::string, nlohmann::json> pods_;    // "ns/name"
+  // Which status.devices entries (by key) each field manager applied: "ns/name" -> manager -> keys.
+  std::map<std::string, std::map<std::string, std::set<std::string>>> device_owners_;
   std::deque<Event> slice_events_;
   std::vector<Fault> faults_;
   FaultMix mix_;

@@ -85,6 +85,23 @@ TEST_F(ApiClientTest, SendsBearerTokenAndJsonHeaders) {
   EXPECT_EQ(transport_.sent[0].headers.at("Accept"), "application/json");
 }
 
+TEST_F(ApiClientTest, SendsBodiesAsJsonOrWithTheGivenContentType) {
+  transport_.Respond(201, "{}");
+  transport_.Respond(200, "{}");
+  auto client = Client();
+  const nlohmann::json body = {{"kind", "ResourceClaim"}};
+  ASSERT_TRUE(client.Create("/apis/x", body).ok());
+  auto applied = client.Call("PATCH", "/apis/x/status?fieldManager=m", &body, Deadline(),
+                             kApplyPatchContentType);
+  ASSERT_TRUE(applied.ok());
+  EXPECT_EQ(applied->status, 200);
+  ASSERT_EQ(transport_.sent.size(), 2u);
+  EXPECT_EQ(transport_.sent[0].headers.at("Content-Type"), "application/json");
+  EXPECT_EQ(transport_.sent[1].method, "PATCH");
+  EXPECT_EQ(transport_.sent[1].headers.at("Content-Type"), "application/apply-patch+yaml");
+  EXPECT_EQ(nlohmann::json::parse(transport_.sent[1].body), body);
+}
+
 TEST_F(ApiClientTest, Retries429HonouringRetryAfter) {
   transport_.Respond(429, StatusJson(429, "TooManyRequests", "slow down"), {{"retry-after", "3"}});
   transport_.Respond(200, "{}");

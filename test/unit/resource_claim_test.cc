@@ -56,6 +56,54 @@ TEST(ResourceClaim, WrongTypesAreErrorsNamingTheField) {
       ParseResourceClaim(nlohmann::json::parse(R"({"metadata":{"annotations":{"a":1}}})")).ok());
 }
 
+TEST(ResourceClaim, ParsesReservedFor) {
+  auto claim = ParseResourceClaim(nlohmann::json::parse(R"({
+    "metadata": {"namespace": "vms", "name": "c", "uid": "u"},
+    "status": {"reservedFor": [
+      {"resource": "pods", "name": "virt-launcher-vm1-x7k2p", "uid": "pod-uid-1"},
+      {"apiGroup": "", "resource": "pods", "name": "p2", "uid": "pod-uid-2"},
+      {"apiGroup": "batch.example.com", "resource": "jobs", "name": "j", "uid": "job-uid"}]}
+  })"));
+  ASSERT_TRUE(claim.ok()) << claim.error().message;
+  EXPECT_FALSE(claim->allocation.has_value());
+  ASSERT_EQ(claim->reserved_for.size(), 3u);
+  EXPECT_EQ(claim->reserved_for[0].name, "virt-launcher-vm1-x7k2p");
+  EXPECT_EQ(claim->reserved_for[0].uid, "pod-uid-1");
+  EXPECT_TRUE(claim->reserved_for[0].IsPod());
+  EXPECT_TRUE(claim->reserved_for[1].IsPod());
+  EXPECT_EQ(claim->reserved_for[2].api_group, "batch.example.com");
+  EXPECT_FALSE(claim->reserved_for[2].IsPod());
+
+  auto unreserved = ParseResourceClaim(
+      nlohmann::json::parse(R"({"metadata": {"name": "c"}, "status": {"reservedFor": null}})"));
+  ASSERT_TRUE(unreserved.ok());
+  EXPECT_TRUE(unreserved->reserved_for.empty());
+}
+
+TEST(ResourceClaim, MalformedReservedForIsAnErrorNamingTheField) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"reservedFor": {"name": "p"}})", "status.reservedFor must be a list"},
+      {R"({"reservedFor": ["p"]})", "status.reservedFor[0] must be an object"},
+      {R"({"reservedFor": [{"resource": "pods", "name": "p", "uid": 5}]})",
+       "status.reservedFor[0].uid must be a string"},
+      {R"({"reservedFor": [{"resource": "pods", "name": "p", "uid": "u"},
+                           {"apiGroup": 1, "resource": "pods", "name": "q", "uid": "v"}]})",
+       "status.reservedFor[1].apiGroup must be a string"},
+      {R"({"reservedFor": [{"resource": "pods", "uid": "u"}]})",
+       "status.reservedFor[0].name is required"},
+      {R"({"reservedFor": [{"name": "p", "uid": "u"}]})",
+       "status.reservedFor[0].resource is required"},
+  };
+  for (const auto& [status, expected] : cases) {
+    auto json = nlohmann::json::parse(R"({"metadata": {"name": "c"}})");
+    json["status"] = nlohmann::json::parse(status);
+    auto claim = ParseResourceClaim(json);
+    ASSERT_FALSE(claim.ok()) << status;
+    EXPECT_EQ(claim.error().kind, ErrorKind::kInvalidArgument);
+    EXPECT_NE(claim.error().message.find(expected), std::string::npos) << claim.error().message;
+  }
+}
+
 TEST(ResourceClaim, BaseRequestNameStripsSubrequest) {
   EXPECT_EQ(BaseRequestName("gpu/large"), "gpu");
   EXPECT_EQ(BaseRequestName("gpu"), "gpu");

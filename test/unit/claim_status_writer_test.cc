@@ -1,0 +1,312 @@
+#include "kube/claim_status_writer.h"
+
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <regex>
+
+#include "unit/fake_clock.h"
+
+namespace vfio_dra::kube {
+namespace {
+
+using nlohmann::json;
+using std::chrono::system_clock;
+
+// 2026-11-25T10:00:00Z.
+system_clock::time_point Nov25() {
+  return std::chrono::sys_days(std::chrono::year(2026) / std::chrono::November / 25) +
+         std::chrono::hours(10);
+}
+
+ClaimStatusTarget Target(const std::string& api_version = "resource.k8s.io/v1") {
+  return {api_version, "vms", "sriov-claim", "claim-uid-1"};
+}
+
+AllocatedDeviceStatus ReadyVf(const std::string& mac = "de:ad:00:00:be:ef") {
+  AllocatedDeviceStatus device;
+  device.driver = "vfio.dra.io";
+  device.pool = "node1";
+  device.device = "vf-0000-3b-02-1";
+  device.conditions.push_back({"Ready", "True", "VfConfigured", "MAC set", 3, ""});
+  device.network_data = NetworkDeviceData{"", {}, mac};
+  return device;
+}
+
+TEST(ClaimStatusApplyBody, HasTheApplyShape) {
+  AllocatedDeviceStatus full = ReadyVf();
+  full.share_id = "7c1d8f8e-6a51-4b43-9a27-3f7f0c4b5a11";
+  full.conditions.push_back({"Healthy", "Unknown", "NotChecked", "", 3, "2026-01-01T00:00:00Z"});
+  full.data = json{{"vlan", 100}};
+  full.network_data = NetworkDeviceData{"eth1", {"10.0.0.5/24"}, "de:ad:00:00:be:ef"};
+  AllocatedDeviceStatus bare;
+  bare.driver = "vfio.dra.io";
+  bare.pool = "node1";
+  bare.device = "gpu-0000-65-00-0";
+  bare.network_data = NetworkDeviceData{};  // all empty: left out
+
+  const json body = ClaimStatusApplyBody(Target("resource.k8s.io/v1beta1"), {full, bare}, Nov25());
+  const json expected = json::parse(R"({
+    "apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceClaim",
+    "metadata": {"name": "sriov-claim", "namespace": "vms", "uid": "claim-uid-1"},
+    "status": {"devices": [
+      {"driver": "vfio.dra.io", "pool": "node1", "device": "vf-0000-3b-02-1",
+       "shareID": "7c1d8f8e-6a51-4b43-9a27-3f7f0c4b5a11",
+       "conditions": [
+         {"type": "Ready", "status": "True", "reason": "VfConfigured", "message": "MAC set",
+          "observedGeneration": 3, "lastTransitionTime": "2026-11-25T10:00:00Z"},
+         {"type": "Healthy", "status": "Unknown", "reason": "NotChecked", "message": "",
+          "observedGeneration": 3, "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+       "data": {"vlan": 100},
+       "networkData": {"interfaceName": "eth1", "ips": ["10.0.0.5/24"],
+                       "hardwareAddress": "de:ad:00:00:be:ef"}},
+      {"driver": "vfio.dra.io", "pool": "node1", "device": "gpu-0000-65-00-0"}]}
+  })");
+  EXPECT_EQ(body, expected) << body.dump(2);
+}
+
+TEST(ClaimStatusApplyBody, DefaultsToV1AndTheCurrentTime) {
+  ClaimStatusTarget target = Target("");
+  const json body = ClaimStatusApplyBody(target, {ReadyVf()});
+  EXPECT_EQ(body["apiVersion"], "resource.k8s.io/v1");
+  EXPECT_EQ(body["status"]["devices"][0]["networkData"],
+            json({{"hardwareAddress", "de:ad:00:00:be:ef"}}));
+  const std::string time = body["status"]["devices"][0]["conditions"][0]["lastTransitionTime"];
+  EXPECT_TRUE(std::regex_match(time, std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)"))) << time;
+  EXPECT_GE(time, FormatRfc3339(system_clock::now() - std::chrono::minutes(1)));
+}
+
+TEST(ClaimStatusApplyBody, EmptySetIsAnEmptyList) {
+  // An apply of no entries must still name status.devices, or the server would keep ours.
+  const json body = ClaimStatusApplyBody(Target(), {}, Nov25());
+  EXPECT_EQ(body["status"], json({{"devices", json::array()}}));
+}
+
+TEST(ClaimStatusApplyBody, FormatsUtcRfc3339) {
+  EXPECT_EQ(FormatRfc3339(Nov25()), "2026-11-25T10:00:00Z");
+  EXPECT_EQ(FormatRfc3339(Nov25() + std::chrono::milliseconds(999)), "2026-11-25T10:00:00Z");
+}
+
+TEST(ClaimStatusPath, UsesTheClaimsApiVersion) {
+  EXPECT_EQ(ClaimStatusPath(Target("resource.k8s.io/v1beta1")).value(),
+            "/apis/resource.k8s.io/v1beta1/namespaces/vms/resourceclaims/sriov-claim/status");
+  EXPECT_EQ(ClaimStatusPath(Target("")).value(),
+            "/apis/resource.k8s.io/v1/namespaces/vms/resourceclaims/sriov-claim/status");
+  for (const char* bad : {"v1", "apps/v1", "resource.k8s.io/", "resource.k8s.io/v1/x"}) {
+    auto path = ClaimStatusPath(Target(bad));
+    ASSERT_FALSE(path.ok()) << bad;
+    EXPECT_NE(path.error().message.find("ResourceClaim vms/sriov-claim"), std::string::npos);
+  }
+  ClaimStatusTarget unnamed = Target();
+  unnamed.name.clear();
+  EXPECT_FALSE(ClaimStatusPath(unnamed).ok());
+}
+
+void ExpectInvalid(const AllocatedDeviceStatus& device, const std::string& text) {
+  Status status = ValidateAllocatedDeviceStatuses({device});
+  ASSERT_FALSE(status.ok()) << text;
+  EXPECT_EQ(status.error().kind, ErrorKind::kInvalidArgument);
+  EXPECT_NE(status.error().message.find(text), std::string::npos) << status.error().message;
+  EXPECT_NE(status.error().message.find("vfio.dra.io/node1/vf-0000-3b-02-1"), std::string::npos)
+      << status.error().message;
+}
+
+TEST(ValidateAllocatedDeviceStatuses, EnforcesTheServersLimits) {
+  EXPECT_TRUE(ValidateAllocatedDeviceStatuses({ReadyVf()}).ok());
+
+  AllocatedDeviceStatus many = ReadyVf();
+  many.conditions.clear();
+  for (int i = 0; i < 9; ++i) {
+    many.conditions.push_back({"C" + std::to_string(i), "True", "R", "", 0, ""});
+  }
+  ExpectInvalid(many, "9 conditions, the API server accepts at most 8");
+  many.conditions.pop_back();
+  EXPECT_TRUE(ValidateAllocatedDeviceStatuses({many}).ok());
+
+  AllocatedDeviceStatus device = ReadyVf();
+  device.conditions[0].status = "Yes";
+  ExpectInvalid(device, "status \"Yes\" is not True, False or Unknown");
+  device = ReadyVf();
+  device.conditions[0].reason = "vf configured";
+  ExpectInvalid(device, "reason \"vf configured\"");
+  device.conditions[0].reason = "";
+  ExpectInvalid(device, "reason \"\"");
+  device = ReadyVf();
+  device.conditions.push_back(device.conditions[0]);
+  ExpectInvalid(device, "condition Ready: type is listed twice");
+
+  device = ReadyVf();
+  device.data = json::array({1});
+  ExpectInvalid(device, "data must be a JSON object");
+  device.data = json{{"blob", std::string(size_t{10} * 1024, 'x')}};
+  ExpectInvalid(device, "data is larger than 10 KiB");
+
+  device = ReadyVf(std::string(129, 'a'));
+  ExpectInvalid(device, "networkData.hardwareAddress is longer than 128 bytes");
+  EXPECT_TRUE(ValidateAllocatedDeviceStatuses({ReadyVf(std::string(128, 'a'))}).ok());
+  device = ReadyVf();
+  device.network_data->interface_name = std::string(257, 'i');
+  ExpectInvalid(device, "networkData.interfaceName is longer than 256 bytes");
+  device = ReadyVf();
+  for (int i = 0; i < 17; ++i) {
+    device.network_data->ips.push_back("10.0.0." + std::to_string(i) + "/24");
+  }
+  ExpectInvalid(device, "networkData.ips has 17 entries, at most 16");
+  device = ReadyVf();
+  device.network_data->ips = {"10.0.0.1/24", "10.0.0.1/24"};
+  ExpectInvalid(device, "networkData.ips lists 10.0.0.1/24 twice");
+
+  device = ReadyVf();
+  device.pool.clear();
+  EXPECT_FALSE(ValidateAllocatedDeviceStatuses({device}).ok());
+  Status twice = ValidateAllocatedDeviceStatuses({ReadyVf(), ReadyVf()});
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.error().message.find("is listed twice"), std::string::npos);
+  AllocatedDeviceStatus shared = ReadyVf();
+  shared.share_id = "a";
+  EXPECT_TRUE(ValidateAllocatedDeviceStatuses({ReadyVf(), shared}).ok());  // another key
+}
+
+// Answers from a script and records what it was sent.
+class ScriptedTransport final : public HttpTransport {
+ public:
+  void Respond(int status, std::string body) { script_.push_back({status, {}, std::move(body)}); }
+  Result<HttpResponse> Send(const HttpRequest& request) override {
+    sent.push_back(request);
+    if (script_.empty()) return MakeError(ErrorKind::kInternal, "script exhausted");
+    HttpResponse next = script_.front();
+    script_.pop_front();
+    return next;
+  }
+  Result<HttpResponse> Stream(const HttpRequest& request, const BodyChunkHandler&,
+                              std::stop_token) override {
+    return Send(request);
+  }
+  std::vector<HttpRequest> sent;
+
+ private:
+  std::deque<HttpResponse> script_;
+};
+
+std::string StatusJson(int code, const std::string& reason, const std::string& message,
+                       const std::string& details_kind = "") {
+  json status = {{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Failure"},
+                 {"code", code},     {"reason", reason},   {"message", message}};
+  if (!details_kind.empty()) status["details"] = {{"kind", details_kind}, {"name", "sriov-claim"}};
+  return status.dump();
+}
+
+class ApiClaimStatusWriterTest : public ::testing::Test {
+ protected:
+  ApiClaimStatusWriterTest() {
+    ApiClientOptions options;
+    options.qps = 0;
+    options.max_retries = 0;
+    client_ = std::make_unique<ApiClient>(transport_, tokens_, clock_, Logger::Discard(), options);
+    writer_ = std::make_unique<ApiClaimStatusWriter>(*client_, "vfio.dra.io");
+  }
+  Status Apply(const std::vector<AllocatedDeviceStatus>& devices,
+               const ClaimStatusTarget& target = Target()) {
+    return writer_->Apply(target, devices, Deadline());
+  }
+
+  testing::FakeClock clock_;
+  TokenSource tokens_{"", "", clock_};
+  ScriptedTransport transport_;
+  std::unique_ptr<ApiClient> client_;
+  std::unique_ptr<ApiClaimStatusWriter> writer_;
+};
+
+TEST_F(ApiClaimStatusWriterTest, SendsAForcedApplyOfTheStatusSubresource) {
+  transport_.Respond(200, R"({"kind": "ResourceClaim"})");
+  Status status = Apply({ReadyVf()}, Target("resource.k8s.io/v1beta2"));
+  ASSERT_TRUE(status.ok()) << status.error().message;
+  ASSERT_EQ(transport_.sent.size(), 1u);
+  const HttpRequest& request = transport_.sent[0];
+  EXPECT_EQ(request.method, "PATCH");
+  EXPECT_EQ(request.path_and_query,
+            "/apis/resource.k8s.io/v1beta2/namespaces/vms/resourceclaims/sriov-claim/status"
+            "?fieldManager=vfio.dra.io&force=true");
+  EXPECT_EQ(request.headers.at("Content-Type"), "application/apply-patch+yaml");
+  const json body = json::parse(request.body);
+  EXPECT_EQ(body["apiVersion"], "resource.k8s.io/v1beta2");
+  EXPECT_EQ(body["metadata"]["uid"], "claim-uid-1");
+  EXPECT_EQ(body["status"]["devices"][0]["networkData"]["hardwareAddress"], "de:ad:00:00:be:ef");
+}
+
+TEST_F(ApiClaimStatusWriterTest, RefusesWhatItMustNotSend) {
+  AllocatedDeviceStatus other = ReadyVf();
+  other.driver = "sriov.example.com";
+  Status status = Apply({other});
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.error().kind, ErrorKind::kInvalidArgument);
+  EXPECT_NE(status.error().message.find("is not of driver vfio.dra.io"), std::string::npos);
+
+  ClaimStatusTarget no_uid = Target();
+  no_uid.uid.clear();
+  status = Apply({ReadyVf()}, no_uid);
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.error().message.find("uid is unknown"), std::string::npos);
+
+  status = Apply({ReadyVf(std::string(200, 'a'))});
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.error().message.find("cannot write status.devices of ResourceClaim vms/"),
+            std::string::npos);
+  EXPECT_TRUE(transport_.sent.empty());
+}
+
+TEST_F(ApiClaimStatusWriterTest, GoneOrReplacedClaimIsNotFound) {
+  transport_.Respond(
+      404, StatusJson(404, "NotFound", "resourceclaims.resource.k8s.io \"sriov-claim\" not found",
+                      "resourceclaims"));
+  Status gone = Apply({ReadyVf()});
+  ASSERT_FALSE(gone.ok());
+  EXPECT_EQ(gone.error().kind, ErrorKind::kNotFound);
+  EXPECT_NE(gone.error().message.find("no longer exists"), std::string::npos);
+
+  transport_.Respond(409, StatusJson(409, "Conflict",
+                                     "Operation cannot be fulfilled on resourceclaims: "
+                                     "Precondition failed: UID in precondition: claim-uid-1"));
+  Status replaced = Apply({ReadyVf()});
+  ASSERT_FALSE(replaced.ok());
+  EXPECT_EQ(replaced.error().kind, ErrorKind::kNotFound);
+  EXPECT_NE(replaced.error().message.find("was replaced (its uid is no longer claim-uid-1)"),
+            std::string::npos)
+      << replaced.error().message;
+
+  transport_.Respond(404, "404 page not found\n");
+  Status unserved = Apply({ReadyVf()});
+  ASSERT_FALSE(unserved.ok());
+  EXPECT_EQ(unserved.error().kind, ErrorKind::kFailedPrecondition);
+  EXPECT_NE(unserved.error().message.find("does not serve"), std::string::npos);
+}
+
+TEST_F(ApiClaimStatusWriterTest, CarriesTheServersMessage) {
+  transport_.Respond(403, StatusJson(403, "Forbidden",
+                                     "resourceclaims.resource.k8s.io \"sriov-claim\" is "
+                                     "forbidden: cannot patch resource \"resourceclaims/status\""));
+  Status forbidden = Apply({ReadyVf()});
+  ASSERT_FALSE(forbidden.ok());
+  EXPECT_EQ(forbidden.error().kind, ErrorKind::kPermissionDenied);
+  EXPECT_NE(forbidden.error().message.find("cannot patch resource \"resourceclaims/status\""),
+            std::string::npos);
+  EXPECT_NE(forbidden.error().message.find("needs patch on resourceclaims/status"),
+            std::string::npos)
+      << forbidden.error().message;
+
+  transport_.Respond(422, StatusJson(422, "Invalid",
+                                     "ResourceClaim.resource.k8s.io \"sriov-claim\" is invalid: "
+                                     "status.devices[0]: must be an allocated device"));
+  Status invalid = Apply({ReadyVf()});
+  ASSERT_FALSE(invalid.ok());
+  EXPECT_EQ(invalid.error().kind, ErrorKind::kInvalidArgument);
+  EXPECT_NE(invalid.error().message.find("must be an allocated device"), std::string::npos);
+
+  transport_.Respond(500, "<html>proxy error</html>");  // not JSON: carried, never a crash
+  Status broken = Apply({ReadyVf()});
+  ASSERT_FALSE(broken.ok());
+  EXPECT_NE(broken.error().message.find("proxy error"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace vfio_dra::kube
