@@ -26,6 +26,8 @@ RUN apt-get update \
       libcurl4 \
       libfmt9 \
       libgrpc++1.51 \
+      libnl-3-200 \
+      libnl-route-3-200 \
       libpci3 \
       libprotobuf32 \
       libspdlog1.10 \

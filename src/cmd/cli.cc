@@ -58,6 +58,14 @@ void AddServeFlags(CLI::App& serve, ServeOptions& o) {
       ->capture_default_str();
   serve.add_option("--claim-api-burst", o.claim_api_burst, "burst for ResourceClaim reads")
       ->capture_default_str();
+  serve.add_option("--host-netns", o.host_netns,
+                   "network namespace (a path like /proc/1/ns/net) in which SR-IOV PFs are "
+                   "configured; default: the plugin's own");
+  serve
+      .add_option("--simulated-vf-network-dir", o.simulated_vf_network_dir,
+                  "for tests with a simulated sysfs tree: keep VF network settings in files here "
+                  "instead of setting them with rtnetlink")
+      ->group("");  // not for production; hidden from --help
   serve
       .add_option("--metrics-address", o.metrics_address,
                   "host:port (or :port) for /metrics, /healthz and /livez; empty: none")

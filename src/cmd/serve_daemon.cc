@@ -64,6 +64,9 @@ Status ServeDaemon::BuildApiClients() {
   claim_api_.emplace(*transport_, *tokens_, RealClock(), root_.WithComponent("kube"),
                      claim_options);
   claim_reader_.emplace(*claim_api_);
+  // Pod reads and claim status writes sit on the same path as claim reads (a pod start).
+  pod_reader_.emplace(*claim_api_);
+  claim_status_.emplace(*claim_api_, options_.driver_name);
   claims_.emplace(*claim_reader_);
   log_.Info("Kubernetes API client ready",
             {{"server", client_config_->server}, {"source", client_config_->source}});
@@ -89,6 +92,13 @@ Status ServeDaemon::BuildPreparation() {
   preparer_options.unbind_timeout = std::chrono::seconds(options_.unbind_timeout_seconds);
   preparer_options.before_step = environment_.before_prepare_step;
   preparer_options.vfio_drivers = vfio_drivers_;
+  preparer_options.vf_network =
+      options_.simulated_vf_network_dir.empty()
+          ? std::shared_ptr<vfio::VfNetwork>(vfio::MakeNetlinkVfNetwork(options_.host_netns))
+          : std::shared_ptr<vfio::VfNetwork>(
+                vfio::MakeFileVfNetwork(options_.simulated_vf_network_dir));
+  preparer_options.pods = pod_reader_ ? &*pod_reader_ : nullptr;
+  preparer_options.claim_status = claim_status_ ? &*claim_status_ : nullptr;
   auto preparer = prepare::VfioDevicePreparer::Open(preparer_options, *sysfs_, *sysfs_writer_,
                                                     published_, root_.WithComponent("prepare"));
   if (!preparer.ok()) return preparer.error().Wrap("cannot start device preparation");

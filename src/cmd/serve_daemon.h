@@ -20,8 +20,10 @@
 #include "discovery/pci_names.h"
 #include "kube/api_client.h"
 #include "kube/claim_reader.h"
+#include "kube/claim_status_writer.h"
 #include "kube/client_config.h"
 #include "kube/curl_transport.h"
+#include "kube/pod.h"
 #include "kube/token_source.h"
 #include "kubeletplugin/dra_grpc_service.h"
 #include "kubeletplugin/health_grpc_service.h"
@@ -78,6 +80,8 @@ class ServeDaemon {
   std::optional<kube::ApiClient> api_;
   std::optional<kube::ApiClient> claim_api_;
   std::optional<kube::ResourceClaimReader> claim_reader_;
+  std::optional<kube::ApiPodReader> pod_reader_;
+  std::optional<kube::ApiClaimStatusWriter> claim_status_;
   std::optional<kubeletplugin::ApiClaimSource> claims_;
   // Device preparation.
   kubeletplugin::SocketLayout layout_;

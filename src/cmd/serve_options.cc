@@ -61,6 +61,16 @@ Status FinalizeServeOptions(ServeOptions& options) {
         {"--cdi-dir", &options.cdi_dir}}) {
     if (Status s = CheckAbsolutePath(flag, *value); !s.ok()) return s;
   }
+  if (!options.host_netns.empty()) {
+    if (Status s = CheckAbsolutePath("--host-netns", options.host_netns); !s.ok()) return s;
+  }
+  if (!options.simulated_vf_network_dir.empty()) {
+    if (Status s =
+            CheckAbsolutePath("--simulated-vf-network-dir", options.simulated_vf_network_dir);
+        !s.ok()) {
+      return s;
+    }
+  }
   if (options.kube_api_qps < 0) return FlagError("--kube-api-qps", "must not be negative");
   if (options.kube_api_burst < 1) return FlagError("--kube-api-burst", "must be at least 1");
   if (options.claim_api_qps < 0) return FlagError("--claim-api-qps", "must not be negative");

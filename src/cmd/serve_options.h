@@ -35,6 +35,12 @@ struct ServeOptions {
   // How often the device health stream re-sends the full list (the kubelet's timeout is 30 s).
   int health_interval_seconds = 5;
   std::string metrics_address = ":8080";  // empty: no metrics and health endpoint
+  // The network namespace whose netdevs SR-IOV VFs are configured through; empty: the process's
+  // own. The DaemonSet uses /proc/1/ns/net (hostPID): the host's, without hostNetwork.
+  std::string host_netns;
+  // Tests with a simulated sysfs tree: VF network settings live in files here instead of the
+  // kernel (see vfio/vf_network.h). Empty: rtnetlink.
+  std::string simulated_vf_network_dir;
 };
 
 // Fills defaults that depend on other options (plugin data dir) and validates every value.

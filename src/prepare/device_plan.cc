@@ -17,6 +17,8 @@ using slicepublisher::PublishedDeviceView;
 // Right after a restart the first publish follows within milliseconds when the API server is
 // up (the claim was just read from it); waiting that long after startup spares the pod a retry.
 constexpr std::chrono::seconds kWaitForFirstPublish{5};
+// PCI base class 0x02: network controllers (Ethernet, InfiniBand, ...).
+constexpr uint32_t kNetworkClass = 0x02;
 
 Error Mismatch(const std::string& device, const std::string& what) {
   return MakeError(ErrorKind::kFailedPrecondition,
@@ -138,17 +140,24 @@ Result<PlannedDevice> PlanPci(PlannedDevice planned, const PublishedDeviceView& 
                      "device " + name + " (PCI " + *address + ") has " + std::to_string(instances) +
                          " mediated devices; the whole GPU cannot be handed out while they exist");
   }
-  if (planned.config.mac_address && !fn->sriov_vf) {
-    return MakeError(
-        ErrorKind::kInvalidArgument,
-        "VfioConfig.macAddress applies only to SR-IOV VFs, and device " + name + " is not one");
+  if (fn->sriov_vf && fn->BaseClass() == kNetworkClass) {
+    // The VF's number as published, re-checked: the PF's virtfn<N> link must still name it.
+    const auto index =
+        slicepublisher::IntAttribute(planned.published, slicepublisher::attribute::kVfIndex);
+    const std::string link =
+        "bus/pci/devices/" + fn->sriov_vf->pf + "/virtfn" + std::to_string(index.value_or(-1));
+    auto target = context.sysfs.LinkBaseName(link);
+    if (!index || !target.ok() || *target != *address) {
+      return Mismatch(name, "PCI " + *address + " is no longer VF " +
+                                std::to_string(index.value_or(-1)) + " of " + fn->sriov_vf->pf);
+    }
+    planned.vf_link = vfio::VfLink{fn->sriov_vf->pf, static_cast<int>(*index)};
   }
-  if (planned.config.mac_address) {
-    return MakeError(ErrorKind::kUnimplemented,
-                     "device " + name +
-                         ": setting a VF MAC address (VfioConfig.macAddress) is "
-                         "not supported yet by this vfio-dra version; remove the "
-                         "field or set the MAC on the PF before allocation");
+  if (!planned.config.network.Empty() && !planned.vf_link) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "VfioConfig " + planned.config.network.Display() +
+                         " applies only to SR-IOV VFs of network adapters, and device " + name +
+                         " (PCI " + *address + ") is not one");
   }
   auto vfio_driver = ChooseVfioDriver(context, *fn);
   if (!vfio_driver.ok()) return vfio_driver.error().Wrap("device " + name);
@@ -174,9 +183,10 @@ Result<PlannedDevice> PlanMdev(PlannedDevice planned, const PublishedDeviceView&
     return MakeError(ErrorKind::kInternal,
                      "published device " + name + " lacks mdevUUID, mdevType or mdevParent");
   }
-  if (planned.config.mac_address) {
+  if (!planned.config.network.Empty()) {
     return MakeError(ErrorKind::kInvalidArgument,
-                     "VfioConfig.macAddress applies only to SR-IOV VFs, and device " + name +
+                     "VfioConfig " + planned.config.network.Display() +
+                         " applies only to SR-IOV VFs of network adapters, and device " + name +
                          " is a mediated device");
   }
   planned.kind = PlannedKind::kMdev;
@@ -278,6 +288,8 @@ RecordedDevice RecordOf(const PlannedDevice& device) {
   out.mdev_created_by_driver = device.mdev_created_by_driver;
   out.iommu_interface = IommuInterfaceName(device.config.iommu);
   out.attributes = device.attributes;
+  out.vf_link = device.vf_link;
+  out.network = device.config.network;
   return out;
 }
 
@@ -319,6 +331,8 @@ Result<std::vector<PlannedDevice>> PlanFromRecord(
     planned.mdev = d.mdev;
     planned.mdev_created_by_driver = d.mdev_created_by_driver;
     planned.attributes = d.attributes;
+    planned.vf_link = d.vf_link;
+    planned.config.network = d.network;
     bool known = false;
     for (IommuInterface iommu :
          {IommuInterface::kLegacy, IommuInterface::kIommufd, IommuInterface::kBoth}) {

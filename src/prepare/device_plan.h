@@ -21,6 +21,7 @@
 #include "slicepublisher/published_devices.h"
 #include "sysfs/sysfs_reader.h"
 #include "vfio/mdev_lifecycle.h"
+#include "vfio/vf_network.h"
 
 namespace vfio_dra::prepare {
 
@@ -37,6 +38,9 @@ struct PlannedDevice {
   vfio::MdevIdentity mdev;              // mdev
   bool mdev_created_by_driver = false;  // mdev: one of the UUIDs vfio-dra creates
   VfioConfig config;
+  // PCI: an SR-IOV VF of a network adapter, as its PF knows it. config.network is set on it before
+  // binding (with the MAC the pod's KubeVirt annotation asks for, when it asks).
+  std::optional<vfio::VfLink> vf_link;
   // The published attributes, as the KubeVirt metadata file carries them.
   std::map<std::string, nlohmann::json> attributes;
 };

@@ -93,6 +93,52 @@ MdevRecord MdevFromJson(const json& m) {
                     m.at("uuid").get<std::string>(), m.at("createdByUs").get<bool>()};
 }
 
+// Only the fields that are set: an absent field is one the driver did not report (previous) or
+// prepare does not change (applied).
+json SettingsJson(const vfio::VfNetSettings& settings) {
+  json out = json::object();
+  if (settings.mac) out["mac"] = *settings.mac;
+  if (settings.vlan) out["vlan"] = *settings.vlan;
+  if (settings.qos) out["qos"] = *settings.qos;
+  if (settings.spoof_check) out["spoofChk"] = *settings.spoof_check;
+  if (settings.trust) out["trust"] = *settings.trust;
+  return out;
+}
+
+vfio::VfNetSettings SettingsFromJson(const json& j) {
+  vfio::VfNetSettings out;
+  if (auto it = j.find("mac"); it != j.end()) out.mac = it->get<std::string>();
+  if (auto it = j.find("vlan"); it != j.end()) out.vlan = it->get<int>();
+  if (auto it = j.find("qos"); it != j.end()) out.qos = it->get<int>();
+  if (auto it = j.find("spoofChk"); it != j.end()) out.spoof_check = it->get<bool>();
+  if (auto it = j.find("trust"); it != j.end()) out.trust = it->get<bool>();
+  return out;
+}
+
+json LinkJson(const vfio::VfLink& link) {
+  return {{"pfDevice", link.pf_device}, {"vfIndex", link.vf_index}};
+}
+
+vfio::VfLink LinkFromJson(const json& j) {
+  return {j.at("pfDevice").get<std::string>(), j.at("vfIndex").get<int>()};
+}
+
+json VfNetworksJson(const std::vector<VfNetworkRecord>& records) {
+  json out = json::array();
+  for (const VfNetworkRecord& r : records) {
+    out.push_back({{"address", r.address},
+                   {"link", LinkJson(r.link)},
+                   {"previous", SettingsJson(r.previous)},
+                   {"applied", SettingsJson(r.applied)}});
+  }
+  return out;
+}
+
+VfNetworkRecord VfNetworkFromJson(const json& j) {
+  return {j.at("address").get<std::string>(), LinkFromJson(j.at("link")),
+          SettingsFromJson(j.at("previous")), SettingsFromJson(j.at("applied"))};
+}
+
 json DeviceJson(const RecordedDevice& d) {
   json out = {{"request", d.request},
               {"pool", d.pool},
@@ -109,6 +155,10 @@ json DeviceJson(const RecordedDevice& d) {
     out["address"] = d.address;
     out["functions"] = d.functions;
     if (d.iommu_group) out["iommuGroup"] = *d.iommu_group;
+    if (d.vf_link) {
+      out["vfLink"] = LinkJson(*d.vf_link);
+      out["network"] = SettingsJson(d.network);
+    }
   }
   return out;
 }
@@ -136,6 +186,10 @@ RecordedDevice DeviceFromJson(const json& j) {
     d.address = j.at("address").get<std::string>();
     d.functions = j.at("functions").get<std::vector<std::string>>();
     if (auto it = j.find("iommuGroup"); it != j.end()) d.iommu_group = it->get<int>();
+    // Absent in records written before VF network settings (still version 2: the fields are
+    // optional, and an older version reading them only misses the settings it never made).
+    if (auto it = j.find("vfLink"); it != j.end()) d.vf_link = LinkFromJson(*it);
+    if (auto it = j.find("network"); it != j.end()) d.network = SettingsFromJson(*it);
   }
   return d;
 }
@@ -152,6 +206,7 @@ json RecordJson(const ClaimRecord& r) {
             {"state", StateName(r.state)},
             {"functions", FunctionsJson(r.functions)},
             {"mdevs", MdevsJson(r.mdevs)},
+            {"vfNetworks", VfNetworksJson(r.vf_networks)},
             {"cdiFiles", r.cdi_files},
             {"devices", devices},
             {"replayable", r.replayable}}}};
@@ -164,6 +219,9 @@ void ReadClaimFields(const json& j, ClaimRecord& r) {
   r.state = ParseState(j.at("state").get<std::string>());
   for (const json& f : j.at("functions")) r.functions.push_back(FunctionFromJson(f));
   for (const json& m : j.at("mdevs")) r.mdevs.push_back(MdevFromJson(m));
+  if (auto it = j.find("vfNetworks"); it != j.end()) {
+    for (const json& v : *it) r.vf_networks.push_back(VfNetworkFromJson(v));
+  }
   r.cdi_files = j.at("cdiFiles").get<std::vector<std::string>>();
 }
 

@@ -34,6 +34,7 @@
 #include "base/result.h"
 #include "discovery/node_scan.h"
 #include "vfio/mdev_lifecycle.h"
+#include "vfio/vf_network.h"
 #include "vfio/vfio_pci_binder.h"
 
 namespace vfio_dra::prepare {
@@ -95,7 +96,18 @@ struct RecordedDevice {
   std::string iommu_interface;                       // VfioConfig.iommuInterface name
   std::map<std::string, nlohmann::json> attributes;  // for the KubeVirt metadata file
   std::vector<std::string> cdi_device_ids;           // the answer (completed claims)
+  std::optional<vfio::VfLink> vf_link;               // an SR-IOV VF of a network adapter
+  vfio::VfNetSettings network;                       // what prepare sets on it
   bool operator==(const RecordedDevice&) const = default;
+};
+
+// A VF's network settings before prepare changed them, recorded before they are changed.
+struct VfNetworkRecord {
+  std::string address;  // the VF
+  vfio::VfLink link;
+  vfio::VfNetSettings previous;  // as the PF's driver reported them
+  vfio::VfNetSettings applied;   // what prepare sets: undoing it restores these fields
+  bool operator==(const VfNetworkRecord&) const = default;
 };
 
 enum class PrepareState { kPrepareStarted, kPrepareCompleted };
@@ -108,6 +120,7 @@ struct ClaimRecord {
   std::string boot_id;  // of the boot the record was last written in
   std::vector<FunctionRecord> functions;
   std::vector<MdevRecord> mdevs;
+  std::vector<VfNetworkRecord> vf_networks;
   std::vector<std::string> cdi_files;  // file names in --cdi-dir
   std::vector<RecordedDevice> devices;
   // False for records upgraded from version 1, whose devices lack the plan: preparing them again

@@ -1,7 +1,6 @@
 #include "prepare/vfio_config.h"
 
 #include <algorithm>
-#include <cctype>
 
 #include "base/text.h"
 
@@ -12,15 +11,22 @@ Error Bad(const std::string& what) {
   return MakeError(ErrorKind::kInvalidArgument, "invalid VfioConfig: " + what);
 }
 
-bool IsUnicastMac(const std::string& mac) {
-  if (mac.size() != 17) return false;
-  for (size_t i = 0; i < mac.size(); ++i) {
-    const bool colon = i % 3 == 2;
-    if (colon ? mac[i] != ':' : !std::isxdigit(static_cast<unsigned char>(mac[i]))) return false;
+Status DecodeInt(const nlohmann::json& value, const char* key, int max, std::optional<int>& out) {
+  if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > max) {
+    return Bad(std::string(key) + " " + EscapeForDisplay(value.dump(), 80) +
+               " is not an integer from 0 to " + std::to_string(max));
   }
-  const int first = std::stoi(mac.substr(0, 2), nullptr, 16);
-  if ((first & 1) != 0) return false;  // multicast
-  return mac != "00:00:00:00:00:00";
+  out = value.get<int>();
+  return Status::Ok();
+}
+
+Status DecodeBool(const nlohmann::json& value, const char* key, std::optional<bool>& out) {
+  if (!value.is_boolean()) {
+    return Bad(std::string(key) + " " + EscapeForDisplay(value.dump(), 80) +
+               " is not true or false");
+  }
+  out = value.get<bool>();
+  return Status::Ok();
 }
 
 bool Applies(const kube::DeviceAllocationConfiguration& config, const std::string& request) {
@@ -81,17 +87,25 @@ Status DecodeVfioConfig(const nlohmann::json& parameters, const std::string& dri
                    "\" is not one of legacy, iommufd, both");
       }
     } else if (key == "macAddress") {
-      if (!value.is_string() || !IsUnicastMac(value.get<std::string>())) {
+      auto mac = value.is_string() ? UnicastMac(value.get<std::string>()) : std::nullopt;
+      if (!mac) {
         return Bad("macAddress " + EscapeForDisplay(value.dump(), 80) +
                    " is not a unicast MAC address like \"02:00:00:aa:bb:cc\"");
       }
-      std::string mac = value.get<std::string>();
-      std::transform(mac.begin(), mac.end(), mac.begin(),
-                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-      config.mac_address = mac;
+      config.network.mac = *mac;
+    } else if (key == "vlan") {
+      // 4095 is reserved by 802.1Q; 0 means untagged.
+      if (Status s = DecodeInt(value, "vlan", 4094, config.network.vlan); !s.ok()) return s;
+    } else if (key == "qos") {
+      if (Status s = DecodeInt(value, "qos", 7, config.network.qos); !s.ok()) return s;
+    } else if (key == "spoofChk") {
+      if (Status s = DecodeBool(value, "spoofChk", config.network.spoof_check); !s.ok()) return s;
+    } else if (key == "trust") {
+      if (Status s = DecodeBool(value, "trust", config.network.trust); !s.ok()) return s;
     } else {
       return Bad("unknown field \"" + EscapeForDisplay(key, 80) +
-                 "\" (known: apiVersion, kind, iommuInterface, macAddress)");
+                 "\" (known: apiVersion, kind, iommuInterface, macAddress, vlan, qos, spoofChk, "
+                 "trust)");
     }
   }
   return Status::Ok();
@@ -109,7 +123,21 @@ Result<VfioConfig> ConfigForRequest(const std::vector<kube::DeviceAllocationConf
                             ")");
     }
   }
+  if (config.network.qos.value_or(0) != 0 && config.network.vlan.value_or(0) == 0) {
+    return Bad("qos " + std::to_string(*config.network.qos) +
+               " needs a vlan: the priority travels in the VLAN tag (set vlan too)")
+        .Wrap("request " + request);
+  }
   return config;
+}
+
+std::optional<std::string> UnicastMac(const std::string& text) {
+  auto mac = vfio::NormalizeMac(text);
+  if (!mac) return std::nullopt;
+  const int first = std::stoi(mac->substr(0, 2), nullptr, 16);
+  if ((first & 1) != 0) return std::nullopt;  // multicast
+  if (*mac == "00:00:00:00:00:00") return std::nullopt;
+  return mac;
 }
 
 }  // namespace vfio_dra::prepare

@@ -13,6 +13,7 @@
 
 #include "base/result.h"
 #include "kube/resource_claim.h"
+#include "vfio/vf_network.h"
 
 namespace vfio_dra::prepare {
 
@@ -24,7 +25,9 @@ enum class IommuInterface {
 
 struct VfioConfig {
   IommuInterface iommu = IommuInterface::kLegacy;
-  std::optional<std::string> mac_address;  // SR-IOV VFs: set through the PF before binding
+  // SR-IOV VFs of network PFs (macAddress, vlan, qos, spoofChk, trust): set through the PF before
+  // binding and restored after. KubeVirt's per-interface MAC (the pod annotation) overrides mac.
+  vfio::VfNetSettings network;
 };
 
 inline constexpr const char* kVfioConfigVersion = "v1alpha1";
@@ -34,10 +37,14 @@ inline constexpr const char* kVfioConfigKind = "VfioConfig";
 Status DecodeVfioConfig(const nlohmann::json& parameters, const std::string& driver,
                         VfioConfig& config);
 
-// The effective config of one allocated request ("req" or "req/sub").
+// The effective config of one allocated request ("req" or "req/sub"). A qos without a VLAN is an
+// error here, once every config has applied (a class may set the VLAN and a claim the QoS).
 Result<VfioConfig> ConfigForRequest(const std::vector<kube::DeviceAllocationConfiguration>& configs,
                                     const std::string& driver, const std::string& request);
 
 const char* IommuInterfaceName(IommuInterface iommu);
+
+// A unicast, non-zero MAC in lower case; nullopt otherwise.
+std::optional<std::string> UnicastMac(const std::string& text);
 
 }  // namespace vfio_dra::prepare

@@ -12,8 +12,6 @@
 namespace vfio_dra::prepare {
 namespace {
 
-constexpr const char* kPodClaimNameAnnotation = "resource.kubernetes.io/pod-claim-name";
-
 std::string HexId(std::string text) {
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   if (text.rfind("0x", 0) == 0) text.erase(0, 2);
@@ -88,6 +86,7 @@ VfioDevicePreparer::VfioDevicePreparer(PreparerOptions options, const sysfs::Sys
       binder_(sysfs, gate_, vfio::BinderOptions{options_.unbind_timeout, options_.dev_root}),
       mdevs_(sysfs, writer, gate_, options_.unbind_timeout),
       nodes_(sysfs, options_.dev_root),
+      vf_network_(options_.vf_network, options_.pods, log.WithComponent("vf-network")),
       cdi_(options_.cdi_dir),
       metadata_(options_.plugin_data_dir, cdi::SpecDirectory(options_.cdi_dir),
                 options_.driver_name),
@@ -206,6 +205,7 @@ Status VfioDevicePreparer::RecordStart(const kube::ResourceClaim& claim,
       changed = true;
     }
   }
+  if (Status s = vf_network_.Record(plan, record, changed); !s.ok()) return s;
   std::vector<std::string> files{SpecFileName(claim.uid)};
   for (const PlannedDevice& device : plan) {
     const std::string request = kube::BaseRequestName(device.result.request);
@@ -352,6 +352,7 @@ Result<cdi::Device> VfioDevicePreparer::CdiDevice(const std::string& claim_uid,
 
 Status VfioDevicePreparer::WriteMetadata(const kube::ResourceClaim& claim,
                                          const std::vector<PlannedDevice>& plan,
+                                         const std::map<std::string, std::string>& macs,
                                          std::vector<PreparedDevice>& answer) {
   std::vector<std::string> requests;
   for (const PlannedDevice& device : plan) {
@@ -365,13 +366,17 @@ Status VfioDevicePreparer::WriteMetadata(const kube::ResourceClaim& claim,
     metadata.claim_uid = claim.uid;
     metadata.request = request;
     metadata.generation = claim.generation;
-    if (auto it = claim.annotations.find(kPodClaimNameAnnotation); it != claim.annotations.end()) {
+    if (auto it = claim.annotations.find(kube::kPodClaimNameAnnotation);
+        it != claim.annotations.end()) {
       metadata.pod_claim_name = it->second;
     }
     for (const PlannedDevice& device : plan) {
       if (kube::BaseRequestName(device.result.request) != request) continue;
       cdi::MetadataDevice entry{options_.driver_name, device.result.pool, device.result.device,
                                 device.attributes};
+      if (auto mac = macs.find(device.result.device); mac != macs.end()) {
+        entry.attributes[slicepublisher::attribute::kMacAddress] = {{"string", mac->second}};
+      }
       metadata.devices.push_back(std::move(entry));
     }
     Step("metadata:write:" + request);
@@ -387,35 +392,67 @@ Status VfioDevicePreparer::WriteMetadata(const kube::ResourceClaim& claim,
   return Status::Ok();
 }
 
-Result<std::vector<PreparedDevice>> VfioDevicePreparer::Apply(const kube::ResourceClaim& claim,
-                                                              std::vector<PlannedDevice>& plan,
-                                                              Deadline deadline) {
+Status VfioDevicePreparer::ApplyDevice(const PlannedDevice& device,
+                                       std::map<std::string, std::string>& macs,
+                                       Deadline deadline) {
   const auto out_of_time = [](const std::string& what) {
     return MakeError(ErrorKind::kDeadlineExceeded,
                      "stopped before " + what +
                          ": the kubelet's deadline for this call is reached; its retry continues "
                          "from here");
   };
-  for (PlannedDevice& device : plan) {
-    if (device.kind == PlannedKind::kPci) {
-      for (const std::string& address : device.functions) {
-        if (deadline.Expired()) return out_of_time("binding " + address);
-        Step("bind:" + address);
-        if (Status s = Timed("bind",
-                             [&] {
-                               return binder_.BindToVfio(address, VfioDriverOf(device, address),
-                                                         deadline);
-                             });
-            !s.ok()) {
-          return s.error().Wrap("device " + device.result.device);
-        }
-      }
-    } else if (device.mdev_created_by_driver) {
-      if (deadline.Expired()) return out_of_time("creating mdev " + device.mdev.uuid);
-      Step("mdev-create:" + device.mdev.uuid);
-      auto created = Timed("mdev_create", [&] { return mdevs_.Create(device.mdev); });
-      if (!created.ok()) return created.error().Wrap("device " + device.result.device);
+  if (device.kind == PlannedKind::kMdev) {
+    if (!device.mdev_created_by_driver) return Status::Ok();
+    if (deadline.Expired()) return out_of_time("creating mdev " + device.mdev.uuid);
+    Step("mdev-create:" + device.mdev.uuid);
+    auto created = Timed("mdev_create", [&] { return mdevs_.Create(device.mdev); });
+    if (!created.ok()) return created.error().Wrap("device " + device.result.device);
+    return Status::Ok();
+  }
+  if (device.vf_link) {
+    // Before binding: the PF's driver may reset the VF to apply a MAC, which its VFIO user would
+    // see as a device reset.
+    if (deadline.Expired()) return out_of_time("configuring " + device.vf_link->Display());
+    Step("vf-config:" + device.address);
+    auto mac = Timed("vf_config", [&] { return vf_network_.Configure(device); });
+    if (!mac.ok()) return mac.error();
+    if (*mac) macs[device.result.device] = **mac;
+  }
+  for (const std::string& address : device.functions) {
+    if (deadline.Expired()) return out_of_time("binding " + address);
+    Step("bind:" + address);
+    if (Status s = Timed(
+            "bind",
+            [&] { return binder_.BindToVfio(address, VfioDriverOf(device, address), deadline); });
+        !s.ok()) {
+      return s.error().Wrap("device " + device.result.device);
     }
+  }
+  return Status::Ok();
+}
+
+Status VfioDevicePreparer::WriteClaimStatus(const kube::ResourceClaim& claim,
+                                            const std::vector<PlannedDevice>& plan,
+                                            const std::map<std::string, std::string>& macs,
+                                            Deadline deadline) {
+  if (options_.claim_status == nullptr) return Status::Ok();
+  auto devices = VfNetworkConfigurator::StatusOf(options_.driver_name, claim, plan, macs);
+  if (devices.empty()) return Status::Ok();
+  Step("claim-status:write");
+  const kube::ClaimStatusTarget target{claim.api_version, claim.namespace_, claim.name, claim.uid};
+  if (Status s = options_.claim_status->Apply(target, devices, deadline); !s.ok()) {
+    return s.error().Wrap(
+        "the devices are prepared, but the claim's status could not be written "
+        "(the kubelet's retry writes it)");
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<PreparedDevice>> VfioDevicePreparer::Apply(
+    const kube::ResourceClaim& claim, std::vector<PlannedDevice>& plan,
+    std::map<std::string, std::string>& macs, Deadline deadline) {
+  for (const PlannedDevice& device : plan) {
+    if (Status s = ApplyDevice(device, macs, deadline); !s.ok()) return s.error();
   }
 
   cdi::Spec spec;
@@ -441,7 +478,7 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Apply(const kube::Resour
   }
   Step("cdi:write");
   if (Status s = cdi_.Write(SpecFileName(claim.uid), spec); !s.ok()) return s.error();
-  if (Status s = WriteMetadata(claim, plan, answer); !s.ok()) return s.error();
+  if (Status s = WriteMetadata(claim, plan, macs, answer); !s.ok()) return s.error();
   return answer;
 }
 
@@ -516,6 +553,11 @@ Result<VfioDevicePreparer::PrepareDecision> VfioDevicePreparer::DecidePrepare(
                               [this](const std::string& address) { return binder_.Busy(address); },
                               options_.vfio_drivers.get()});
       if (!plan->ok()) return plan->error().Wrap(who);
+      if (!(d.was_completed && planned_from->replayable)) {
+        if (Status s = vf_network_.ApplyPodRequests(claim, **plan, deadline); !s.ok()) {
+          return s.error().Wrap(who);
+        }
+      }
       keys.clear();
       AddDeviceKeys(**plan, keys);
       all_held = d.devices.TryAdd(keys, busy);
@@ -554,6 +596,9 @@ Status VfioDevicePreparer::RecordDecision(const kube::ResourceClaim& claim, Prep
     if (Status s = CheckIdentities(*d.existing); !s.ok()) return s.error().Wrap(who);
   }
   d.record = d.existing ? *d.existing : ClaimRecord{};
+  // As the checkpoint stamps it: a rollback of this prepare must not take it for an earlier
+  // boot's record (which would skip removing the mdevs and restoring the VF settings it made).
+  d.record.boot_id = checkpoint_.boot_id();
   if (!d.was_completed) d.record.state = PrepareState::kPrepareStarted;
   d.changed = !d.existing || earlier_boot;
   if (Status s = RecordStart(claim, d.plan, d.record, d.changed, deadline); !s.ok()) {
@@ -597,7 +642,8 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Prepare(
   }
 
   // Only this call's device locks are held from here: claims on other devices go on meanwhile.
-  auto answer = Apply(claim, d.plan, deadline);
+  std::map<std::string, std::string> macs;
+  auto answer = Apply(claim, d.plan, macs, deadline);
   if (!answer.ok()) {
     Error error = answer.error().Wrap(who);
     if (!d.was_completed && !deadline.Expired()) {
@@ -623,6 +669,9 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Prepare(
     }
   }
   Note(checkpoint_.Load());
+  if (Status s = WriteClaimStatus(claim, d.plan, macs, deadline); !s.ok()) {
+    return s.error().Wrap(who);
+  }
   Step("prepare:done");
   return std::move(*answer);
 }
@@ -685,6 +734,15 @@ Status VfioDevicePreparer::Undo(const ClaimRecord& record, Deadline deadline) {
       note(warning.error());
     } else if (!warning->empty()) {
       log_.Warn("device not fully restored", {{"claim", who}, {"warning", *warning}});
+    }
+  }
+  // After the VFs are back on their host drivers, in the reverse order of prepare.
+  for (auto it = record.vf_networks.rbegin(); it != record.vf_networks.rend(); ++it) {
+    if (out_of_time("restoring the settings of " + it->link.Display())) break;
+    Step("vf-restore:" + it->address);
+    if (Status s = Timed("vf_restore", [&] { return vf_network_.Restore(*it, earlier_boot); });
+        !s.ok()) {
+      note(s.error());
     }
   }
   if (first) return first->Wrap(who + ": unprepare is incomplete");

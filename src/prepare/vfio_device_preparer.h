@@ -41,6 +41,7 @@
 #include "prepare/device_preparer.h"
 #include "prepare/prepare_checkpoint.h"
 #include "prepare/prepare_locks.h"
+#include "prepare/vf_network_configurator.h"
 #include "slicepublisher/published_devices.h"
 #include "sysfs/sysfs_reader.h"
 #include "sysfs/sysfs_writer.h"
@@ -66,6 +67,13 @@ struct PreparerOptions {
   MetricsRegistry* metrics = nullptr;
   // Picks each function's VFIO driver (variant drivers); null: vfio-pci for every function.
   std::shared_ptr<const discovery::VfioDriverChooser> vfio_drivers;
+  // Sets SR-IOV VFs' MAC, VLAN, spoof checking and trust through their PF; null: claims that ask
+  // for such settings fail saying the node cannot.
+  std::shared_ptr<vfio::VfNetwork> vf_network;
+  // Reads the pods that use a claim of network VFs (KubeVirt's MAC annotation); may be null.
+  kube::PodReader* pods = nullptr;
+  // Writes the network VFs' status into their claims; may be null (nothing is written).
+  kube::ClaimStatusWriter* claim_status = nullptr;
 };
 
 struct CheckpointCounts {
@@ -145,11 +153,21 @@ class VfioDevicePreparer final : public DevicePreparer {
                       const std::vector<PlannedDevice>& plan) const;
   // After a reboot: every recorded function must still be the device it was.
   Status CheckIdentities(const ClaimRecord& record) const;
+  // `macs` receives the MAC of each network VF (by device name), for the metadata and status.
   Result<std::vector<PreparedDevice>> Apply(const kube::ResourceClaim& claim,
-                                            std::vector<PlannedDevice>& plan, Deadline deadline);
+                                            std::vector<PlannedDevice>& plan,
+                                            std::map<std::string, std::string>& macs,
+                                            Deadline deadline);
+  // Binds (or creates) one planned device, after setting its VF's network settings.
+  Status ApplyDevice(const PlannedDevice& device, std::map<std::string, std::string>& macs,
+                     Deadline deadline);
+  // The network VFs' Ready condition and MAC into the claim's status.
+  Status WriteClaimStatus(const kube::ResourceClaim& claim, const std::vector<PlannedDevice>& plan,
+                          const std::map<std::string, std::string>& macs, Deadline deadline);
   Result<cdi::Device> CdiDevice(const std::string& claim_uid, const PlannedDevice& device,
                                 bool& needs_container);
   Status WriteMetadata(const kube::ResourceClaim& claim, const std::vector<PlannedDevice>& plan,
+                       const std::map<std::string, std::string>& macs,
                        std::vector<PreparedDevice>& answer);
   // Undoes a record; keeps going past failures and returns the first, after logging warnings.
   Status Undo(const ClaimRecord& record, Deadline deadline);
@@ -167,6 +185,7 @@ class VfioDevicePreparer final : public DevicePreparer {
   vfio::VfioPciBinder binder_;
   vfio::MdevLifecycle mdevs_;
   vfio::VfioNodes nodes_;
+  VfNetworkConfigurator vf_network_;
   cdi::SpecDirectory cdi_;
   cdi::MetadataStore metadata_;
   std::string kind_;  // "<driver>/vfio"

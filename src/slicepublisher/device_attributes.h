@@ -35,6 +35,9 @@ inline constexpr char kMdevUuid[] = "mdevUUID";
 inline constexpr char kMdevType[] = "mdevType";
 inline constexpr char kMdevParent[] = "mdevParent";
 inline constexpr char kParentPciAddress[] = "parentPciAddress";
+// Not published (it is set at prepare): the MAC of a prepared network VF, in the KubeVirt
+// metadata file.
+inline constexpr char kMacAddress[] = "macAddress";
 }  // namespace attribute
 
 // The value of attribute::kType for mediated devices.

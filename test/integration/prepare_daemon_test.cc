@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -73,7 +74,10 @@ class PrepareDaemonTest : public ::testing::Test {
   void SetUp() override {
     char tmpl[] = "/tmp/vfio-dra-prep-XXXXXX";
     dir_ = mkdtemp(tmpl);
-    server_ = std::make_unique<FakeApiServer>();
+    // Under the shipped RBAC: a call the plugin's ClusterRole does not allow fails the test.
+    FakeApiServerOptions options;
+    options.rbac_file = ShippedRbacFile();
+    server_ = std::make_unique<FakeApiServer>(options);
     ASSERT_TRUE(server_->Start());
     kubeconfig_ = server_->WriteKubeconfig(dir_);
     server_->PutNode("node1", "6a0a1d47-0000-4000-8000-0000000000aa");
@@ -83,6 +87,9 @@ class PrepareDaemonTest : public ::testing::Test {
   void TearDown() override {
     daemon_.reset();
     second_.reset();
+    for (const RecordedRequest& r : server_->Requests()) {
+      EXPECT_NE(r.status, 403) << r.method << " " << r.path << " is not allowed by rbac.yaml";
+    }
     server_->Stop();
     if (!HasFailure()) fs::remove_all(dir_);
   }
@@ -140,6 +147,7 @@ class PrepareDaemonTest : public ::testing::Test {
                                   "--health-interval",
                                   "1"};
     argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.insert(argv.end(), every_instance_args_.begin(), every_instance_args_.end());
     daemon = std::make_unique<DaemonProcess>(argv, log, env);
     auto socket = sim_.WaitForRegistrationSocket(dir_ + "/" + registry, std::chrono::seconds(20));
     ASSERT_TRUE(socket.ok()) << socket.error().message << daemon->Log();
@@ -197,7 +205,55 @@ class PrepareDaemonTest : public ::testing::Test {
     }
   }
 
+  // One round of the SIGKILL tests on a fresh node: a daemon that is killed before step `k` of
+  // its steps (the first `prepare_steps` are prepare's, the rest unprepare's) prepares and
+  // unprepares `claim`; the kubelet's retry after the kill goes to a restarted daemon or to the
+  // other instance. `prepared` checks the node between the two; at the end every function is
+  // back on its host driver and nothing is left.
+  void PrepareAndUnprepareThroughAKill(const SimClaim& claim, size_t k, size_t prepare_steps,
+                                       bool retry_on_other_instance,
+                                       const std::function<void()>& prepared) {
+    if (retry_on_other_instance) StartSecondInstance();
+    StartDaemon({"VFIO_DRA_SIM_CRASH_AT_STEP=" + std::to_string(k)});
+    const auto retry_target = [&]() -> RegisteredPlugin& {
+      EXPECT_EQ(daemon_->WaitForExit(std::chrono::seconds(10)), 128 + SIGKILL);
+      if (retry_on_other_instance) return second_plugin_;
+      StartDaemon();
+      return plugin_;
+    };
+    const bool in_prepare = k <= prepare_steps;
+    RegisteredPlugin* serving = &plugin_;
+    auto first = sim_.Prepare(plugin_, {claim});
+    if (in_prepare) {
+      ASSERT_FALSE(first.ok()) << "the daemon should have died";
+      serving = &retry_target();
+      ExpectAccountedFor("after the kill");
+      auto retried = sim_.Prepare(*serving, {claim});
+      ASSERT_TRUE(retried.ok()) << retried.error().message;
+      ASSERT_EQ(retried->claims().at(claim.uid).error(), "") << daemon_->Log();
+    } else {
+      ASSERT_TRUE(first.ok()) << first.error().message;
+      ASSERT_EQ(first->claims().at(claim.uid).error(), "");
+    }
+    prepared();
+    ExpectAccountedFor("prepared");
+
+    auto unprepared = sim_.Unprepare(*serving, {claim});
+    if (!in_prepare) {
+      ASSERT_FALSE(unprepared.ok()) << "the daemon should have died";
+      RegisteredPlugin& target = retry_target();
+      ExpectAccountedFor("after the kill");
+      unprepared = sim_.Unprepare(target, {claim});
+    }
+    ASSERT_TRUE(unprepared.ok()) << unprepared.error().message;
+    ASSERT_EQ(unprepared->claims().at(claim.uid).error(), "") << daemon_->Log();
+    for (const auto& [address, host] : HostDrivers()) EXPECT_EQ(Driver(address), host) << address;
+    EXPECT_TRUE(CdiFiles().empty());
+    EXPECT_TRUE(Checkpoint()["claims"].empty());
+  }
+
   std::string dir_, kubeconfig_;
+  std::vector<std::string> every_instance_args_;
   std::unique_ptr<FakeApiServer> server_;
   std::unique_ptr<DaemonProcess> daemon_;
   std::unique_ptr<DaemonProcess> second_;
@@ -612,54 +668,17 @@ TEST_P(SigkillTest, SurvivesSigkillAtEveryStepOfPrepareAndUnprepare) {
   size_t prepare_steps = 0;
   while (prepare_steps < steps.size() && steps[prepare_steps] != "cdi:remove") ++prepare_steps;
 
-  // After the kill: the kubelet's retry reaches a restarted daemon or the other instance.
-  auto retry_target = [&]() -> RegisteredPlugin& {
-    if (retry_on_other_instance) return second_plugin_;
-    StartDaemon();
-    return plugin_;
-  };
   for (size_t k = 1; k <= steps.size(); ++k) {
-    const std::string step = steps[k - 1];
-    SCOPED_TRACE("SIGKILL before step " + std::to_string(k) + " (" + step + ")");
+    SCOPED_TRACE("SIGKILL before step " + std::to_string(k) + " (" + steps[k - 1] + ")");
     FreshNode();
-    if (retry_on_other_instance) StartSecondInstance();
-    StartDaemon({"VFIO_DRA_SIM_CRASH_AT_STEP=" + std::to_string(k)});
-    const bool in_prepare = k <= prepare_steps;
-    auto first = sim_.Prepare(plugin_, {claim});
-    RegisteredPlugin* serving = &plugin_;
-    if (in_prepare) {
-      ASSERT_FALSE(first.ok()) << "the daemon should have died before " << step;
-      ASSERT_EQ(daemon_->WaitForExit(std::chrono::seconds(10)), 128 + SIGKILL);
-      serving = &retry_target();
-      ExpectAccountedFor("after the kill");
-      auto retried = sim_.Prepare(*serving, {claim});
-      ASSERT_TRUE(retried.ok()) << retried.error().message;
-      ASSERT_EQ(retried->claims().at(uid).error(), "") << daemon_->Log();
-    } else {
-      ASSERT_TRUE(first.ok()) << first.error().message;
-      ASSERT_EQ(first->claims().at(uid).error(), "");
-    }
-    // Prepared: both GPU functions on vfio-pci, the mdev exists, both CDI specs are there.
-    EXPECT_EQ(Driver("0000:01:00.0"), "vfio-pci");
-    EXPECT_EQ(Driver("0000:01:00.1"), "vfio-pci");
-    EXPECT_FALSE(fs::is_empty(dir_ + "/sys/bus/mdev/devices"));
-    EXPECT_EQ(CdiFiles().size(), 3u);  // the devices' spec and one metadata spec per request
-    ExpectAccountedFor("prepared");
-
-    auto unprepared = sim_.Unprepare(*serving, {claim});
-    if (!in_prepare) {
-      ASSERT_FALSE(unprepared.ok()) << "the daemon should have died before " << step;
-      ASSERT_EQ(daemon_->WaitForExit(std::chrono::seconds(10)), 128 + SIGKILL);
-      RegisteredPlugin& target = retry_target();
-      ExpectAccountedFor("after the kill");
-      unprepared = sim_.Unprepare(target, {claim});
-    }
-    ASSERT_TRUE(unprepared.ok()) << unprepared.error().message;
-    ASSERT_EQ(unprepared->claims().at(uid).error(), "") << daemon_->Log();
-    for (const auto& [address, host] : HostDrivers()) EXPECT_EQ(Driver(address), host) << address;
+    PrepareAndUnprepareThroughAKill(claim, k, prepare_steps, retry_on_other_instance, [&] {
+      // Prepared: both GPU functions on vfio-pci, the mdev exists, both CDI specs are there.
+      EXPECT_EQ(Driver("0000:01:00.0"), "vfio-pci");
+      EXPECT_EQ(Driver("0000:01:00.1"), "vfio-pci");
+      EXPECT_FALSE(fs::is_empty(dir_ + "/sys/bus/mdev/devices"));
+      EXPECT_EQ(CdiFiles().size(), 3u);  // the devices' spec and one metadata spec per request
+    });
     EXPECT_TRUE(fs::is_empty(dir_ + "/sys/bus/mdev/devices"));
-    EXPECT_TRUE(CdiFiles().empty());
-    EXPECT_TRUE(Checkpoint()["claims"].empty());
     if (HasFailure()) break;
   }
 }
@@ -752,6 +771,151 @@ TEST_F(PrepareDaemonTest, SurvivesSigkillAtEveryStepWithAnotherPrepareInFlight) 
     EXPECT_TRUE(Checkpoint()["claims"].empty());
     if (HasFailure()) break;
   }
+}
+
+// The simulated PF driver's VF settings (see vfio::MakeFileVfNetwork): the fixture's i40e PF
+// 0000:5e:00.0 with 8 VFs as a fresh PF has them.
+void SeedVfSettings(const std::string& dir) {
+  fs::remove_all(dir);
+  fs::create_directories(dir + "/0000:5e:00.0");
+  std::ofstream(dir + "/0000:5e:00.0/netdev") << "ens5f0\n";
+  for (int i = 0; i < 8; ++i) {
+    std::ofstream(dir + "/0000:5e:00.0/vf" + std::to_string(i) + ".json")
+        << R"({"mac":"00:00:00:00:00:00","vlan":0,"qos":0,"spoofchk":true,"trust":false})";
+  }
+}
+
+// An SR-IOV VF for a KubeVirt VM, end to end through the daemon: the claim (a template claim of
+// pod virt-launcher-vm, claim name "sriov") sets a VLAN and trust, the pod's kubevirt.io/
+// dra-networks annotation sets the MAC. Prepare configures the VF before binding it, writes the
+// MAC into the claim's status and the metadata file, and unprepare puts the VF back as it was; the
+// same holds when the daemon is killed before any step and the kubelet retries on a restarted
+// daemon or on the other instance.
+TEST_F(PrepareDaemonTest, AKubevirtVfGetsItsMacVlanAndTrustAndLosesThemAtUnprepareDespiteSigkill) {
+  const std::string uid = "44444444-0000-4000-8000-000000000001";
+  const std::string vfnet = dir_ + "/vfnet";
+  every_instance_args_ = {"--simulated-vf-network-dir", vfnet};
+  json claim = Claim("vm-sriov-abcde", uid, {{"vf", "vf-0000-5e-02-1"}});
+  claim["metadata"]["annotations"] = {{"resource.kubernetes.io/pod-claim-name", "sriov"}};
+  claim["status"]["allocation"]["devices"]["config"] = {{{"source", "FromClaim"},
+                                                         {"requests", {"vf"}},
+                                                         {"opaque",
+                                                          {{"driver", kDriver},
+                                                           {"parameters",
+                                                            {{"apiVersion", "vfio.dra.io/v1alpha1"},
+                                                             {"kind", "VfioConfig"},
+                                                             {"macAddress", "02:00:00:00:00:01"},
+                                                             {"vlan", 100},
+                                                             {"trust", true}}}}}}};
+  claim["status"]["reservedFor"] = {
+      {{"resource", "pods"}, {"name", "virt-launcher-vm"}, {"uid", "pod-uid-vm"}}};
+  server_->PutClaim(claim);
+  server_->PutPod(
+      {{"metadata",
+        {{"namespace", "vms"},
+         {"name", "virt-launcher-vm"},
+         {"uid", "pod-uid-vm"},
+         {"annotations",
+          {{"kubevirt.io/dra-networks",
+            R"([{"claimName":"other","requestName":"vf","mac":"02:00:00:00:00:99"},)"
+            R"({"claimName":"sriov","requestName":"vf","mac":"02:00:00:00:be:ef"}])"}}}}},
+       {"spec", {{"resourceClaims", {{{"name", "sriov"}}}}}}});
+  const SimClaim sim_claim{"vms", "vm-sriov-abcde", uid};
+  const json fresh =
+      json::parse(R"({"mac":"00:00:00:00:00:00","vlan":0,"qos":0,"spoofchk":true,"trust":false})");
+  const json configured =
+      json::parse(R"({"mac":"02:00:00:00:be:ef","vlan":100,"qos":0,"spoofchk":true,"trust":true})");
+  const auto vf_state = [&] { return json::parse(Slurp(vfnet + "/0000:5e:00.0/vf1.json")); };
+  const auto expect_prepared = [&] {
+    EXPECT_EQ(Driver("0000:5e:02.1"), "vfio-pci");
+    EXPECT_EQ(vf_state(), configured);
+    EXPECT_EQ(json::parse(Slurp(vfnet + "/0000:5e:00.0/vf0.json")), fresh);  // its neighbour
+    const json devices = server_->Claim("vms", "vm-sriov-abcde")["status"]["devices"];
+    ASSERT_EQ(devices.size(), 1u) << devices.dump();
+    EXPECT_EQ(devices[0]["driver"], kDriver);
+    EXPECT_EQ(devices[0]["pool"], "node1");
+    EXPECT_EQ(devices[0]["device"], "vf-0000-5e-02-1");
+    EXPECT_EQ(devices[0]["networkData"]["hardwareAddress"], "02:00:00:00:be:ef");
+    ASSERT_EQ(devices[0]["conditions"].size(), 1u);
+    EXPECT_EQ(devices[0]["conditions"][0]["type"], "Ready");
+    EXPECT_EQ(devices[0]["conditions"][0]["status"], "True");
+    const json metadata =
+        json::parse(Slurp(dir_ + "/data/dra-device-metadata/" + uid + "/vf/metadata.json"));
+    EXPECT_EQ(metadata["podClaimName"], "sriov");
+    EXPECT_EQ(metadata["requests"][0]["devices"][0]["attributes"]["macAddress"],
+              json({{"string", "02:00:00:00:be:ef"}}));
+  };
+
+  SeedVfSettings(vfnet);
+  const std::string step_log = dir_ + "/steps.log";
+  StartDaemon({"VFIO_DRA_SIM_STEP_LOG=" + step_log});
+  ASSERT_EQ(sim_.Prepare(plugin_, {sim_claim})->claims().at(uid).error(), "") << daemon_->Log();
+  expect_prepared();
+  ASSERT_EQ(sim_.Unprepare(plugin_, {sim_claim})->claims().at(uid).error(), "");
+  EXPECT_EQ(vf_state(), fresh);
+  EXPECT_EQ(Driver("0000:5e:02.1"), "iavf");
+  std::vector<std::string> steps;
+  {
+    std::ifstream in(step_log);
+    for (std::string line; std::getline(in, line);) steps.push_back(line);
+  }
+  ASSERT_NE(std::find(steps.begin(), steps.end(), "vf-config:0000:5e:02.1"), steps.end());
+  ASSERT_NE(std::find(steps.begin(), steps.end(), "vf-restore:0000:5e:02.1"), steps.end());
+  ASSERT_NE(std::find(steps.begin(), steps.end(), "claim-status:write"), steps.end());
+  size_t prepare_steps = 0;
+  while (prepare_steps < steps.size() && steps[prepare_steps] != "cdi:remove") ++prepare_steps;
+
+  for (size_t k = 1; k <= steps.size(); ++k) {
+    SCOPED_TRACE("SIGKILL before step " + std::to_string(k) + " (" + steps[k - 1] + ")");
+    FreshNode();
+    SeedVfSettings(vfnet);
+    server_->PutClaim(claim);  // a fresh claim: no status from the last round
+    PrepareAndUnprepareThroughAKill(sim_claim, k, prepare_steps, k % 2 == 0, expect_prepared);
+    EXPECT_EQ(vf_state(), fresh);
+    if (HasFailure()) break;
+  }
+}
+
+// A malformed kubevirt.io/dra-networks annotation fails only its claim, quoting the annotation,
+// and leaves the VF untouched; fixing the pod lets the kubelet's retry through.
+TEST_F(PrepareDaemonTest, AMalformedDraNetworksAnnotationFailsTheClaimQuotingIt) {
+  const std::string uid = "44444444-0000-4000-8000-000000000002";
+  const std::string vfnet = dir_ + "/vfnet";
+  every_instance_args_ = {"--simulated-vf-network-dir", vfnet};
+  SeedVfSettings(vfnet);
+  json claim = Claim("vm-sriov", uid, {{"vf", "vf-0000-5e-02-1"}});
+  claim["status"]["reservedFor"] = {
+      {{"resource", "pods"}, {"name", "virt-launcher-vm"}, {"uid", "pod-uid-vm"}}};
+  server_->PutClaim(claim);
+  json pod = {
+      {"metadata",
+       {{"namespace", "vms"},
+        {"name", "virt-launcher-vm"},
+        {"uid", "pod-uid-vm"},
+        {"annotations", {{"kubevirt.io/dra-networks", R"([{"claimName":"vm-sriov",)"}}}}},
+      {"spec", {{"resourceClaims", {{{"name", "vm-sriov"}, {"resourceClaimName", "vm-sriov"}}}}}}};
+  server_->PutPod(pod);
+  StartDaemon();
+  const SimClaim sim_claim{"vms", "vm-sriov", uid};
+  auto prepared = sim_.Prepare(plugin_, {sim_claim});
+  ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+  const std::string error = prepared->claims().at(uid).error();
+  EXPECT_NE(error.find("kubevirt.io/dra-networks"), std::string::npos) << error;
+  EXPECT_NE(error.find(R"([{"claimName":"vm-sriov",)"), std::string::npos) << error;
+  EXPECT_NE(error.find("vms/virt-launcher-vm"), std::string::npos) << error;
+  EXPECT_EQ(Driver("0000:5e:02.1"), "iavf");
+  EXPECT_EQ(json::parse(Slurp(vfnet + "/0000:5e:00.0/vf1.json"))["mac"], "00:00:00:00:00:00");
+  EXPECT_TRUE(Checkpoint()["claims"].empty());
+
+  pod["metadata"]["annotations"]["kubevirt.io/dra-networks"] =
+      R"([{"claimName":"vm-sriov","requestName":"vf","mac":"02:00:00:00:00:07"}])";
+  server_->PutPod(pod);
+  prepared = sim_.Prepare(plugin_, {sim_claim});
+  ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+  EXPECT_EQ(prepared->claims().at(uid).error(), "") << daemon_->Log();
+  EXPECT_EQ(json::parse(Slurp(vfnet + "/0000:5e:00.0/vf1.json"))["mac"], "02:00:00:00:00:07");
+  ASSERT_EQ(sim_.Unprepare(plugin_, {sim_claim})->claims().at(uid).error(), "");
+  EXPECT_EQ(json::parse(Slurp(vfnet + "/0000:5e:00.0/vf1.json"))["mac"], "00:00:00:00:00:00");
 }
 
 }  // namespace

@@ -13,7 +13,7 @@ using ::testing::HasSubstr;
 
 constexpr const char* kDriver = "vfio.dra.io";
 
-json Config(json fields = json::object()) {
+json Config(const json& fields = json::object()) {
   json out = {{"apiVersion", "vfio.dra.io/v1alpha1"}, {"kind", "VfioConfig"}};
   out.update(fields);
   return out;
@@ -39,7 +39,7 @@ TEST(VfioConfig, DefaultsToTheLegacyInterface) {
   auto config = ConfigForRequest({}, kDriver, "gpu");
   ASSERT_TRUE(config.ok());
   EXPECT_EQ(config->iommu, IommuInterface::kLegacy);
-  EXPECT_FALSE(config->mac_address.has_value());
+  EXPECT_TRUE(config->network.Empty());
 }
 
 TEST(VfioConfig, RefusesWhatItDoesNotKnowNamingIt) {
@@ -55,6 +55,11 @@ TEST(VfioConfig, RefusesWhatItDoesNotKnowNamingIt) {
               HasSubstr("not a unicast MAC address"));
   EXPECT_THAT(DecodeError(Config({{"macAddress", "02:00:00:aa:bb"}})),
               HasSubstr("not a unicast MAC address"));
+  EXPECT_THAT(DecodeError(Config({{"vlan", 4095}})), HasSubstr("vlan 4095 is not an integer"));
+  EXPECT_THAT(DecodeError(Config({{"vlan", "42"}})), HasSubstr("vlan \"42\" is not an integer"));
+  EXPECT_THAT(DecodeError(Config({{"qos", 8}})), HasSubstr("qos 8 is not an integer from 0 to 7"));
+  EXPECT_THAT(DecodeError(Config({{"trust", "yes"}})), HasSubstr("trust \"yes\" is not true"));
+  EXPECT_THAT(DecodeError(Config({{"spoofChk", 0}})), HasSubstr("spoofChk 0 is not true"));
   EXPECT_THAT(DecodeError(Config({{"vgaArbiter", true}})),
               HasSubstr("unknown field \"vgaArbiter\""));
   EXPECT_THAT(DecodeError(json::array()), HasSubstr("must be a JSON object"));
@@ -62,12 +67,42 @@ TEST(VfioConfig, RefusesWhatItDoesNotKnowNamingIt) {
 
 TEST(VfioConfig, AcceptsEveryDocumentedField) {
   VfioConfig config;
-  ASSERT_TRUE(
-      DecodeVfioConfig(Config({{"iommuInterface", "both"}, {"macAddress", "02:AB:00:00:00:01"}}),
-                       kDriver, config)
-          .ok());
+  ASSERT_TRUE(DecodeVfioConfig(Config({{"iommuInterface", "both"},
+                                       {"macAddress", "02:AB:00:00:00:01"},
+                                       {"vlan", 42},
+                                       {"qos", 3},
+                                       {"spoofChk", false},
+                                       {"trust", true}}),
+                               kDriver, config)
+                  .ok());
   EXPECT_EQ(config.iommu, IommuInterface::kBoth);
-  EXPECT_EQ(config.mac_address, "02:ab:00:00:00:01");
+  EXPECT_EQ(config.network.mac, "02:ab:00:00:00:01");
+  EXPECT_EQ(config.network.vlan, 42);
+  EXPECT_EQ(config.network.qos, 3);
+  EXPECT_EQ(config.network.spoof_check, false);
+  EXPECT_EQ(config.network.trust, true);
+}
+
+TEST(VfioConfig, NetworkSettingsMergeAcrossClassAndClaim) {
+  // The class sets the VLAN and trust, the claim its MAC and QoS and turns trust off again.
+  auto class_config = Entry(Config({{"vlan", 100}, {"trust", true}}));
+  class_config.source = "FromClass";
+  const std::vector<kube::DeviceAllocationConfiguration> configs = {
+      class_config,
+      Entry(Config({{"macAddress", "02:00:00:00:00:07"}, {"qos", 5}, {"trust", false}}), {"nic"})};
+  auto nic = ConfigForRequest(configs, kDriver, "nic");
+  ASSERT_TRUE(nic.ok()) << nic.error().message;
+  EXPECT_EQ(nic->network.Display(), "mac 02:00:00:00:00:07, vlan 100 qos 5, trust off");
+  auto other = ConfigForRequest(configs, kDriver, "other");
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->network.Display(), "vlan 100, trust on");
+}
+
+TEST(VfioConfig, QosWithoutVlanIsRefusedOnceEveryConfigApplied) {
+  auto config = ConfigForRequest({Entry(Config({{"qos", 3}}))}, kDriver, "nic");
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.error().message, HasSubstr("qos 3 needs a vlan"));
+  EXPECT_THAT(config.error().message, HasSubstr("request nic"));
 }
 
 TEST(VfioConfig, AppliesByDriverAndRequestLaterOverridingEarlier) {

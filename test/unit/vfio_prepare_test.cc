@@ -51,6 +51,28 @@ struct Alloc {
   std::string device;
 };
 
+class FakePods final : public kube::PodReader {
+ public:
+  std::map<std::string, kube::Pod> pods;
+  Result<kube::Pod> Get(const std::string& namespace_, const std::string& name, Deadline) override {
+    auto it = pods.find(namespace_ + "/" + name);
+    if (it == pods.end()) return MakeError(ErrorKind::kNotFound, "pod " + name + " not found");
+    return it->second;
+  }
+};
+
+class RecordingClaimStatus final : public kube::ClaimStatusWriter {
+ public:
+  std::vector<std::vector<kube::AllocatedDeviceStatus>> applied;
+  std::optional<Error> fail;
+  Status Apply(const kube::ClaimStatusTarget&, const std::vector<kube::AllocatedDeviceStatus>& d,
+               Deadline) override {
+    if (fail) return *fail;
+    applied.push_back(d);
+    return Status::Ok();
+  }
+};
+
 class PrepareTest : public ::testing::Test {
  protected:
   void Use(const std::string& fixture) {
@@ -72,6 +94,18 @@ class PrepareTest : public ::testing::Test {
   std::string DevRoot() const { return node_->dir() + "/dev"; }
   std::string CdiDir() const { return node_->dir() + "/cdi"; }
   std::string DataDir() const { return node_->dir() + "/data"; }
+  std::string VfNetDir() const { return node_->dir() + "/vfnet"; }
+  // The simulated PF driver's state of `count` VFs of `pf`: all zero, spoof checking on.
+  void SeedVfs(const std::string& pf, int count) {
+    fs::create_directories(VfNetDir() + "/" + pf);
+    for (int i = 0; i < count; ++i) {
+      std::ofstream(VfNetDir() + "/" + pf + "/vf" + std::to_string(i) + ".json")
+          << R"({"mac":"00:00:00:00:00:00","vlan":0,"qos":0,"spoofchk":true,"trust":false})";
+    }
+  }
+  json VfState(const std::string& pf, int index) const {
+    return json::parse(Slurp(VfNetDir() + "/" + pf + "/vf" + std::to_string(index) + ".json"));
+  }
   void WriteBootId(const std::string& id) {
     std::ofstream(node_->dir() + "/boot_id") << id << "\n";
   }
@@ -95,6 +129,9 @@ class PrepareTest : public ::testing::Test {
     options.boot_id_file = node_->dir() + "/boot_id";
     options.before_step = step_hook_;
     options.vfio_drivers = vfio_drivers_;
+    options.vf_network = vfio::MakeFileVfNetwork(VfNetDir());
+    options.pods = &pods_;
+    options.claim_status = &status_;
     fs::create_directories(DataDir());
     fs::create_directories(CdiDir());
     auto opened = prepare::VfioDevicePreparer::Open(options, *sysfs_, *kernel_, published_,
@@ -191,6 +228,8 @@ class PrepareTest : public ::testing::Test {
   std::shared_ptr<const discovery::VfioDriverChooser> vfio_drivers_;
   std::function<void(const std::string&)> step_hook_;
   std::chrono::milliseconds unbind_timeout_{std::chrono::seconds(5)};
+  FakePods pods_;
+  RecordingClaimStatus status_;
 };
 
 TEST_F(PrepareTest, GpuWithItsAudioFunctionIsBoundAsAGroupAndRestoredExactly) {
@@ -301,6 +340,155 @@ TEST_F(PrepareTest, SriovVfIsBoundAndReturnedToItsVfDriver) {
   ASSERT_TRUE(Unprepare().ok());
   EXPECT_EQ(Driver("0000:5e:02.3"), "iavf");
   ExpectWritesConfinedTo({"0000:5e:02.3"});
+}
+
+// A network VF gets the claim's VfioConfig settings and the MAC its KubeVirt pod asks for (which
+// wins over the config's), before it is bound; the checkpoint records what it had; the metadata
+// and the claim status carry the MAC; unprepare restores exactly what was changed.
+TEST_F(PrepareTest, AVfGetsItsNetworkSettingsBeforeBindingAndThemRestoredAfter) {
+  Use("sriov");
+  SeedVfs("0000:5e:00.0", 8);
+  kube::ResourceClaim claim = Claim({{"nic", "vf-0000-5e-02-3"}});
+  AddConfig(claim, {{"apiVersion", "vfio.dra.io/v1alpha1"},
+                    {"kind", "VfioConfig"},
+                    {"macAddress", "02:00:00:00:00:01"},
+                    {"vlan", 42},
+                    {"qos", 3},
+                    {"trust", true}});
+  claim.reserved_for.push_back({"", "pods", "virt-launcher-vm", "pod-uid-1"});
+  claim.annotations[kube::kPodClaimNameAnnotation] = "sriov";
+  kube::Pod pod;
+  pod.namespace_ = "vms";
+  pod.name = "virt-launcher-vm";
+  pod.uid = "pod-uid-1";
+  pod.annotations["kubevirt.io/dra-networks"] =
+      R"([{"claimName":"sriov","requestName":"nic","mac":"02:00:00:00:be:ef"}])";
+  pods_.pods["vms/virt-launcher-vm"] = pod;
+  std::vector<std::string> steps;
+  step_hook_ = [&](const std::string& step) {
+    if (step.rfind("vf-config:", 0) == 0 || step.rfind("bind:", 0) == 0) steps.push_back(step);
+  };
+  Open();
+
+  auto prepared = Prepare(claim);
+  ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+  EXPECT_THAT(steps, ElementsAre("vf-config:0000:5e:02.3", "bind:0000:5e:02.3"));
+  EXPECT_EQ(Driver("0000:5e:02.3"), "vfio-pci");
+  EXPECT_EQ(VfState("0000:5e:00.0", 3),
+            json::parse(R"({"mac":"02:00:00:00:be:ef","vlan":42,"qos":3,"spoofchk":true,
+                            "trust":true})"));
+  EXPECT_EQ(VfState("0000:5e:00.0", 2)["mac"], "00:00:00:00:00:00");
+  auto record = Recorded(kUid);
+  ASSERT_TRUE(record.has_value());
+  ASSERT_EQ(record->vf_networks.size(), 1u);
+  EXPECT_EQ(record->vf_networks[0].previous.mac, "00:00:00:00:00:00");
+  EXPECT_EQ(record->vf_networks[0].applied.Display(),
+            "mac 02:00:00:00:be:ef, vlan 42 qos 3, trust on");
+  // The metadata file carries the MAC as an attribute.
+  const json metadata =
+      json::parse(Slurp(DataDir() + "/dra-device-metadata/" + kUid + "/nic/metadata.json"));
+  EXPECT_EQ(metadata["requests"][0]["devices"][0]["attributes"]["macAddress"],
+            json({{"string", "02:00:00:00:be:ef"}}));
+  // The claim status: Ready, with the MAC as the hardware address.
+  ASSERT_EQ(status_.applied.size(), 1u);
+  ASSERT_EQ(status_.applied[0].size(), 1u);
+  const kube::AllocatedDeviceStatus& status = status_.applied[0][0];
+  EXPECT_EQ(status.device, "vf-0000-5e-02-3");
+  ASSERT_EQ(status.conditions.size(), 1u);
+  EXPECT_EQ(status.conditions[0].type, "Ready");
+  EXPECT_EQ(status.conditions[0].status, "True");
+  ASSERT_TRUE(status.network_data.has_value());
+  EXPECT_EQ(status.network_data->hardware_address, "02:00:00:00:be:ef");
+
+  // A repeated prepare (the kubelet's retry) changes nothing and answers the same.
+  steps.clear();
+  ASSERT_TRUE(Prepare(claim).ok());
+  EXPECT_THAT(steps, ElementsAre("vf-config:0000:5e:02.3", "bind:0000:5e:02.3"));
+  EXPECT_EQ(VfState("0000:5e:00.0", 3)["mac"], "02:00:00:00:be:ef");
+
+  ASSERT_TRUE(Unprepare().ok());
+  EXPECT_EQ(Driver("0000:5e:02.3"), "iavf");
+  EXPECT_EQ(VfState("0000:5e:00.0", 3),
+            json::parse(R"({"mac":"00:00:00:00:00:00","vlan":0,"qos":0,"spoofchk":true,
+                            "trust":false})"));
+}
+
+// Killed after the MAC was set and before the VF was bound: the record written first lets
+// recovery put the VF's settings back.
+TEST_F(PrepareTest, ACrashBetweenSettingTheMacAndBindingIsRolledBackByRecovery) {
+  Use("sriov");
+  SeedVfs("0000:5e:00.0", 8);
+  kube::ResourceClaim claim = Claim({{"nic", "vf-0000-5e-02-3"}});
+  AddConfig(claim, {{"apiVersion", "vfio.dra.io/v1alpha1"},
+                    {"kind", "VfioConfig"},
+                    {"macAddress", "02:00:00:00:00:01"},
+                    {"spoofChk", false}});
+  struct Crash {};
+  step_hook_ = [](const std::string& step) {
+    if (step == "bind:0000:5e:02.3") throw Crash{};
+  };
+  Open();
+  EXPECT_THROW((void)Prepare(claim), Crash);
+  EXPECT_EQ(VfState("0000:5e:00.0", 3)["mac"], "02:00:00:00:00:01");
+  EXPECT_EQ(Recorded(kUid)->state, prepare::PrepareState::kPrepareStarted);
+
+  step_hook_ = nullptr;
+  Open();  // the restarted daemon
+  ASSERT_TRUE(preparer_->Recover().ok());
+  EXPECT_EQ(VfState("0000:5e:00.0", 3),
+            json::parse(R"({"mac":"00:00:00:00:00:00","vlan":0,"qos":0,"spoofchk":true,
+                            "trust":false})"));
+  EXPECT_EQ(Driver("0000:5e:02.3"), "iavf");
+  EXPECT_EQ(Recorded(kUid), std::nullopt);
+}
+
+TEST_F(PrepareTest, ANetworkSettingTheDriverRefusesFailsTheClaimAndLeavesTheVfAsItWas) {
+  Use("sriov");
+  SeedVfs("0000:5e:00.0", 8);
+  std::ofstream(VfNetDir() + "/0000:5e:00.0/unsupported") << "trust\n";
+  kube::ResourceClaim claim = Claim({{"nic", "vf-0000-5e-02-3"}});
+  AddConfig(claim, {{"apiVersion", "vfio.dra.io/v1alpha1"},
+                    {"kind", "VfioConfig"},
+                    {"macAddress", "02:00:00:00:00:01"},
+                    {"trust", true}});
+  auto prepared = Prepare(claim);
+  ASSERT_FALSE(prepared.ok());
+  EXPECT_THAT(prepared.error().message, HasSubstr("cannot set trust on VF 3 of 0000:5e:00.0"));
+  EXPECT_THAT(prepared.error().message, HasSubstr("device vf-0000-5e-02-3"))
+      << prepared.error().message;
+  EXPECT_EQ(VfState("0000:5e:00.0", 3)["mac"], "00:00:00:00:00:00");  // rolled back
+  EXPECT_EQ(Driver("0000:5e:02.3"), "iavf");
+  EXPECT_EQ(Recorded(kUid), std::nullopt);
+}
+
+TEST_F(PrepareTest, NetworkSettingsOnADeviceThatIsNoNetworkVfAreRefused) {
+  Use("workstation");
+  kube::ResourceClaim claim = Claim({{"gpu", "gpu-0000-01-00-0"}});
+  AddConfig(claim, {{"apiVersion", "vfio.dra.io/v1alpha1"}, {"kind", "VfioConfig"}, {"vlan", 7}});
+  auto prepared = Prepare(claim);
+  ASSERT_FALSE(prepared.ok());
+  EXPECT_THAT(prepared.error().message,
+              HasSubstr("VfioConfig vlan 7 applies only to SR-IOV VFs of network adapters"));
+  EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
+}
+
+TEST_F(PrepareTest, AStatusThatCannotBeWrittenFailsThePrepareAndItsRetryWritesIt) {
+  Use("sriov");
+  SeedVfs("0000:5e:00.0", 8);
+  kube::ResourceClaim claim = Claim({{"nic", "vf-0000-5e-02-3"}});
+  status_.fail = MakeError(ErrorKind::kPermissionDenied, "resourceclaims/status is forbidden");
+  auto prepared = Prepare(claim);
+  ASSERT_FALSE(prepared.ok());
+  EXPECT_THAT(prepared.error().message, HasSubstr("the claim's status could not be written"));
+  EXPECT_EQ(Driver("0000:5e:02.3"), "vfio-pci");  // prepared, and kept for the retry
+  status_.fail.reset();
+  ASSERT_TRUE(Prepare(claim).ok());
+  ASSERT_EQ(status_.applied.size(), 1u);
+  ASSERT_EQ(status_.applied[0].size(), 1u);
+  EXPECT_EQ(status_.applied[0][0].conditions.at(0).type, "Ready");
+  // The VF has no MAC of its own (all zeros): there is no hardware address to report.
+  EXPECT_FALSE(status_.applied[0][0].network_data.has_value());
+  ASSERT_TRUE(Unprepare().ok());
 }
 
 // The kernel's module aliases give ConnectX-7 VFs to mlx5_vfio_pci: prepare binds the VF there

@@ -1,0 +1,137 @@
+// VF network settings: what a restore writes back, when a wish is already met, MAC parsing, and
+// the simulated kernel's VF state (the stand-in for rtnetlink in daemon tests), including a
+// driver that refuses a setting.
+#include "vfio/vf_network.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace vfio_dra::vfio {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+TEST(VfNetSettings, RestoreWritesBackOnlyWhatPrepareChangedAsTheDriverReportedIt) {
+  VfNetSettings previous;
+  previous.mac = "00:00:00:00:00:00";
+  previous.vlan = 0;
+  previous.qos = 0;
+  previous.spoof_check = true;  // trust not reported by this driver
+  VfNetSettings applied;
+  applied.mac = "02:00:00:00:be:ef";
+  applied.trust = true;
+  const VfNetSettings restore = applied.RestoreFrom(previous);
+  EXPECT_EQ(restore.mac, "00:00:00:00:00:00");
+  EXPECT_FALSE(restore.vlan.has_value());         // never changed
+  EXPECT_FALSE(restore.spoof_check.has_value());  // never changed
+  EXPECT_FALSE(restore.trust.has_value());        // changed, but nothing known to restore
+  EXPECT_EQ(restore.Display(), "mac 00:00:00:00:00:00");
+}
+
+TEST(VfNetSettings, AWishIsMetWhenEveryFieldItSetsIsThere) {
+  VfNetSettings want;
+  want.vlan = 42;
+  want.trust = true;
+  VfNetSettings current;
+  current.mac = "02:00:00:00:00:01";
+  current.vlan = 42;
+  current.qos = 0;
+  current.trust = true;
+  EXPECT_TRUE(want.SatisfiedBy(current));
+  current.trust = false;
+  EXPECT_FALSE(want.SatisfiedBy(current));
+  EXPECT_TRUE(VfNetSettings{}.SatisfiedBy(current));
+  EXPECT_EQ(want.Display(), "vlan 42, trust on");
+  EXPECT_EQ(VfNetSettings{}.Display(), "nothing");
+}
+
+// What still has to be written: only the differing fields, the VLAN tag as a whole.
+TEST(VfNetSettings, WhatIsUnmetIsOnlyTheFieldsThatDiffer) {
+  VfNetSettings want;
+  want.mac = "02:00:00:00:00:01";
+  want.vlan = 42;
+  want.qos = 3;
+  want.trust = false;
+  VfNetSettings current;
+  current.mac = "02:00:00:00:00:01";
+  current.vlan = 42;
+  current.qos = 0;
+  current.trust = false;
+  EXPECT_EQ(want.Unmet(current).Display(), "vlan 42 qos 3");
+  current.qos = 3;
+  EXPECT_TRUE(want.Unmet(current).Empty());
+  current.mac = "02:00:00:00:00:02";
+  current.trust = true;
+  EXPECT_EQ(want.Unmet(current).Display(), "mac 02:00:00:00:00:01, trust off");
+}
+
+TEST(VfNetSettings, MacsAreNormalisedOrRefused) {
+  EXPECT_EQ(NormalizeMac("02:AB:cd:00:00:0F"), "02:ab:cd:00:00:0f");
+  EXPECT_EQ(NormalizeMac("02-ab-cd-00-00-0f"), std::nullopt);
+  EXPECT_EQ(NormalizeMac("02:ab:cd:00:00"), std::nullopt);
+  EXPECT_EQ(NormalizeMac("02:ab:cd:00:00:0g"), std::nullopt);
+}
+
+class FileVfNetworkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/vfio-dra-vfnet-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    fs::create_directories(dir_ + "/0000:5e:00.0");
+    std::ofstream(dir_ + "/0000:5e:00.0/netdev") << "ens1f0\n";
+    std::ofstream(dir_ + "/0000:5e:00.0/vf1.json")
+        << R"({"mac":"00:00:00:00:00:00","vlan":0,"qos":0,"spoofchk":true,"trust":false})";
+    network_ = MakeFileVfNetwork(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string dir_;
+  std::unique_ptr<VfNetwork> network_;
+  const VfLink vf1_{"0000:5e:00.0", 1};
+};
+
+TEST_F(FileVfNetworkTest, WritesWhatIsAskedAndReadsItBack) {
+  auto before = network_->Read(vf1_);
+  ASSERT_TRUE(before.ok()) << before.error().message;
+  EXPECT_EQ(before->Display(), "mac 00:00:00:00:00:00, vlan 0 qos 0, spoofchk on, trust off");
+  VfNetSettings want;
+  want.mac = "02:00:00:00:be:ef";
+  want.vlan = 42;
+  want.qos = 3;
+  want.trust = true;
+  ASSERT_TRUE(network_->Write(vf1_, want).ok());
+  auto after = network_->Read(vf1_);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->Display(), "mac 02:00:00:00:be:ef, vlan 42 qos 3, spoofchk on, trust on");
+  ASSERT_TRUE(network_->Write(vf1_, want.RestoreFrom(*before)).ok());
+  EXPECT_EQ(network_->Read(vf1_)->Display(), before->Display());
+  EXPECT_EQ(*network_->PfNetdev(vf1_), "ens1f0");
+}
+
+TEST_F(FileVfNetworkTest, ARefusedSettingIsNamedAndTheOnesBeforeItStay) {
+  std::ofstream(dir_ + "/0000:5e:00.0/unsupported") << "trust\n";
+  VfNetSettings want;
+  want.mac = "02:00:00:00:be:ef";
+  want.trust = true;
+  Status s = network_->Write(vf1_, want);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().kind, ErrorKind::kUnimplemented);
+  EXPECT_THAT(s.error().message, HasSubstr("cannot set trust on VF 1 of 0000:5e:00.0"));
+  EXPECT_EQ(network_->Read(vf1_)->mac, "02:00:00:00:be:ef");
+}
+
+TEST_F(FileVfNetworkTest, AVfThatDoesNotExistIsNotFound) {
+  auto read = network_->Read({"0000:5e:00.0", 7});
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.error().kind, ErrorKind::kNotFound);
+  EXPECT_THAT(read.error().message, HasSubstr("VF 7 of 0000:5e:00.0 does not exist"));
+  EXPECT_EQ(network_->Write({"0000:5e:00.0", 7}, VfNetSettings{{}, 5, {}, {}, {}}).error().kind,
+            ErrorKind::kNotFound);
+  EXPECT_EQ(network_->PfNetdev({"0000:99:00.0", 0}).error().kind, ErrorKind::kNotFound);
+}
+
+}  // namespace
+}  // namespace vfio_dra::vfio
