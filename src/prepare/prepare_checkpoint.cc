@@ -389,7 +389,21 @@ Result<std::optional<ClaimRecord>> PrepareCheckpoint::Read(const std::string& ui
     return text.error().Wrap("cannot read the prepare checkpoint record of claim uid " + uid);
   }
   try {
-    ClaimRecord record = RecordFromJson(json::parse(*text));
+    const json root = json::parse(*text);
+    if (auto v = root.find("version");
+        v != root.end() && v->is_number_integer() && v->get<int>() > kCheckpointVersion) {
+      // Written by a newer vfio-dra (the other instance of a rolling update, or before a
+      // downgrade): it may record work this build cannot undo, so it is neither used nor moved
+      // aside; the newer instance handles the claim.
+      return MakeError(ErrorKind::kUnavailable,
+                       "the prepare checkpoint record " + path + " has version " +
+                           std::to_string(v->get<int>()) +
+                           ", written by a newer vfio-dra (this "
+                           "build reads version " +
+                           std::to_string(kCheckpointVersion) +
+                           "); it is kept for the newer version to handle");
+    }
+    ClaimRecord record = RecordFromJson(root);
     if (record.uid != uid) {
       throw json::other_error::create(503, "it names claim uid " + record.uid, nullptr);
     }

@@ -151,7 +151,7 @@ TEST_F(PrepareCheckpointTest, ARebootIsNoticedPerRecord) {
 }
 
 TEST_F(PrepareCheckpointTest, CorruptAndUnknownVersionRecordsAreMovedAsideNotFatal) {
-  for (const std::string content : {"{not json", R"({"version": 99, "bootID": "b", "claim": {}})",
+  for (const std::string content : {"{not json", R"({"version": 0, "bootID": "b", "claim": {}})",
                                     R"({"version": 2, "bootID": "b", "claim": {"state": 3}})"}) {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
@@ -168,8 +168,24 @@ TEST_F(PrepareCheckpointTest, CorruptAndUnknownVersionRecordsAreMovedAsideNotFat
     // The daemon can go on recording new claims.
     EXPECT_TRUE(checkpoint.Put(Started()).ok());
   }
-  std::ofstream(RecordPath(kUid), std::ios::trunc) << R"({"version": 99})";
-  EXPECT_THAT(Open().Load().problems.at(0), HasSubstr("unknown checkpoint version 99"));
+  std::ofstream(RecordPath(kUid), std::ios::trunc) << R"({"version": 0})";
+  EXPECT_THAT(Open().Load().problems.at(0), HasSubstr("unknown checkpoint version 0"));
+}
+
+// A record of a newer format (the other instance of a rolling update is newer, or after a
+// downgrade) may hold work this build cannot undo: it is kept, and its claim left to the newer
+// version, instead of being moved aside as corrupt.
+TEST_F(PrepareCheckpointTest, ARecordOfANewerVersionIsKeptForThatVersion) {
+  PrepareCheckpoint checkpoint = Open();
+  std::ofstream(RecordPath(kUid)) << R"({"version": 3, "bootID": "b", "claim": {"new": 1}})";
+  ASSERT_TRUE(checkpoint.Put(Started(kOtherUid)).ok());
+  const CheckpointView view = checkpoint.Load();
+  EXPECT_EQ(view.claims.size(), 1u);
+  ASSERT_EQ(view.unreadable.count(kUid), 1u);
+  EXPECT_THAT(view.unreadable.at(kUid),
+              HasSubstr("has version 3, written by a newer vfio-dra (this build reads version 2)"));
+  EXPECT_TRUE(fs::exists(RecordPath(kUid)));
+  EXPECT_FALSE(checkpoint.Find(kUid).ok());
 }
 
 // A record that exists but cannot be read (EIO, EACCES) is never taken for "nothing prepared":
