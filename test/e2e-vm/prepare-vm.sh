@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Prepares everything the real-kernel VM node needs, from Debian packages, into a cache that
 # later runs reuse: QEMU and busybox (apt), Debian 12's kernel image (extracted, not installed),
-# the kernel headers (to build the mtty sample mdev driver out of tree, from linux-source-6.1),
-# and an initramfs with the few modules the guest needs to mount the host's file system (9p).
+# the kernel headers (to build the mtty sample mdev driver and the netdevsim driver out of tree,
+# from linux-source-6.1), and an initramfs with the few modules the guest needs to mount the
+# host's file system (9p).
 # Prints the cache directory.
 set -euo pipefail
 CACHE=${VFIO_DRA_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vfio-dra/e2e-vm}
@@ -62,18 +63,41 @@ if ! dpkg-query -W -f='${Status}' "linux-headers-$KVER" 2>/dev/null | grep -q 'i
   }
 fi
 
-if [[ ! -f mtty/mtty.ko ]]; then
-  if [[ ! -f mtty/mtty.c ]]; then
-    refresh_lists
-    log "fetching linux-source-6.1 for samples/vfio-mdev/mtty.c"
-    apt-get download -q linux-source-6.1 >&2
-    mkdir -p mtty
-    dpkg-deb --fsys-tarfile linux-source-6.1_*.deb | tar -xO ./usr/src/linux-source-6.1.tar.xz |
-      xz -dc | tar -xO linux-source-6.1/samples/vfio-mdev/mtty.c >mtty/mtty.c
-    rm -f linux-source-6.1_*.deb
+# Out-of-tree modules from linux-source-6.1 (the .deb is fetched once, for whichever sources are
+# missing): the mtty sample mdev driver, and netdevsim (a real SR-IOV netdev driver whose VFs
+# take MAC, VLAN, spoofchk and trust through rtnetlink), which Debian's kernel does not build.
+# netdevsim's Makefile is replaced by a Kbuild with its objects as Debian's config enables them.
+NETDEVSIM_OBJS="netdev.o dev.o ethtool.o fib.o bus.o health.o hwstats.o udp_tunnels.o bpf.o"
+NETDEVSIM_OBJS+=" ipsec.o psample.o"
+missing=()
+[[ -f mtty/mtty.c || -f mtty/mtty.ko ]] || missing+=(linux-source-6.1/samples/vfio-mdev/mtty.c)
+[[ -f netdevsim/netdev.c || -f netdevsim/netdevsim.ko ]] ||
+  missing+=(linux-source-6.1/drivers/net/netdevsim)
+if ((${#missing[@]})); then
+  refresh_lists
+  log "fetching linux-source-6.1 for ${missing[*]#linux-source-6.1/}"
+  rm -rf source && mkdir source
+  (cd source && apt-get download -q linux-source-6.1 >&2)
+  dpkg-deb --fsys-tarfile source/linux-source-6.1_*.deb |
+    tar -xO ./usr/src/linux-source-6.1.tar.xz | xz -dc | tar -x -C source "${missing[@]}"
+  # Moved into place whole, so that an interrupted run leaves no half source to build from.
+  if [[ -d source/linux-source-6.1/samples/vfio-mdev ]]; then
+    mkdir -p mtty && mv source/linux-source-6.1/samples/vfio-mdev/mtty.c mtty/
   fi
+  if [[ -d source/linux-source-6.1/drivers/net/netdevsim ]]; then
+    rm -rf netdevsim && mv source/linux-source-6.1/drivers/net/netdevsim netdevsim
+  fi
+  rm -rf source
+fi
+if [[ ! -f mtty/mtty.ko ]]; then
   echo 'obj-m := mtty.o' >mtty/Makefile
   make -s -C "/usr/src/linux-headers-$KVER" M="$CACHE/mtty" modules >&2
+fi
+if [[ ! -f netdevsim/netdevsim.ko ]]; then
+  log "building netdevsim.ko"
+  rm -f netdevsim/Makefile
+  printf 'obj-m += netdevsim.o\nnetdevsim-objs := %s\n' "$NETDEVSIM_OBJS" >netdevsim/Kbuild
+  make -s -C "/usr/src/linux-headers-$KVER" M="$CACHE/netdevsim" modules >&2
 fi
 
 # The initramfs: busybox, the 9p modules (and what they need), and our init.

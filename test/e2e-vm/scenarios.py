@@ -5,11 +5,14 @@ simulator (both from the build). The scenario name and the build directory come 
 directory /run/out (written by run-vm.sh). Every check that fails is printed and makes the exit
 code non-zero; the output ends up in <OUT>/guest.log."""
 import ctypes
+import fcntl
 import json
 import os
 import re
 import signal
+import socket
 import stat
+import struct
 import subprocess
 import sys
 import time
@@ -780,6 +783,149 @@ def scenario_two_instances():
     a.stop()
 
 
+VF_NET_CHECK = BUILD + "/test/vf-net-check"
+NSIM_BUS = "/sys/bus/netdevsim"
+NSIM = "netdevsim1"
+
+
+def ethtool_bus_info(netdev):
+    """ETHTOOL_GDRVINFO's bus_info, as the PF lookup sees it (the node has no ethtool)."""
+    info = ctypes.create_string_buffer(196)  # struct ethtool_drvinfo
+    struct.pack_into("I", info, 0, 0x3)  # ETHTOOL_GDRVINFO
+    request = struct.pack("16sP", netdev.encode(), ctypes.addressof(info)).ljust(40, b"\0")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        fcntl.ioctl(s.fileno(), 0x8946, request)  # SIOCETHTOOL
+    return info.raw[100:132].split(b"\0")[0].decode()
+
+
+def ip_vfs(port, show=False):
+    """The port's VFs as iproute2 reports them: an observer that shares no code with the one
+    under test (libnl). 6.1's ip leaves out a VLAN or QoS of 0."""
+    link = json.loads(subprocess.run(["ip", "-j", "-d", "link", "show", "dev", port], check=True,
+                                     capture_output=True, text=True).stdout)[0]
+    if show:
+        print(f"ip -j -d link show dev {port}: vfinfo_list {json.dumps(link.get('vfinfo_list'))}")
+    vfs = {}
+    for vf in link.get("vfinfo_list", []):
+        vlan = (vf.get("vlan_list") or [vf])[0]
+        vfs[vf["vf"]] = {"mac": vf.get("address"), "vlan": vlan.get("vlan", 0),
+                         "qos": vlan.get("qos", 0), "spoofchk": vf.get("spoofchk"),
+                         "trust": vf.get("trust")}
+    return vfs
+
+
+def vf_net_check(verb, vf, *args, netns=None, prefix=()):
+    command = list(prefix) + [VF_NET_CHECK, verb, "--pf-device", NSIM, "--vf", str(vf)]
+    command += (["--netns", netns] if netns else []) + list(args)
+    return subprocess.run(command, capture_output=True, text=True)
+
+
+def succeeded(result, what):
+    return check(result.returncode == 0, what + (f": {result.stderr.strip()}" if result.stderr
+                                                 else ""))
+
+
+def vf_net_read(vf, **kwargs):
+    result = vf_net_check("read", vf, **kwargs)
+    return json.loads(result.stdout) if succeeded(result, f"vf-net-check read VF {vf}") else {}
+
+
+def scenario_vf_netlink():
+    """VF network settings on a real driver (netdevsim: the node has no SR-IOV NIC) through the
+    daemon's code path (vf-net-check), each step checked against iproute2."""
+    subprocess.run(["modprobe", "-d", CACHE + "/kernel", "-S", KVER, "psample"], check=True)
+    subprocess.run(["insmod", CACHE + "/netdevsim/netdevsim.ko"], check=True)
+    write_sysfs(NSIM_BUS + "/new_device", "1 1")
+    nets = wait_for(lambda: os.listdir(f"{NSIM_BUS}/devices/{NSIM}/net")
+                    if os.path.isdir(f"{NSIM_BUS}/devices/{NSIM}/net") else None,
+                    f"{NSIM}'s port netdev")
+    if not check(nets is not None and len(nets) == 1, f"{NSIM} has one port: {nets}"):
+        return
+    port = nets[0]
+    write_sysfs(f"{NSIM_BUS}/devices/{NSIM}/sriov_numvfs", "2")
+    bus_info = ethtool_bus_info(port)
+    print(f"{NSIM}'s port is {port}; its ethtool bus_info is {bus_info!r}")
+    check(bus_info == NSIM, f"the port's bus_info names its bus device {NSIM}: {bus_info!r}")
+    zero = {"mac": "00:00:00:00:00:00", "vlan": 0, "qos": 0, "spoofchk": False, "trust": False}
+    initial = ip_vfs(port, show=True)
+    check(initial == {0: zero, 1: zero}, f"ip shows 2 VFs in the driver's initial state: {initial}")
+    # Non-default originals, so that a restore has something to bring back: VF 1 checks spoofing
+    # (the write turns it off), VF 0 (never written to) has a MAC of its own.
+    subprocess.run(["ip", "link", "set", port, "vf", "1", "spoofchk", "on"], check=True)
+    subprocess.run(["ip", "link", "set", port, "vf", "0", "mac", "02:00:00:00:00:0a", "spoofchk",
+                    "on", "trust", "on"], check=True)
+    vf0 = dict(zero, mac="02:00:00:00:00:0a", spoofchk=True, trust=True)
+    vf1 = dict(zero, spoofchk=True)
+    check(ip_vfs(port) == {0: vf0, 1: vf1}, f"the originals set with ip: {ip_vfs(port)}")
+    by_tool = vf_net_read(1)
+    check(by_tool == dict(vf1, netdev=port), f"vf-net-check read finds {port} by its bus device "
+          f"and reads VF 1 as ip does: {by_tool}")
+
+    wanted = {"mac": "02:00:00:00:be:ef", "vlan": 42, "qos": 3, "spoofchk": False, "trust": True}
+    started = time.monotonic()
+    result = vf_net_check("write", 1, "--mac", "02:00:00:00:BE:EF", "--vlan", "42", "--qos", "3",
+                          "--spoofchk", "off", "--trust", "on")
+    print(f"write took {time.monotonic() - started:.2f} s: {result.stdout.strip()}")
+    if not succeeded(result, "vf-net-check write"):
+        return
+    written = json.loads(result.stdout)
+    check(written["previous"] == vf1, f"the write reports the previous settings: "
+          f"{written['previous']}")
+    check(written["applied"] == wanted, f"the write reports what it applied: {written['applied']}")
+    seen = ip_vfs(port)
+    for key, value in wanted.items():
+        check(seen[1][key] == value, f"ip shows VF 1 {key} {value}: {seen[1][key]}")
+    check(vf_net_read(1) == dict(wanted, netdev=port), "vf-net-check read agrees")
+    check(seen[0] == vf0, f"VF 0 is untouched: {seen[0]}")
+
+    result = vf_net_check("restore", 1, "--previous", json.dumps(written["previous"]),
+                          "--applied", json.dumps(written["applied"]))
+    succeeded(result, "vf-net-check restore")
+    check(ip_vfs(port) == {0: vf0, 1: vf1}, f"ip shows the originals again: {ip_vfs(port)}")
+    check(vf_net_read(1) == dict(vf1, netdev=port), "vf-net-check read agrees")
+
+    # Refusals reach the caller naming what was refused: a VF the PF does not report (found on
+    # reading, before any request), a MAC and a VLAN the driver answers with EINVAL.
+    result = vf_net_check("read", 5)
+    check(result.returncode != 0 and "VF 5" in result.stderr,
+          f"VF 5 (the PF has 2) is refused, naming it: {result.stderr.strip()}")
+    result = vf_net_check("write", 5, "--trust", "on")
+    check(result.returncode != 0 and "VF 5" in result.stderr,
+          f"a write to VF 5 is refused, naming it: {result.stderr.strip()}")
+    result = vf_net_check("write", 1, "--mac", "01:00:5e:00:00:01")
+    check(result.returncode != 0 and "mac 01:00:5e:00:00:01" in result.stderr,
+          f"the driver's refusal of a multicast MAC is carried: {result.stderr.strip()}")
+    # The MAC is set before the VLAN is refused: the printed previous settings undo it.
+    result = vf_net_check("write", 1, "--mac", "02:00:00:00:be:ef", "--vlan", "5000")
+    check(result.returncode != 0 and "vlan 5000" in result.stderr and
+          "Invalid input data" in result.stderr,
+          f"the driver's refusal of VLAN 5000 is carried: {result.stderr.strip()}")
+    check(ip_vfs(port)[1] == dict(vf1, mac="02:00:00:00:be:ef"),
+          f"the MAC before the refused VLAN stays set: {ip_vfs(port)[1]}")
+    written = json.loads(result.stdout)
+    result = vf_net_check("restore", 1, "--previous", json.dumps(written["previous"]),
+                          "--applied", json.dumps(written["applied"]))
+    succeeded(result, "restore after the refusal")
+    check(ip_vfs(port) == {0: vf0, 1: vf1}, f"the originals again: {ip_vfs(port)}")
+
+    # --netns: from a network namespace of its own, the PF is only found through the node's.
+    alone = ["unshare", "--net"]
+    result = vf_net_check("read", 1, prefix=alone)
+    check(result.returncode != 0 and NSIM in result.stderr,
+          f"in an empty network namespace the PF is not found: {result.stderr.strip()}")
+    check(vf_net_read(1, netns="/proc/1/ns/net", prefix=alone) == dict(vf1, netdev=port),
+          "with --netns /proc/1/ns/net it is")
+    result = vf_net_check("write", 1, "--vlan", "7", netns="/proc/1/ns/net", prefix=alone)
+    if succeeded(result, "a write through --netns"):
+        check(ip_vfs(port)[1] == dict(vf1, vlan=7), f"it reaches the driver: {ip_vfs(port)[1]}")
+    written = json.loads(result.stdout)
+    result = vf_net_check("restore", 1, "--previous", json.dumps(written["previous"]),
+                          "--applied", json.dumps(written["applied"]), netns="/proc/1/ns/net",
+                          prefix=alone)
+    succeeded(result, "restore through --netns")
+    check(ip_vfs(port) == {0: vf0, 1: vf1}, f"the originals at the end: {ip_vfs(port)}")
+
+
 def step(title):
     print(f"\n\033[1m== {title}\033[0m", flush=True)
 
@@ -850,6 +996,7 @@ SCENARIOS = {
     "crash": scenario_crash,
     "vmm-holds": scenario_vmm_holds,
     "two-instances": scenario_two_instances,
+    "vf-netlink": scenario_vf_netlink,
 }
 
 if __name__ == "__main__":
