@@ -283,7 +283,9 @@ def check_examples(docs):
                 if params.get("apiVersion") != f"{DRIVER}/v1alpha1" or \
                         params.get("kind") != "VfioConfig":
                     problem(where, "opaque config is not a vfio.dra.io/v1alpha1 VfioConfig")
-                unknown = set(params) - {"apiVersion", "kind", "iommuInterface"}
+                # The fields DecodeVfioConfig (src/prepare/vfio_config.cc) accepts.
+                unknown = set(params) - {"apiVersion", "kind", "iommuInterface", "macAddress",
+                                         "vlan", "qos", "spoofChk", "trust"}
                 if unknown:
                     problem(where, f"opaque config has fields the plugin does not accept: "
                             f"{sorted(unknown)}")
