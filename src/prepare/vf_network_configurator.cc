@@ -155,7 +155,8 @@ std::vector<kube::AllocatedDeviceStatus> VfNetworkConfigurator::StatusOf(
     const std::vector<PlannedDevice>& plan, const std::map<std::string, std::string>& macs) {
   std::vector<kube::AllocatedDeviceStatus> out;
   for (const PlannedDevice& device : plan) {
-    if (!device.vf_link) continue;
+    const auto mac = macs.find(device.result.device);
+    if (!device.vf_link || (mac == macs.end() && device.config.network.Empty())) continue;
     kube::AllocatedDeviceStatus status;
     status.driver = driver;
     status.pool = device.result.pool;
@@ -170,9 +171,7 @@ std::vector<kube::AllocatedDeviceStatus> VfNetworkConfigurator::StatusOf(
                                                    : " with " + device.config.network.Display());
     ready.observed_generation = claim.generation;
     status.conditions.push_back(std::move(ready));
-    if (auto it = macs.find(device.result.device); it != macs.end()) {
-      status.network_data = kube::NetworkDeviceData{"", {}, it->second};
-    }
+    if (mac != macs.end()) status.network_data = kube::NetworkDeviceData{"", {}, mac->second};
     out.push_back(std::move(status));
   }
   return out;

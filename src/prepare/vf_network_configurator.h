@@ -51,7 +51,9 @@ class VfNetworkConfigurator {
   // Writes back what `vf` recorded; a VF or PF that is gone has nothing to restore.
   Status Restore(const VfNetworkRecord& vf, bool earlier_boot) const;
 
-  // The claim status entries of the network VFs among `plan`, with their MACs (by device name).
+  // The claim status entries of the network VFs among `plan` that have something to report: a
+  // MAC (by device name in `macs`) or settings that were applied. A VF with neither gets no entry,
+  // so a plain VF claim costs no API write.
   static std::vector<kube::AllocatedDeviceStatus> StatusOf(
       const std::string& driver, const kube::ResourceClaim& claim,
       const std::vector<PlannedDevice>& plan, const std::map<std::string, std::string>& macs);

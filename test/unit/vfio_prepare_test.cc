@@ -476,6 +476,7 @@ TEST_F(PrepareTest, AStatusThatCannotBeWrittenFailsThePrepareAndItsRetryWritesIt
   Use("sriov");
   SeedVfs("0000:5e:00.0", 8);
   kube::ResourceClaim claim = Claim({{"nic", "vf-0000-5e-02-3"}});
+  AddConfig(claim, {{"apiVersion", "vfio.dra.io/v1alpha1"}, {"kind", "VfioConfig"}, {"vlan", 7}});
   status_.fail = MakeError(ErrorKind::kPermissionDenied, "resourceclaims/status is forbidden");
   auto prepared = Prepare(claim);
   ASSERT_FALSE(prepared.ok());
@@ -489,6 +490,26 @@ TEST_F(PrepareTest, AStatusThatCannotBeWrittenFailsThePrepareAndItsRetryWritesIt
   // The VF has no MAC of its own (all zeros): there is no hardware address to report.
   EXPECT_FALSE(status_.applied[0][0].network_data.has_value());
   ASSERT_TRUE(Unprepare().ok());
+}
+
+// A VF claim with no settings on a VF without a MAC of its own has nothing to report: no status
+// write (an API call per VM start for nobody); with a MAC set on the PF by hand, it is reported.
+TEST_F(PrepareTest, AVfWithNothingToReportWritesNoStatusAndOneWithAMacDoes) {
+  Use("sriov");
+  SeedVfs("0000:5e:00.0", 8);
+  kube::ResourceClaim claim = Claim({{"nic", "vf-0000-5e-02-3"}});
+  ASSERT_TRUE(Prepare(claim).ok());
+  EXPECT_TRUE(status_.applied.empty());
+  ASSERT_TRUE(Unprepare().ok());
+
+  std::ofstream(VfNetDir() + "/0000:5e:00.0/vf3.json", std::ios::trunc)
+      << R"({"mac":"02:00:00:00:00:33","vlan":0,"qos":0,"spoofchk":true,"trust":false})";
+  ASSERT_TRUE(Prepare(claim).ok());
+  ASSERT_EQ(status_.applied.size(), 1u);
+  ASSERT_TRUE(status_.applied[0].at(0).network_data.has_value());
+  EXPECT_EQ(status_.applied[0][0].network_data->hardware_address, "02:00:00:00:00:33");
+  ASSERT_TRUE(Unprepare().ok());
+  EXPECT_EQ(VfState("0000:5e:00.0", 3)["mac"], "02:00:00:00:00:33");  // never changed, kept
 }
 
 // The kernel's module aliases give ConnectX-7 VFs to mlx5_vfio_pci: prepare binds the VF there
