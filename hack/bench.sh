@@ -90,7 +90,7 @@ rows.append(f"| Idle RSS, {idle['published_devices']} published devices | "
             f"{'met' if idle['rss_mib'] <= 16 else 'MISSED'} | /proc VmRSS after publishing: "
             f"{idle['rss_anon_mib']:.1f} MiB heap and stacks, {idle['rss_file_mib']:.1f} MiB "
             "mapped code of the binary and its shared libraries (gRPC, protobuf, OpenSSL, curl and "
-            "the GnuTLS that Debian's curl loads for its LDAP and RTMP support) |")
+            "the GnuTLS that Debian's curl loads for its LDAP and RTMP support, libnl-route) |")
 rows.append(f"| Idle CPU, {idle['published_devices']} published devices | "
             f"{idle['cpu_percent_of_a_core']:.3f}% of a core over {idle['window_s']:.0f} s | "
             f"< 0.1% | {'met' if idle['cpu_percent_of_a_core'] < 0.1 else 'MISSED'} | "
@@ -119,7 +119,12 @@ why = {
     "for the disk: the daemon's gRPC handling, planning, checkpoint reads and the simulated "
     "kernel's bookkeeping of each bind (files under /dev/shm standing in for sysfs) share the two "
     "cores with the benchmark's kubelet and API server. Claims on distinct groups decide and bind "
-    "in parallel; the floor itself varies by about 2x between runs with the disk's latency.",
+    "in parallel; the floor itself varies by about 4x between runs with the disk's latency "
+    "(p99 at 32 at once: 117 ms in one session, 30 ms in another), while prepare, bound by CPU, "
+    "follows it only in part, so the ratio is worst when the disk is fast. The claims are VFs of a "
+    "network PF: each prepare also asks the kernel for the VF's MAC over rtnetlink (to report a "
+    "MAC set on the PF by hand), about 0.6 ms here, where no PF answers and every link is "
+    "listed.",
     "Idle RSS": "The file-backed part alone (about 23 MiB) is over the target: pages of gRPC, "
     "protobuf, Abseil, OpenSSL, curl and the GnuTLS, Kerberos and LDAP libraries that Debian's "
     "libcurl loads, touched at start-up (library constructors, OpenSSL and GnuTLS "
