@@ -226,20 +226,17 @@ class NetlinkVfNetwork final : public VfNetwork {
   }
 
   Result<VfNetSettings> Read(const VfLink& target) override {
-    auto connection = Connect(netns_path_);
-    if (!connection.ok()) return connection.error();
-    auto netdev = NetdevOf(*connection, target.pf_device);
-    if (!netdev.ok()) return netdev.error();
-    auto link = GetLink(connection->route.get(), *netdev);
-    if (!link.ok()) return link.error();
+    auto pf = OpenPf(target);
+    if (!pf.ok()) return pf.error();
+    rtnl_link* link = pf->link.get();
     uint32_t num_vfs = 0;
-    if (!rtnl_link_has_vf_list(link->get()) || rtnl_link_get_num_vf(link->get(), &num_vfs) < 0) {
-      return MakeError(ErrorKind::kNotFound, "network interface " + *netdev + " of " +
+    if (!rtnl_link_has_vf_list(link) || rtnl_link_get_num_vf(link, &num_vfs) < 0) {
+      return MakeError(ErrorKind::kNotFound, "network interface " + pf->netdev + " of " +
                                                  target.pf_device + " reports no SR-IOV VFs");
     }
-    Vf vf(rtnl_link_vf_get(link->get(), static_cast<uint32_t>(target.vf_index)));
+    Vf vf(rtnl_link_vf_get(link, static_cast<uint32_t>(target.vf_index)));
     if (!vf) {
-      return MakeError(ErrorKind::kNotFound, "network interface " + *netdev + " of " +
+      return MakeError(ErrorKind::kNotFound, "network interface " + pf->netdev + " of " +
                                                  target.pf_device + " has no VF " +
                                                  std::to_string(target.vf_index) + " (it reports " +
                                                  std::to_string(num_vfs) + ")");
@@ -248,13 +245,10 @@ class NetlinkVfNetwork final : public VfNetwork {
   }
 
   Status Write(const VfLink& target, const VfNetSettings& settings) override {
-    auto connection = Connect(netns_path_);
-    if (!connection.ok()) return connection.error();
-    auto netdev = NetdevOf(*connection, target.pf_device);
-    if (!netdev.ok()) return netdev.error();
-    auto link = GetLink(connection->route.get(), *netdev);
-    if (!link.ok()) return link.error();
-    nl_sock* socket = connection->route.get();
+    auto pf = OpenPf(target);
+    if (!pf.ok()) return pf.error();
+    nl_sock* socket = pf->connection.route.get();
+    Link* link = &pf->link;
     // One request per setting: the kernel applies the attributes of one request in turn and stops
     // at the first the driver refuses, so a combined request could not say which one failed.
     if (settings.mac) {
@@ -304,6 +298,22 @@ class NetlinkVfNetwork final : public VfNetwork {
   }
 
  private:
+  // The PF's netdev and its link with the VF list, over a connection in our namespace.
+  struct OpenedPf {
+    Connection connection;
+    std::string netdev;
+    Link link;
+  };
+  Result<OpenedPf> OpenPf(const VfLink& target) const {
+    auto connection = Connect(netns_path_);
+    if (!connection.ok()) return connection.error();
+    auto netdev = NetdevOf(*connection, target.pf_device);
+    if (!netdev.ok()) return netdev.error();
+    auto link = GetLink(connection->route.get(), *netdev);
+    if (!link.ok()) return link.error();
+    return OpenedPf{std::move(*connection), std::move(*netdev), std::move(*link)};
+  }
+
   std::string netns_path_;
 
   template <typename SetField>
