@@ -322,7 +322,7 @@ std::string ClaimRecord::Display() const {
 
 const ClaimRecord* CheckpointView::Find(const std::string& uid) const {
   auto it = claims.find(uid);
-  return it == claims.end() ? nullptr : &it->second;
+  return it == claims.end() ? nullptr : it->second.get();
 }
 
 Result<PrepareCheckpoint> PrepareCheckpoint::Open(const std::string& data_dir,
@@ -345,19 +345,23 @@ std::string PrepareCheckpoint::PathOf(const std::string& uid) const {
 }
 
 Result<std::optional<ClaimRecord>> PrepareCheckpoint::Find(const std::string& uid) const {
-  return Read(uid, nullptr);
+  auto record = Read(uid, nullptr);
+  if (!record.ok()) return record.error();
+  if (*record == nullptr) return std::optional<ClaimRecord>();
+  return std::optional<ClaimRecord>(**record);
 }
 
-Result<std::optional<ClaimRecord>> PrepareCheckpoint::Read(const std::string& uid,
-                                                           bool* dropped_empty) const {
-  if (!IsObjectUid(uid)) return std::optional<ClaimRecord>();
+Result<std::shared_ptr<const ClaimRecord>> PrepareCheckpoint::Read(const std::string& uid,
+                                                                   bool* dropped_empty) const {
+  using Shared = std::shared_ptr<const ClaimRecord>;
+  if (!IsObjectUid(uid)) return Shared();
   const std::string path = PathOf(uid);
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) {
       std::lock_guard<std::mutex> lock(parsed_->mu);
       parsed_->by_uid.erase(uid);
-      return std::optional<ClaimRecord>();
+      return Shared();
     }
     return MakeError(ErrorKind::kUnavailable,
                      "cannot read the prepare checkpoint record of claim "
@@ -368,7 +372,7 @@ Result<std::optional<ClaimRecord>> PrepareCheckpoint::Read(const std::string& ui
     // Only a power loss between Stage and Commit leaves an empty record (every write renames a
     // complete file into place), and nothing acts on a record before its Commit: drop it.
     if (::unlink(path.c_str()) == 0 && dropped_empty != nullptr) *dropped_empty = true;
-    return std::optional<ClaimRecord>();
+    return Shared();
   }
   const FileVersion version{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
                             static_cast<uint64_t>(st.st_size),
@@ -378,14 +382,14 @@ Result<std::optional<ClaimRecord>> PrepareCheckpoint::Read(const std::string& ui
     std::lock_guard<std::mutex> lock(parsed_->mu);
     auto it = parsed_->by_uid.find(uid);
     if (it != parsed_->by_uid.end() && it->second.first == version) {
-      return std::optional<ClaimRecord>(it->second.second);
+      return it->second.second;
     }
   }
   // Replaced after the stat: what is read is newer than `version`, so the next stat differs and
   // parses again; a stale parse is never kept under the new file's version.
   auto text = ReadFileToString(path, kMaxRecordBytes);
   if (!text.ok()) {
-    if (text.error().kind == ErrorKind::kNotFound) return std::optional<ClaimRecord>();
+    if (text.error().kind == ErrorKind::kNotFound) return Shared();
     return text.error().Wrap("cannot read the prepare checkpoint record of claim uid " + uid);
   }
   try {
@@ -403,13 +407,13 @@ Result<std::optional<ClaimRecord>> PrepareCheckpoint::Read(const std::string& ui
                            std::to_string(kCheckpointVersion) +
                            "); it is kept for the newer version to handle");
     }
-    ClaimRecord record = RecordFromJson(root);
-    if (record.uid != uid) {
-      throw json::other_error::create(503, "it names claim uid " + record.uid, nullptr);
+    auto record = std::make_shared<const ClaimRecord>(RecordFromJson(root));
+    if (record->uid != uid) {
+      throw json::other_error::create(503, "it names claim uid " + record->uid, nullptr);
     }
     std::lock_guard<std::mutex> lock(parsed_->mu);
     parsed_->by_uid[uid] = {version, record};
-    return std::optional<ClaimRecord>(std::move(record));
+    return Shared(std::move(record));
   } catch (const json::exception& e) {
     return MakeError(ErrorKind::kDataLoss,
                      "the prepare checkpoint record " + path + " is unusable: " + e.what());
@@ -442,7 +446,7 @@ CheckpointView PrepareCheckpoint::Load() const {
                               "the disk, so nothing was done for it");
     }
     if (record.ok()) {
-      if (*record) view.claims.emplace(uid, std::move(**record));
+      if (*record) view.claims.emplace(uid, std::move(*record));
       continue;
     }
     if (record.error().kind == ErrorKind::kDataLoss) {
@@ -553,7 +557,8 @@ Result<int> PrepareCheckpoint::Upgrade(std::string* problem) const {
 
 std::vector<PreparedTarget> PreparedTargets(const CheckpointView& view) {
   std::vector<PreparedTarget> out;
-  for (const auto& [uid, record] : view.claims) {
+  for (const auto& [uid, shared] : view.claims) {
+    const ClaimRecord& record = *shared;
     if (record.state != PrepareState::kPrepareCompleted) continue;
     for (const RecordedDevice& device : record.devices) {
       PreparedTarget target;
@@ -577,7 +582,7 @@ std::vector<PreparedTarget> PreparedTargets(const CheckpointView& view) {
 std::map<std::string, discovery::ManagedFunction> ManagedFunctions(const CheckpointView& view) {
   std::map<std::string, discovery::ManagedFunction> out;
   for (const auto& [uid, record] : view.claims) {
-    for (const FunctionRecord& f : record.functions) {
+    for (const FunctionRecord& f : record->functions) {
       out.emplace(f.address, discovery::ManagedFunction{f.driver, f.vfio_driver});
     }
   }

@@ -130,9 +130,10 @@ struct ClaimRecord {
   bool operator==(const ClaimRecord&) const = default;
 };
 
-// Every record on disk at one moment.
+// Every record on disk at one moment. Records are shared with the checkpoint's parse cache and
+// never change once parsed (a new version of a file is a new record), so a view costs no copies.
 struct CheckpointView {
-  std::map<std::string, ClaimRecord> claims;
+  std::map<std::string, std::shared_ptr<const ClaimRecord>> claims;
   // Claims whose record exists but cannot be read now, with the reason.
   std::map<std::string, std::string> unreadable;
   // Records moved aside or unreadable, described for the log.
@@ -185,7 +186,9 @@ class PrepareCheckpoint {
   // Put (kDataOnly, then the shared directory fsync) or Stage (kVolatile).
   Status Write(const ClaimRecord& record, Durability durability) const;
   // Find, and says when it removed an empty record (see Stage).
-  Result<std::optional<ClaimRecord>> Read(const std::string& uid, bool* dropped_empty) const;
+  // Null when the claim has no record.
+  Result<std::shared_ptr<const ClaimRecord>> Read(const std::string& uid,
+                                                  bool* dropped_empty) const;
 
   // What identifies one version of a record file: an atomic replacement is a new inode.
   struct FileVersion {
@@ -195,7 +198,7 @@ class PrepareCheckpoint {
   };
   struct ParsedRecords {
     std::mutex mu;
-    std::map<std::string, std::pair<FileVersion, ClaimRecord>> by_uid;
+    std::map<std::string, std::pair<FileVersion, std::shared_ptr<const ClaimRecord>>> by_uid;
   };
 
   std::string data_dir_;

@@ -110,17 +110,38 @@ auto VfioDevicePreparer::Timed(const char* operation, Op op) -> decltype(op()) {
 }
 
 void VfioDevicePreparer::Note(const CheckpointView& view) {
-  CheckpointCounts counts;
-  for (const auto& [uid, record] : view.claims) {
-    (record.state == PrepareState::kPrepareCompleted ? counts.completed : counts.started) += 1;
-  }
-  auto prepared = std::make_shared<const std::vector<PreparedTarget>>(PreparedTargets(view));
-  auto managed = std::make_shared<const std::map<std::string, discovery::ManagedFunction>>(
-      prepare::ManagedFunctions(view));
   std::lock_guard<std::mutex> lock(snapshot_mu_);
+  noted_.claims = view.claims;
+  PublishSnapshotsLocked();
+}
+
+void VfioDevicePreparer::NoteClaim(const std::string& uid,
+                                   std::shared_ptr<const ClaimRecord> record) {
+  std::lock_guard<std::mutex> lock(snapshot_mu_);
+  if (record) {
+    noted_.claims[uid] = std::move(record);
+  } else {
+    noted_.claims.erase(uid);
+  }
+  PublishSnapshotsLocked();
+}
+
+void VfioDevicePreparer::NoteClaimOnDisk(const std::string& uid) {
+  auto record = checkpoint_.Find(uid);
+  // Unreadable now: the next Refresh, or the next call of the claim, says what it is.
+  if (!record.ok()) return;
+  NoteClaim(uid, *record ? std::make_shared<const ClaimRecord>(std::move(**record)) : nullptr);
+}
+
+void VfioDevicePreparer::PublishSnapshotsLocked() {
+  CheckpointCounts counts;
+  for (const auto& [uid, record] : noted_.claims) {
+    (record->state == PrepareState::kPrepareCompleted ? counts.completed : counts.started) += 1;
+  }
   counts_ = counts;
-  prepared_ = std::move(prepared);
-  managed_ = std::move(managed);
+  prepared_ = std::make_shared<const std::vector<PreparedTarget>>(PreparedTargets(noted_));
+  managed_ = std::make_shared<const std::map<std::string, discovery::ManagedFunction>>(
+      prepare::ManagedFunctions(noted_));
 }
 
 CheckpointView VfioDevicePreparer::LoadView() {
@@ -233,8 +254,9 @@ Status VfioDevicePreparer::RecordStart(const kube::ResourceClaim& claim,
 
 Status VfioDevicePreparer::CheckOverlap(const CheckpointView& view, const std::string& uid,
                                         const std::vector<PlannedDevice>& plan) const {
-  for (const auto& [other_uid, other] : view.claims) {
+  for (const auto& [other_uid, shared] : view.claims) {
     if (other_uid == uid) continue;
+    const ClaimRecord& other = *shared;
     std::set<std::string> functions;
     for (const FunctionRecord& f : other.functions) functions.insert(f.address);
     std::map<std::string, const MdevRecord*> mdevs;    // uuid ->
@@ -668,7 +690,9 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Prepare(
       return s.error().Wrap(who + ": cannot record the completed prepare");
     }
   }
-  Note(checkpoint_.Load());
+  // Only this claim's record changed: the snapshots need no re-read of every record (the other
+  // instance's changes come with the next Refresh).
+  NoteClaim(claim.uid, std::make_shared<const ClaimRecord>(std::move(completed)));
   if (Status s = WriteClaimStatus(claim, d.plan, macs, deadline); !s.ok()) {
     return s.error().Wrap(who);
   }
@@ -808,7 +832,7 @@ Status VfioDevicePreparer::Unprepare(const ClaimRef& claim, Deadline deadline) {
     }
   }
   Status status = Undo(*record, deadline);
-  Note(LoadView());
+  NoteClaimOnDisk(claim.uid);
   return status;
 }
 
@@ -833,7 +857,8 @@ Status VfioDevicePreparer::Recover() {
               {{"claims", std::to_string(*upgraded)}, {"directory", checkpoint_.directory()}});
   }
   const CheckpointView view = LoadView();
-  for (const auto& [uid, record] : view.claims) {
+  for (const auto& [uid, shared] : view.claims) {
+    const ClaimRecord& record = *shared;
     if (record.state != PrepareState::kPrepareStarted) continue;
     DeviceLockSet devices(locks_);
     std::set<std::string> keys;
@@ -862,7 +887,7 @@ Status VfioDevicePreparer::Recover() {
   const CheckpointView after = LoadView();
   std::set<std::string> owned;
   for (const auto& [uid, record] : after.claims) {
-    owned.insert(record.cdi_files.begin(), record.cdi_files.end());
+    owned.insert(record->cdi_files.begin(), record->cdi_files.end());
   }
   const auto unreadable_owner = [&](const std::string& file) {
     for (const auto& [uid, reason] : after.unreadable) {

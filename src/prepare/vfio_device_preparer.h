@@ -143,7 +143,13 @@ class VfioDevicePreparer final : public DevicePreparer {
   void Step(const std::string& name) const;
   // Reads every record, logs the problems and refreshes the snapshots.
   CheckpointView LoadView();
+  // The snapshots (counts, prepared targets, managed functions) from every record, or with one
+  // claim's record replaced (null: dropped) after a call changed only that one.
   void Note(const CheckpointView& view);
+  void NoteClaim(const std::string& uid, std::shared_ptr<const ClaimRecord> record);
+  // NoteClaim with the claim's record as it is on disk now.
+  void NoteClaimOnDisk(const std::string& uid);
+  void PublishSnapshotsLocked();
   // Adds what `plan` needs to `record`; sets `changed` when something was added.
   Status RecordStart(const kube::ResourceClaim& claim, const std::vector<PlannedDevice>& plan,
                      ClaimRecord& record, bool& changed, Deadline deadline);
@@ -191,6 +197,7 @@ class VfioDevicePreparer final : public DevicePreparer {
   std::string kind_;  // "<driver>/vfio"
   Logger log_;
   mutable std::mutex snapshot_mu_;
+  CheckpointView noted_;  // the records the snapshots below are made from
   CheckpointCounts counts_;
   std::shared_ptr<const std::vector<PreparedTarget>> prepared_ =
       std::make_shared<const std::vector<PreparedTarget>>();

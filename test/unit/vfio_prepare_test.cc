@@ -790,7 +790,7 @@ TEST(CheckpointUpgradeTest, AVersion1FileBecomesOneRecordPerClaim) {
   EXPECT_FALSE(fs::exists(dir + "/checkpoint.json"));
   const prepare::CheckpointView view = checkpoint->Load();
   ASSERT_EQ(view.claims.size(), 1u);
-  const prepare::ClaimRecord& record = view.claims.begin()->second;
+  const prepare::ClaimRecord& record = *view.claims.begin()->second;
   EXPECT_EQ(record.boot_id, "boot-0") << "the old boot stays recorded, so a reboot is noticed";
   EXPECT_FALSE(record.replayable);
   EXPECT_EQ(record.functions[0].driver, "nvidia");
