@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -88,11 +90,19 @@ Status WriteFileAtomically(const std::string& path, const std::string& contents,
   const std::filesystem::path target(path);
   const std::string dir = target.parent_path().empty() ? "." : target.parent_path().string();
   // A fresh name per write: two writers of one file (the two instances of a rolling update
-  // recording the same maxima) never share a temporary file.
-  thread_local std::mt19937 names{std::random_device{}()};
-  const std::string tmp = dir + "/" + TemporaryFilePrefix(target.filename().string()) +
-                          std::to_string(names() & 0xffffff);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+  // recording the same maxima) never share a temporary file. A process-wide counter from a random
+  // start, so that no write pays for seeding a generator (calls run on short-lived threads), and
+  // two processes (both pid 1 in their containers) do not walk the same names.
+  static std::atomic<uint64_t> next_name{(static_cast<uint64_t>(std::random_device{}()) << 32) ^
+                                         std::random_device{}()};
+  std::string tmp;
+  int fd = -1;
+  for (int attempt = 0; attempt < 3 && fd < 0; ++attempt) {
+    tmp = dir + "/" + TemporaryFilePrefix(target.filename().string()) +
+          std::to_string(next_name.fetch_add(1, std::memory_order_relaxed) & 0xffffffffffff);
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    if (fd < 0 && errno != EEXIST) break;
+  }
   if (fd < 0) {
     return MakeError(ErrorKind::kUnavailable,
                      "cannot create temporary file " + tmp + ": " + ErrnoText(errno));

@@ -3,14 +3,17 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <random>
 
 namespace vfio_dra::kube {
 
 class Backoff {
  public:
+  // Without a seed, one from std::random_device is drawn at the first Next(): most calls never
+  // retry, and need not pay for it.
   Backoff(std::chrono::milliseconds initial, std::chrono::milliseconds max, double jitter = 0.2,
-          unsigned seed = std::random_device{}());
+          std::optional<unsigned> seed = std::nullopt);
   // The next delay: initial * 2^n, capped at max, with +/- jitter.
   std::chrono::milliseconds Next();
   void Reset() { attempt_ = 0; }
@@ -21,7 +24,8 @@ class Backoff {
   std::chrono::milliseconds max_;
   double jitter_;
   int attempt_ = 0;
-  std::mt19937 rng_;
+  std::optional<unsigned> seed_;
+  std::optional<std::mt19937> rng_;
 };
 
 }  // namespace vfio_dra::kube
