@@ -92,11 +92,11 @@ Status ServeDaemon::BuildPreparation() {
   preparer_options.unbind_timeout = std::chrono::seconds(options_.unbind_timeout_seconds);
   preparer_options.before_step = environment_.before_prepare_step;
   preparer_options.vfio_drivers = vfio_drivers_;
-  preparer_options.vf_network =
-      options_.simulated_vf_network_dir.empty()
-          ? std::shared_ptr<vfio::VfNetwork>(vfio::MakeNetlinkVfNetwork(options_.host_netns))
-          : std::shared_ptr<vfio::VfNetwork>(
-                vfio::MakeFileVfNetwork(options_.simulated_vf_network_dir));
+  preparer_options.vf_network = options_.simulated_vf_network_dir.empty()
+                                    ? std::shared_ptr<vfio::VfNetwork>(
+                                          vfio::MakeNetlinkVfNetwork(options_.host_netns, &*sysfs_))
+                                    : std::shared_ptr<vfio::VfNetwork>(vfio::MakeFileVfNetwork(
+                                          options_.simulated_vf_network_dir));
   preparer_options.pods = pod_reader_ ? &*pod_reader_ : nullptr;
   preparer_options.claim_status = claim_status_ ? &*claim_status_ : nullptr;
   auto preparer = prepare::VfioDevicePreparer::Open(preparer_options, *sysfs_, *sysfs_writer_,

@@ -21,7 +21,11 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <utility>
 
+#include "sysfs/sysfs_parse.h"
+#include "sysfs/sysfs_reader.h"
 #include "vfio/vf_network.h"
 
 namespace vfio_dra::vfio {
@@ -217,12 +221,15 @@ VfNetSettings SettingsOf(rtnl_link_vf* vf) {
 
 class NetlinkVfNetwork final : public VfNetwork {
  public:
-  explicit NetlinkVfNetwork(std::string netns_path) : netns_path_(std::move(netns_path)) {}
+  NetlinkVfNetwork(std::string netns_path, const sysfs::SysfsReader* sysfs)
+      : netns_path_(std::move(netns_path)), sysfs_(sysfs) {}
 
   Result<std::string> PfNetdev(const VfLink& target) override {
     auto connection = Connect(netns_path_);
     if (!connection.ok()) return connection.error();
-    return NetdevOf(*connection, target.pf_device);
+    auto found = FindNetdev(*connection, target.pf_device);
+    if (!found.ok()) return found.error();
+    return found->first;
   }
 
   Result<VfNetSettings> Read(const VfLink& target) override {
@@ -307,14 +314,48 @@ class NetlinkVfNetwork final : public VfNetwork {
   Result<OpenedPf> OpenPf(const VfLink& target) const {
     auto connection = Connect(netns_path_);
     if (!connection.ok()) return connection.error();
-    auto netdev = NetdevOf(*connection, target.pf_device);
+    auto found = FindNetdev(*connection, target.pf_device);
+    if (!found.ok()) return found.error();
+    return OpenedPf{std::move(*connection), std::move(found->first), std::move(found->second)};
+  }
+
+  // The PF's netdev and its link. sysfs lists a PCI device's netdevs in its net/ directory: a PF
+  // without one has no netdev at all (no netlink needed), and a listed name that ethtool confirms
+  // in the target namespace spares listing every link of the node (one veth per pod). Anything
+  // else (a name renamed since, a sysfs of another namespace, a device that is not PCI) falls back
+  // to the full listing.
+  Result<std::pair<std::string, Link>> FindNetdev(const Connection& connection,
+                                                  const std::string& device) const {
+    if (sysfs_ != nullptr && sysfs::CanonicalBdf(device).ok()) {
+      const std::string dir = "bus/pci/devices/" + device;
+      auto names = sysfs_->List(dir + "/net");
+      if (!names.ok() && names.error().kind == ErrorKind::kNotFound && sysfs_->ReadLink(dir).ok()) {
+        return MakeError(ErrorKind::kNotFound, "PCI device " + device +
+                                                   " has no network interface (is its network "
+                                                   "driver loaded?)");
+      }
+      if (names.ok()) {
+        std::optional<std::pair<std::string, Link>> fallback;
+        for (const std::string& name : *names) {
+          if (BusInfoOf(connection.ioctl.get(), name.c_str()) != device) continue;
+          auto link = GetLink(connection.route.get(), name);
+          if (!link.ok()) continue;
+          // Switchdev representors sit on the PF too: the uplink is the one with the VF list.
+          if (rtnl_link_has_vf_list(link->get())) return std::pair(name, std::move(*link));
+          if (!fallback) fallback.emplace(name, std::move(*link));
+        }
+        if (fallback) return std::move(*fallback);
+      }
+    }
+    auto netdev = NetdevOf(connection, device);
     if (!netdev.ok()) return netdev.error();
-    auto link = GetLink(connection->route.get(), *netdev);
+    auto link = GetLink(connection.route.get(), *netdev);
     if (!link.ok()) return link.error();
-    return OpenedPf{std::move(*connection), std::move(*netdev), std::move(*link)};
+    return std::pair(std::move(*netdev), std::move(*link));
   }
 
   std::string netns_path_;
+  const sysfs::SysfsReader* sysfs_;  // may be null: every lookup lists the links
 
   template <typename SetField>
   static Status Change(nl_sock* socket, rtnl_link* orig, const VfLink& target,
@@ -341,8 +382,9 @@ class NetlinkVfNetwork final : public VfNetwork {
 
 }  // namespace
 
-std::unique_ptr<VfNetwork> MakeNetlinkVfNetwork(std::string netns_path) {
-  return std::make_unique<NetlinkVfNetwork>(std::move(netns_path));
+std::unique_ptr<VfNetwork> MakeNetlinkVfNetwork(std::string netns_path,
+                                                const sysfs::SysfsReader* sysfs) {
+  return std::make_unique<NetlinkVfNetwork>(std::move(netns_path), sysfs);
 }
 
 }  // namespace vfio_dra::vfio

@@ -18,6 +18,10 @@
 
 #include "base/result.h"
 
+namespace vfio_dra::sysfs {
+class SysfsReader;
+}
+
 namespace vfio_dra::vfio {
 
 struct VfNetSettings {
@@ -64,8 +68,11 @@ class VfNetwork {
 // rtnetlink (RTM_GETLINK with RTEXT_FILTER_VF; RTM_SETLINK with IFLA_VFINFO_LIST) in the network
 // namespace at `netns_path` (e.g. /proc/1/ns/net with hostPID: the host's, where PFs' netdevs
 // live), or the process's own when empty. The PF's netdev is the link whose device (ethtool's
-// bus_info, what `ethtool -i` prints) is `pf_device`.
-std::unique_ptr<VfNetwork> MakeNetlinkVfNetwork(std::string netns_path);
+// bus_info, what `ethtool -i` prints) is `pf_device`. With `sysfs` (which must outlive it), a PCI
+// PF's netdevs are first looked up in its sysfs net/ directory, and a PF without one is known to
+// have none without asking the kernel; null: every lookup lists the links.
+std::unique_ptr<VfNetwork> MakeNetlinkVfNetwork(std::string netns_path,
+                                                const sysfs::SysfsReader* sysfs = nullptr);
 
 // The simulated kernel's VF settings: <dir>/<pf_device>/vf<N>.json holds
 // {"mac": .., "vlan": .., "qos": .., "spoofchk": .., "trust": ..}; a VF without a file does not

@@ -9,6 +9,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "sysfs/sysfs_reader.h"
+#include "sysfs_fixture.h"
+
 namespace vfio_dra::vfio {
 namespace {
 
@@ -131,6 +134,35 @@ TEST_F(FileVfNetworkTest, AVfThatDoesNotExistIsNotFound) {
   EXPECT_EQ(network_->Write({"0000:5e:00.0", 7}, VfNetSettings{{}, 5, {}, {}, {}}).error().kind,
             ErrorKind::kNotFound);
   EXPECT_EQ(network_->PfNetdev({"0000:99:00.0", 0}).error().kind, ErrorKind::kNotFound);
+}
+
+// The kernel's VfNetwork finds a PCI PF's netdev through sysfs first: a PF without a net/
+// directory has no netdev, which is said without asking the kernel; a name sysfs lists that is not
+// the PF's in the target namespace (here: no such link on this machine) falls back to listing every
+// link, which finds none either. Only reads: nothing is changed on this machine.
+TEST(NetlinkVfNetwork, APciPfWithoutANetDirectoryHasNoNetdevAndAStaleNameFallsBackToTheListing) {
+  char tmpl[] = "/tmp/vfio-dra-vfnet-sysfs-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  {
+    testing::SysfsFixture fx(dir);
+    fx.AddPci(testing::MakePciSpec("0000:5e:00.0", 0x8086, 0x1572, 0x020000, "i40e", 50));
+    fx.AddPci(testing::MakePciSpec("0000:5f:00.0", 0x8086, 0x1572, 0x020000, "i40e", 51));
+    fx.WriteFile("bus/pci/devices/0000:5f:00.0/net/vfio-dra-gone0/ifindex", "9999\n");
+    sysfs::SysfsReader sysfs(dir);
+    auto network = MakeNetlinkVfNetwork("", &sysfs);
+
+    auto none = network->Read({"0000:5e:00.0", 0});
+    ASSERT_FALSE(none.ok());
+    EXPECT_EQ(none.error().kind, ErrorKind::kNotFound);
+    EXPECT_THAT(none.error().message,
+                HasSubstr("PCI device 0000:5e:00.0 has no network interface"));
+
+    auto stale = network->PfNetdev({"0000:5f:00.0", 0});
+    ASSERT_FALSE(stale.ok());
+    EXPECT_EQ(stale.error().kind, ErrorKind::kNotFound);
+    EXPECT_THAT(stale.error().message, HasSubstr("no network interface belongs to 0000:5f:00.0"));
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace
