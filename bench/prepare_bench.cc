@@ -156,6 +156,7 @@ int main(int argc, char** argv) {
        "--claim-api-qps", "0"},
       dir + "/daemon.log");
   testing::KubeletSimulator sim;
+  sim.KeepConnections();  // as the kubelet does (one connection per plugin)
   auto socket = sim.WaitForRegistrationSocket(dir + "/registry", std::chrono::seconds(20));
   if (!socket.ok()) {
     std::cerr << "prepare_bench: " << socket.error().message << "\n" << daemon.Log();

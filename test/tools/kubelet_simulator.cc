@@ -70,11 +70,19 @@ Result<std::string> KubeletSimulator::WaitForRegistrationSocket(const std::strin
   }
 }
 
+std::shared_ptr<grpc::Channel> KubeletSimulator::ChannelTo(const std::string& socket) {
+  if (!keep_connections_) return UnixChannel(socket);
+  std::lock_guard<std::mutex> lock(channels_mu_);
+  auto& channel = channels_[socket];
+  if (!channel) channel = UnixChannel(socket);
+  return channel;
+}
+
 grpc::Status KubeletSimulator::CallRaw(const std::string& socket, const std::string& method,
                                        const std::string& request_bytes,
                                        std::string* response_bytes,
                                        std::chrono::milliseconds deadline, bool wait_for_ready) {
-  grpc::GenericStub stub(UnixChannel(socket));
+  grpc::GenericStub stub(ChannelTo(socket));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + deadline);
   context.set_wait_for_ready(wait_for_ready);

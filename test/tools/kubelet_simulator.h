@@ -11,6 +11,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +41,12 @@ class KubeletSimulator {
   // Services this simulated kubelet speaks, in the order it accepts them (1.34+).
   explicit KubeletSimulator(std::vector<std::string> kubelet_services = {"v1.DRAPlugin",
                                                                          "v1beta1.DRAPlugin"});
+
+  // Keeps one connection per socket across calls, as the 1.34+ kubelet keeps one ClientConn per
+  // plugin instance (benchmarks use it). By default every call dials anew, which a kubelet may do
+  // at will: tests restart daemons under the same socket path, and a kept channel would first
+  // wait out gRPC's reconnect backoff.
+  void KeepConnections() { keep_connections_ = true; }
 
   // Waits until a socket named `*-reg.sock` appears in `registrar_dir` (or is already there).
   Result<std::string> WaitForRegistrationSocket(const std::string& registrar_dir,
@@ -78,7 +85,12 @@ class KubeletSimulator {
   static Result<std::string> MethodPath(const std::string& service, const std::string& method);
 
  private:
+  std::shared_ptr<grpc::Channel> ChannelTo(const std::string& socket);
+
   std::vector<std::string> kubelet_services_;
+  bool keep_connections_ = false;
+  std::mutex channels_mu_;
+  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
 };
 
 }  // namespace vfio_dra::testing
