@@ -17,7 +17,13 @@ Error BadName(const std::string& what, const std::string& value) {
                                                     "\": not a valid Kubernetes name");
 }
 
+// The directory, readable by virt-launcher (not root) whatever the umask; once it is there, one
+// stat per write.
 Status MakeDirs(const std::filesystem::path& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 07777) == 0755) {
+    return Status::Ok();
+  }
   if (Status s = EnsureDirectory(dir.string()); !s.ok()) return s;
   ::chmod(dir.c_str(), 0755);
   return Status::Ok();
@@ -58,9 +64,12 @@ Status MetadataStore::CheckNames(const RequestMetadata& metadata) const {
   return Status::Ok();
 }
 
+std::string MetadataStore::BaseDirectory() const {
+  return plugin_data_dir_ + "/" + kHostMetadataDirectory;
+}
+
 std::string MetadataStore::HostPath(const RequestMetadata& metadata) const {
-  return plugin_data_dir_ + "/dra-device-metadata/" + metadata.claim_uid + "/" + metadata.request +
-         "/metadata.json";
+  return BaseDirectory() + "/" + metadata.claim_uid + "_" + metadata.request + ".json";
 }
 
 std::string MetadataStore::ContainerPath(const RequestMetadata& metadata) const {
@@ -115,9 +124,29 @@ Status MetadataStore::RemoveClaim(const std::string& claim_namespace, const std:
   for (const std::string& file : *files) {
     if (Status s = cdi_.Remove(file); !s.ok()) return s;
   }
+  // This layout: <uid>_<request>.json, and the temporary file a write cut short left.
+  const std::string base = BaseDirectory() + "/";
+  const std::string own = claim_uid + "_";
   std::error_code ec;
-  const std::string base = plugin_data_dir_ + "/dra-device-metadata/";
+  for (const auto& entry : std::filesystem::directory_iterator(base, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(own, 0) != 0 && name.rfind("." + own, 0) != 0) continue;
+    // Only files: a directory of the oldest layout is "<namespace>_<claim>", and a namespace may
+    // look like a UID.
+    std::error_code removed;
+    if (!entry.is_regular_file(removed)) continue;
+    std::filesystem::remove(entry.path(), removed);
+    if (removed) {
+      return MakeError(ErrorKind::kUnavailable,
+                       "cannot remove " + entry.path().string() + ": " + removed.message());
+    }
+  }
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    return MakeError(ErrorKind::kUnavailable, "cannot list " + base + ": " + ec.message());
+  }
+  // The layout before: <uid>/<request>/metadata.json (claims prepared by an earlier version).
   const std::string dir = base + claim_uid;
+  ec.clear();
   std::filesystem::remove_all(dir, ec);
   if (ec) return MakeError(ErrorKind::kUnavailable, "cannot remove " + dir + ": " + ec.message());
   // The earlier layout kept a claim's files under <namespace>_<claim>; that name may now be a

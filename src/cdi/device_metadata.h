@@ -1,9 +1,11 @@
 // The per-request device metadata file of KEP-5304 that KubeVirt's virt-launcher (v1.8.3+) reads
 // to find a device's PCI address or mdev UUID, and the CDI spec that bind-mounts it into the
 // container:
-//   host:      <plugin-data-dir>/dra-device-metadata/<claimUID>/<request>/metadata.json (by UID:
-//              a claim deleted and re-created under the same name is another claim, and
-//              neither may overwrite or remove the other's file)
+//   host:      <plugin-data-dir>/dra-device-metadata/<claimUID>_<request>.json (by UID: a claim
+//              deleted and re-created under the same name is another claim, and neither may
+//              overwrite or remove the other's file; one flat directory, because a directory
+//              per claim and request cost a mkdir and an rmdir each, on the node's disk, for
+//              every VM)
 //   container: /var/run/kubernetes.io/dra-device-attributes/resourceclaims/<claim>/<request>/
 //              <driver>-metadata.json (resourceclaimtemplates/<podClaimName>/... for template
 //              claims)
@@ -25,6 +27,7 @@
 namespace vfio_dra::cdi {
 
 inline constexpr const char* kMetadataApiVersion = "metadata.resource.k8s.io/v1alpha1";
+inline constexpr const char* kHostMetadataDirectory = "dra-device-metadata";
 inline constexpr const char* kContainerMetadataBase =
     "/var/run/kubernetes.io/dra-device-attributes";
 
@@ -61,17 +64,18 @@ class MetadataStore {
   std::string CdiFileName(const std::string& claim_uid, const std::string& request) const;
   std::string CdiDeviceId(const std::string& claim_uid, const std::string& request) const;
 
-  // Writes the metadata file (dirs 0755, file 0644, atomically), then its CDI spec. Returns the
-  // CDI device ID to append to the request's first device.
+  // Writes the metadata file (directory 0755, file 0644, atomically), then its CDI spec. Returns
+  // the CDI device ID to append to the request's first device.
   Result<std::string> Write(const RequestMetadata& metadata) const;
   // Removes every metadata file and metadata CDI spec of the claim; succeeds when none exist.
-  // A directory of the earlier layout (<namespace>_<claim>) is removed only when the files in it
-  // belong to this claim's UID.
+  // Files of the previous layout (<uid>/<request>/metadata.json) go too; a directory of the one
+  // before (<namespace>_<claim>) is removed only when the files in it belong to this claim's UID.
   Status RemoveClaim(const std::string& claim_namespace, const std::string& claim_name,
                      const std::string& claim_uid) const;
 
  private:
   Status CheckNames(const RequestMetadata& metadata) const;
+  std::string BaseDirectory() const;
 
   std::string plugin_data_dir_;
   SpecDirectory cdi_;

@@ -351,7 +351,7 @@ def scenario_gpu():
             check(stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == n["major"] and
                   os.minor(st.st_rdev) == n["minor"],
                   f"CDI node {n['path']} {n['major']}:{n['minor']} exists with that number")
-        metadata = json.load(open(f"{WORK}/data/dra-device-metadata/{uid}/gpu/metadata.json"))
+        metadata = json.load(open(f"{WORK}/data/dra-device-metadata/{uid}_gpu.json"))
         bus_id = metadata["requests"][0]["devices"][0]["attributes"]["resource.kubernetes.io/pciBusID"]
         check(bus_id == {"string": "0000:01:00.0"}, f"metadata pciBusID {bus_id}")
         check(device_of(response, uid)["cdi_device_ids"][1] == f"{DRIVER}/metadata={uid}_gpu",
@@ -972,7 +972,7 @@ def scenario_demo():
     print(f"The CDI spec the container runtime reads ({WORK}/cdi):")
     show(f"{WORK}/cdi/{DRIVER}-vfio_{gpu_uid}.json")
     print("The KubeVirt (KEP-5304) metadata file virt-launcher reads for the GPU request:")
-    show(f"{WORK}/data/dra-device-metadata/{gpu_uid}/gpu/metadata.json")
+    show(f"{WORK}/data/dra-device-metadata/{gpu_uid}_gpu.json")
     step("NodeUnprepareResources")
     started = time.monotonic()
     response = node.unprepare(f"vms/vm1-gpu-x7k2p/{gpu_uid}", f"vms/vm1-vgpu/{vgpu_uid}")

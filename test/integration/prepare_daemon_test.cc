@@ -304,8 +304,8 @@ TEST_F(PrepareDaemonTest, AClaimOfEachKindIsPreparedAndUnpreparedThroughTheKubel
               std::string(kDriver) + "/metadata=" + c.uid + "_" + c.request);
     for (const std::string& f : c.bound) EXPECT_EQ(Driver(f), "vfio-pci") << f;
     EXPECT_TRUE(fs::exists(dir_ + "/cdi/vfio.dra.io-vfio_" + c.uid + ".json"));
-    EXPECT_TRUE(fs::exists(dir_ + "/data/dra-device-metadata/" + c.uid + "/" + c.request +
-                           "/metadata.json"));
+    EXPECT_TRUE(
+        fs::exists(dir_ + "/data/dra-device-metadata/" + c.uid + "_" + c.request + ".json"));
   }
   EXPECT_EQ(Driver("0000:3b:00.0"), "nvidia");
   for (const Case& c : cases) {
@@ -840,7 +840,7 @@ TEST_F(PrepareDaemonTest, AKubevirtVfGetsItsMacVlanAndTrustAndLosesThemAtUnprepa
     EXPECT_EQ(devices[0]["conditions"][0]["type"], "Ready");
     EXPECT_EQ(devices[0]["conditions"][0]["status"], "True");
     const json metadata =
-        json::parse(Slurp(dir_ + "/data/dra-device-metadata/" + uid + "/vf/metadata.json"));
+        json::parse(Slurp(dir_ + "/data/dra-device-metadata/" + uid + "_vf.json"));
     EXPECT_EQ(metadata["podClaimName"], "sriov");
     EXPECT_EQ(metadata["requests"][0]["devices"][0]["attributes"]["macAddress"],
               json({{"string", "02:00:00:00:be:ef"}}));

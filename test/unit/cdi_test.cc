@@ -127,7 +127,7 @@ TEST_F(CdiTest, MetadataFileAndItsCdiMountFollowTheKep5304Layout) {
   ASSERT_TRUE(id.ok()) << id.error().message;
   EXPECT_EQ(*id, "vfio.dra.io/metadata=5d7e1c0a-0000-4000-8000-000000000001_gpu");
   const std::string host =
-      dir_ + "/plugin/dra-device-metadata/5d7e1c0a-0000-4000-8000-000000000001/gpu/metadata.json";
+      dir_ + "/plugin/dra-device-metadata/5d7e1c0a-0000-4000-8000-000000000001_gpu.json";
   ASSERT_EQ(store.HostPath(m), host);
   const std::string text = ReadAll(host);
   ASSERT_FALSE(text.empty());
@@ -144,8 +144,7 @@ TEST_F(CdiTest, MetadataFileAndItsCdiMountFollowTheKep5304Layout) {
         "resource.kubernetes.io/pcieRoot": {"string": "pci0000:3a"},
         "type": {"string": "gpu"}}}]}]})"));
   EXPECT_EQ(Mode(host), 0644u);
-  EXPECT_EQ(Mode(dir_ + "/plugin/dra-device-metadata/5d7e1c0a-0000-4000-8000-000000000001/gpu"),
-            0755u);
+  EXPECT_EQ(Mode(dir_ + "/plugin/dra-device-metadata"), 0755u);
   const std::string spec_file =
       dir_ + "/cdi/vfio.dra.io_metadata_5d7e1c0a-0000-4000-8000-000000000001_gpu.json";
   EXPECT_EQ(nlohmann::json::parse(ReadAll(spec_file)), nlohmann::json::parse(R"({
@@ -178,10 +177,18 @@ TEST_F(CdiTest, RemovingAClaimRemovesItsFilesAndIsIdempotent) {
   ASSERT_TRUE(store.Write(gpu).ok());
   ASSERT_TRUE(store.Write(nic).ok());
   ASSERT_TRUE(store.Write(other).ok());
+  // A file of the previous layout (<uid>/<request>/metadata.json), from before an upgrade, and
+  // the temporary file of a write of this claim cut short by a kill.
+  const std::string base = dir_ + "/plugin/dra-device-metadata/";
+  fs::create_directories(base + gpu.claim_uid + "/gpu");
+  std::ofstream(base + gpu.claim_uid + "/gpu/metadata.json") << "{}\n";
+  std::ofstream(base + "." + gpu.claim_uid + "_vm.json.tmp-42") << "{";
   ASSERT_TRUE(store.RemoveClaim("vms", gpu.claim_name, gpu.claim_uid).ok());
-  EXPECT_FALSE(
-      fs::exists(dir_ + "/plugin/dra-device-metadata/5d7e1c0a-0000-4000-8000-000000000001"));
-  EXPECT_EQ(FilesUnder(dir_ + "/cdi"), 1u);  // only the other claim's spec remains
+  EXPECT_FALSE(fs::exists(store.HostPath(gpu)));
+  EXPECT_FALSE(fs::exists(store.HostPath(nic)));
+  EXPECT_FALSE(fs::exists(base + gpu.claim_uid));
+  EXPECT_EQ(FilesUnder(base), 1u);           // only the other claim's file remains
+  EXPECT_EQ(FilesUnder(dir_ + "/cdi"), 1u);  // and its spec
   EXPECT_TRUE(fs::exists(store.HostPath(other)));
   EXPECT_TRUE(store.RemoveClaim("vms", gpu.claim_name, gpu.claim_uid).ok());
 }

@@ -264,8 +264,7 @@ TEST_F(PrepareTest, GpuWithItsAudioFunctionIsBoundAsAGroupAndRestoredExactly) {
   ASSERT_EQ(::stat((CdiDir() + "/" + spec_file).c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0644u);
 
-  const std::string host_metadata =
-      DataDir() + "/dra-device-metadata/" + kUid + "/gpu/metadata.json";
+  const std::string host_metadata = DataDir() + "/dra-device-metadata/" + kUid + "_gpu.json";
   EXPECT_EQ(
       CdiSpec(metadata_spec), json::parse(R"({"cdiVersion":"0.5.0","kind":"vfio.dra.io/metadata",
               "devices":[{"name":")" + std::string(kUid) +
@@ -310,7 +309,7 @@ TEST_F(PrepareTest, GpuWithItsAudioFunctionIsBoundAsAGroupAndRestoredExactly) {
   EXPECT_EQ(Override("0000:01:00.0"), "(null)\n");
   EXPECT_EQ(Override("0000:01:00.1"), "(null)\n");
   EXPECT_TRUE(CdiFiles().empty());
-  EXPECT_FALSE(fs::exists(DataDir() + "/dra-device-metadata/" + kUid));
+  EXPECT_FALSE(fs::exists(DataDir() + "/dra-device-metadata/" + kUid + "_gpu.json"));
   EXPECT_EQ(Recorded(kUid), std::nullopt);
   EXPECT_FALSE(fs::exists(DevRoot() + "/vfio/10"));
   ExpectWritesConfinedTo({"0000:01:00.0", "0000:01:00.1"});
@@ -386,7 +385,7 @@ TEST_F(PrepareTest, AVfGetsItsNetworkSettingsBeforeBindingAndThemRestoredAfter) 
             "mac 02:00:00:00:be:ef, vlan 42 qos 3, trust on");
   // The metadata file carries the MAC as an attribute.
   const json metadata =
-      json::parse(Slurp(DataDir() + "/dra-device-metadata/" + kUid + "/nic/metadata.json"));
+      json::parse(Slurp(DataDir() + "/dra-device-metadata/" + kUid + "_nic.json"));
   EXPECT_EQ(metadata["requests"][0]["devices"][0]["attributes"]["macAddress"],
             json({{"string", "02:00:00:00:be:ef"}}));
   // The claim status: Ready, with the MAC as the hardware address.
@@ -613,7 +612,7 @@ TEST_F(PrepareTest, MdevIsCreatedWithItsPublishedUuidAndRemovedAtUnprepare) {
   const json spec = CdiSpec(std::string("vfio.dra.io-vfio_") + kUid + ".json");
   EXPECT_EQ(spec["devices"][0]["containerEdits"]["deviceNodes"][0]["path"], "/dev/vfio/" + *group);
   const json metadata =
-      json::parse(Slurp(DataDir() + "/dra-device-metadata/" + kUid + "/vgpu/metadata.json"));
+      json::parse(Slurp(DataDir() + "/dra-device-metadata/" + kUid + "_vgpu.json"));
   EXPECT_EQ(metadata["requests"][0]["devices"][0]["attributes"]["mdevUUID"],
             json({{"string", uuid}}));
 
@@ -720,9 +719,9 @@ TEST_F(PrepareTest, FilesAreCreatedWithTheirDocumentedModes) {
   EXPECT_EQ(mode(DataDir() + "/claims"), 0700u);
   EXPECT_EQ(mode(DataDir() + "/claims/" + kUid + ".json"), 0600u);
   for (const std::string& file : CdiFiles()) EXPECT_EQ(mode(CdiDir() + "/" + file), 0644u) << file;
-  const std::string metadata_dir = DataDir() + "/dra-device-metadata/" + kUid + "/gpu";
+  const std::string metadata_dir = DataDir() + "/dra-device-metadata";
   EXPECT_EQ(mode(metadata_dir), 0755u);
-  EXPECT_EQ(mode(metadata_dir + "/metadata.json"), 0644u);
+  EXPECT_EQ(mode(metadata_dir + "/" + kUid + "_gpu.json"), 0644u);
 }
 
 // A request name is a path component of the metadata file: a hostile one fails the claim and
@@ -737,7 +736,7 @@ TEST_F(PrepareTest, AHostileRequestNameFailsTheClaimAndTouchesNothing) {
     EXPECT_THAT(prepared.error().message, HasSubstr("request"));
     EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
     EXPECT_TRUE(CdiFiles().empty());
-    EXPECT_FALSE(fs::exists(DataDir() + "/dra-device-metadata/" + kUid));
+    EXPECT_FALSE(fs::exists(DataDir() + "/dra-device-metadata/" + kUid + "_gpu.json"));
     EXPECT_TRUE(preparer_->checkpoint().Load().claims.empty());
     EXPECT_TRUE(kernel_->Writes().empty()) << "refused before the node is touched";
   }
@@ -999,7 +998,7 @@ TEST_F(PrepareTest, TemplateClaimsGetTheirMetadataUnderThePodClaimName) {
             "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/nic/nic/"
             "vfio.dra.io-metadata.json");
   const json metadata =
-      json::parse(Slurp(DataDir() + "/dra-device-metadata/" + kUid + "/nic/metadata.json"));
+      json::parse(Slurp(DataDir() + "/dra-device-metadata/" + kUid + "_nic.json"));
   EXPECT_EQ(metadata["podClaimName"], "nic");
   EXPECT_EQ(metadata["requests"][0]["devices"].size(), 2u);
   ASSERT_TRUE(Unprepare(kUid, "virt-launcher-vm1-nic-x7k2p").ok());
@@ -1257,8 +1256,8 @@ TEST_F(PrepareTest, AClaimRecreatedUnderTheSameNameKeepsItsOwnMetadata) {
   Use("workstation");
   ASSERT_TRUE(Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}, kUid, "vm-gpu")).ok());
   ASSERT_TRUE(Prepare(Claim({{"gpu", "gpu-0000-02-00-0"}}, Uid(2), "vm-gpu")).ok());
-  const std::string old_file = DataDir() + "/dra-device-metadata/" + kUid + "/gpu/metadata.json";
-  const std::string new_file = DataDir() + "/dra-device-metadata/" + Uid(2) + "/gpu/metadata.json";
+  const std::string old_file = DataDir() + "/dra-device-metadata/" + kUid + "_gpu.json";
+  const std::string new_file = DataDir() + "/dra-device-metadata/" + Uid(2) + "_gpu.json";
   EXPECT_EQ(json::parse(Slurp(old_file))["metadata"]["uid"], kUid);
   EXPECT_EQ(json::parse(Slurp(new_file))["metadata"]["uid"], Uid(2));
   // The earlier layout, as a previous version left it for the new claim: it must survive.
