@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "sysfs/sysfs_parse.h"
 #include "sysfs/sysfs_reader.h"
@@ -319,39 +320,59 @@ class NetlinkVfNetwork final : public VfNetwork {
     return OpenedPf{std::move(*connection), std::move(found->first), std::move(found->second)};
   }
 
-  // The PF's netdev and its link. sysfs lists a PCI device's netdevs in its net/ directory: a PF
-  // without one has no netdev at all (no netlink needed), and a listed name that ethtool confirms
-  // in the target namespace spares listing every link of the node (one veth per pod). Anything
-  // else (a name renamed since, a sysfs of another namespace, a device that is not PCI) falls back
-  // to the full listing.
+  // The PF's netdev and its link. sysfs lists a device's netdevs in its net/ directory: that of
+  // the PCI function for most drivers, that of a child device for some (virtio-net's virtioN).
+  // A PCI PF with neither has no netdev at all (no netlink needed); a listed name that ethtool
+  // confirms in the target namespace spares listing every link of the node (one veth per pod).
+  // Anything else (a name renamed since, a sysfs of another namespace, a device that is not
+  // PCI) falls back to the full listing.
   Result<std::pair<std::string, Link>> FindNetdev(const Connection& connection,
                                                   const std::string& device) const {
     if (sysfs_ != nullptr && sysfs::CanonicalBdf(device).ok()) {
-      const std::string dir = "bus/pci/devices/" + device;
-      auto names = sysfs_->List(dir + "/net");
-      if (!names.ok() && names.error().kind == ErrorKind::kNotFound && sysfs_->ReadLink(dir).ok()) {
+      auto names = SysfsNetdevs(device);
+      if (names && names->empty()) {
         return MakeError(ErrorKind::kNotFound, "PCI device " + device +
                                                    " has no network interface (is its network "
                                                    "driver loaded?)");
       }
-      if (names.ok()) {
-        std::optional<std::pair<std::string, Link>> fallback;
-        for (const std::string& name : *names) {
-          if (BusInfoOf(connection.ioctl.get(), name.c_str()) != device) continue;
-          auto link = GetLink(connection.route.get(), name);
-          if (!link.ok()) continue;
-          // Switchdev representors sit on the PF too: the uplink is the one with the VF list.
-          if (rtnl_link_has_vf_list(link->get())) return std::pair(name, std::move(*link));
-          if (!fallback) fallback.emplace(name, std::move(*link));
-        }
-        if (fallback) return std::move(*fallback);
+      std::optional<std::pair<std::string, Link>> fallback;
+      for (const std::string& name : names.value_or(std::vector<std::string>{})) {
+        if (BusInfoOf(connection.ioctl.get(), name.c_str()) != device) continue;
+        auto link = GetLink(connection.route.get(), name);
+        if (!link.ok()) continue;
+        // Switchdev representors sit on the PF too: the uplink is the one with the VF list.
+        if (rtnl_link_has_vf_list(link->get())) return std::pair(name, std::move(*link));
+        if (!fallback) fallback.emplace(name, std::move(*link));
       }
+      if (fallback) return std::move(*fallback);
     }
     auto netdev = NetdevOf(connection, device);
     if (!netdev.ok()) return netdev.error();
     auto link = GetLink(connection.route.get(), *netdev);
     if (!link.ok()) return link.error();
     return std::pair(std::move(*netdev), std::move(*link));
+  }
+
+  // The netdev names sysfs shows under the PCI function and its child devices; nullopt when the
+  // function itself cannot be read (then nothing can be concluded).
+  std::optional<std::vector<std::string>> SysfsNetdevs(const std::string& device) const {
+    const std::string dir = "bus/pci/devices/" + device;
+    auto entries = sysfs_->List(dir);
+    if (!entries.ok()) return std::nullopt;
+    std::vector<std::string> names;
+    for (const std::string& entry : *entries) {
+      // Links to other devices are not children (a VF's netdevs are not the PF's); attribute
+      // files fail at once, not being directories.
+      if (entry == "subsystem" || entry == "driver" || entry == "physfn" ||
+          entry == "iommu_group" || entry == "firmware_node" || entry.rfind("virtfn", 0) == 0) {
+        continue;
+      }
+      const std::string net = entry == "net" ? dir + "/net" : dir + "/" + entry + "/net";
+      if (auto listed = sysfs_->List(net); listed.ok()) {
+        names.insert(names.end(), listed->begin(), listed->end());
+      }
+    }
+    return names;
   }
 
   std::string netns_path_;

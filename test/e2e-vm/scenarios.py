@@ -925,6 +925,35 @@ def scenario_vf_netlink():
     succeeded(result, "restore through --netns")
     check(ip_vfs(port) == {0: vf0, 1: vf1}, f"the originals at the end: {ip_vfs(port)}")
 
+    # A PCI PF's netdev is looked up in sysfs first, as the daemon does (netdevsim is not on
+    # PCI): the e1000e NICs' netdevs are found there and confirmed by ethtool; a PCI function
+    # with no netdev is known to have none without listing the links.
+    sysfs = ["--sysfs-root", "/sys"]
+    nics = sorted(a for a in os.listdir(SYS) if os.path.isdir(f"{SYS}/{a}/net"))
+    check(len(nics) >= 2, f"e1000e NICs with a netdev: {nics}")
+    for address in nics:
+        name = os.listdir(f"{SYS}/{address}/net")[0]
+        result = subprocess.run([VF_NET_CHECK, "netdev", "--pf-device", address] + sysfs,
+                                capture_output=True, text=True)
+        if succeeded(result, f"vf-net-check netdev {address} through sysfs"):
+            found = json.loads(result.stdout)["netdev"]
+            check(found == name and ethtool_bus_info(found) == address,
+                  f"{address}'s netdev is {found} ({name} in sysfs, bus_info "
+                  f"{ethtool_bus_info(found)!r})")
+    result = subprocess.run([VF_NET_CHECK, "read", "--pf-device", nics[0], "--vf", "0"] + sysfs,
+                            capture_output=True, text=True)
+    check(result.returncode != 0 and "reports no SR-IOV VFs" in result.stderr,
+          f"a NIC without VFs is found and says so: {result.stderr.strip()}")
+    gpu = "0000:01:00.0"
+    result = subprocess.run([VF_NET_CHECK, "netdev", "--pf-device", gpu] + sysfs,
+                            capture_output=True, text=True)
+    check(result.returncode != 0 and "has no network interface" in result.stderr,
+          f"{gpu} (no netdev) is answered from sysfs: {result.stderr.strip()}")
+    result = subprocess.run([VF_NET_CHECK, "netdev", "--pf-device", gpu],
+                            capture_output=True, text=True)
+    check(result.returncode != 0 and "no network interface belongs to" in result.stderr,
+          f"without sysfs every link is listed to say the same: {result.stderr.strip()}")
+
 
 def step(title):
     print(f"\n\033[1m== {title}\033[0m", flush=True)

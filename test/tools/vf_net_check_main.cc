@@ -4,9 +4,11 @@
 //   vf-net-check write   --pf-device D --vf N [--mac M] [--vlan V] [--qos Q] [--spoofchk on|off]
 //                        [--trust on|off]
 //   vf-net-check restore --pf-device D --vf N --previous JSON --applied JSON
-// All take --netns PATH. Settings are JSON objects {"mac", "vlan", "qos", "spoofchk", "trust"}
-// (null: the driver does not report it); read adds "netdev", write prints {"previous",
-// "applied"}, the two objects restore takes. Errors go to stderr with exit code 1.
+//   vf-net-check netdev  --pf-device D        (the PF's netdev, as prepare finds it)
+// All take --netns PATH, and --sysfs-root PATH to look a PCI PF's netdev up in sysfs first, as the
+// daemon does (without it, every link is listed). Settings are JSON objects {"mac", "vlan", "qos",
+// "spoofchk", "trust"} (null: the driver does not report it); read adds "netdev", write prints
+// {"previous", "applied"}, the two objects restore takes. Errors go to stderr with exit code 1.
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -14,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "sysfs/sysfs_reader.h"
 #include "vfio/vf_network.h"
 
 namespace {
@@ -69,6 +72,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   vfio_dra::vfio::VfLink link;
   std::string netns;
+  std::string sysfs_root;
   std::string mac;
   std::optional<int> vlan;
   std::optional<int> qos;
@@ -79,11 +83,15 @@ int main(int argc, char** argv) {
   auto* read_cmd = app.add_subcommand("read", "print the VF's settings as the driver reports them");
   auto* write_cmd = app.add_subcommand("write", "set the given settings, print the previous ones");
   auto* restore_cmd = app.add_subcommand("restore", "undo a write");
-  for (auto* cmd : {read_cmd, write_cmd, restore_cmd}) {
+  auto* netdev_cmd = app.add_subcommand("netdev", "print the PF's netdev");
+  for (auto* cmd : {read_cmd, write_cmd, restore_cmd, netdev_cmd}) {
     cmd->add_option("--pf-device", link.pf_device, "the PF's bus device (ethtool bus_info)")
         ->required();
-    cmd->add_option("--vf", link.vf_index, "the VF's index on its PF")->required();
+    if (cmd != netdev_cmd) {
+      cmd->add_option("--vf", link.vf_index, "the VF's index on its PF")->required();
+    }
     cmd->add_option("--netns", netns, "network namespace file to work in (default: our own)");
+    cmd->add_option("--sysfs-root", sysfs_root, "look PCI PFs up in this sysfs first");
   }
   write_cmd->add_option("--mac", mac, "MAC address");
   // Not range-checked here: the kernel's or driver's refusal is what the tests look for.
@@ -100,7 +108,15 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
 
-  auto network = vfio_dra::vfio::MakeNetlinkVfNetwork(netns);
+  std::optional<vfio_dra::sysfs::SysfsReader> sysfs;
+  if (!sysfs_root.empty()) sysfs.emplace(sysfs_root);
+  auto network = vfio_dra::vfio::MakeNetlinkVfNetwork(netns, sysfs ? &*sysfs : nullptr);
+  if (netdev_cmd->parsed()) {
+    auto netdev = network->PfNetdev(link);
+    if (!netdev.ok()) return Fail(netdev.error().message);
+    std::cout << json{{"netdev", *netdev}}.dump() << "\n";
+    return 0;
+  }
   auto current = network->Read(link);
   if (!current.ok()) return Fail(current.error().message);
 

@@ -137,9 +137,10 @@ TEST_F(FileVfNetworkTest, AVfThatDoesNotExistIsNotFound) {
 }
 
 // The kernel's VfNetwork finds a PCI PF's netdev through sysfs first: a PF without a net/
-// directory has no netdev, which is said without asking the kernel; a name sysfs lists that is not
-// the PF's in the target namespace (here: no such link on this machine) falls back to listing every
-// link, which finds none either. Only reads: nothing is changed on this machine.
+// directory (its own or a child device's, as virtio-net has) has no netdev, which is said without
+// asking the kernel; a name sysfs lists that is not the PF's in the target namespace (here: no such
+// link on this machine) falls back to listing every link, which finds none either. Only reads:
+// nothing is changed on this machine.
 TEST(NetlinkVfNetwork, APciPfWithoutANetDirectoryHasNoNetdevAndAStaleNameFallsBackToTheListing) {
   char tmpl[] = "/tmp/vfio-dra-vfnet-sysfs-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
@@ -148,6 +149,9 @@ TEST(NetlinkVfNetwork, APciPfWithoutANetDirectoryHasNoNetdevAndAStaleNameFallsBa
     fx.AddPci(testing::MakePciSpec("0000:5e:00.0", 0x8086, 0x1572, 0x020000, "i40e", 50));
     fx.AddPci(testing::MakePciSpec("0000:5f:00.0", 0x8086, 0x1572, 0x020000, "i40e", 51));
     fx.WriteFile("bus/pci/devices/0000:5f:00.0/net/vfio-dra-gone0/ifindex", "9999\n");
+    // virtio-net's netdev hangs off the virtio device under the PCI function.
+    fx.AddPci(testing::MakePciSpec("0000:60:00.0", 0x1af4, 0x1041, 0x020000, "virtio-pci", 52));
+    fx.WriteFile("bus/pci/devices/0000:60:00.0/virtio0/net/vfio-dra-gone1/ifindex", "9998\n");
     sysfs::SysfsReader sysfs(dir);
     auto network = MakeNetlinkVfNetwork("", &sysfs);
 
@@ -161,6 +165,11 @@ TEST(NetlinkVfNetwork, APciPfWithoutANetDirectoryHasNoNetdevAndAStaleNameFallsBa
     ASSERT_FALSE(stale.ok());
     EXPECT_EQ(stale.error().kind, ErrorKind::kNotFound);
     EXPECT_THAT(stale.error().message, HasSubstr("no network interface belongs to 0000:5f:00.0"));
+
+    auto child = network->PfNetdev({"0000:60:00.0", 0});
+    ASSERT_FALSE(child.ok());
+    EXPECT_THAT(child.error().message, HasSubstr("no network interface belongs to 0000:60:00.0"))
+        << "a netdev of a child device is not taken for none";
   }
   fs::remove_all(dir);
 }
