@@ -114,21 +114,32 @@ Result<std::string> MetadataStore::Write(const RequestMetadata& metadata) const 
   return CdiDeviceId(metadata.claim_uid, metadata.request);
 }
 
-Status MetadataStore::RemoveClaim(const std::string& claim_namespace, const std::string& claim_name,
-                                  const std::string& claim_uid) const {
-  if (!IsDnsLabel(claim_namespace)) return BadName("namespace", claim_namespace);
-  if (!IsDnsSubdomain(claim_name)) return BadName("claim", claim_name);
-  if (!IsObjectUid(claim_uid)) return BadName("claim uid", claim_uid);
-  auto files = cdi_.List(driver_ + "_metadata_" + claim_uid + "_");
-  if (!files.ok()) return files.error();
-  for (const std::string& file : *files) {
-    if (Status s = cdi_.Remove(file); !s.ok()) return s;
+Result<std::set<std::string>> MetadataStore::ClaimUidsOnDisk() const {
+  std::set<std::string> uids;
+  std::error_code ec;
+  // increment(ec): the operator++ of a range-for throws on an I/O error.
+  for (std::filesystem::directory_iterator it(BaseDirectory(), ec), end; !ec && it != end;
+       it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (!name.empty() && name[0] == '.') name.erase(0, 1);  // a temporary file
+    const std::string uid = name.substr(0, name.find('_'));
+    if (IsObjectUid(uid)) uids.insert(uid);
   }
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    return MakeError(ErrorKind::kUnavailable,
+                     "cannot list " + BaseDirectory() + ": " + ec.message());
+  }
+  return uids;
+}
+
+Status MetadataStore::RemoveHostFiles(const std::string& claim_uid) const {
+  if (!IsObjectUid(claim_uid)) return BadName("claim uid", claim_uid);
   // This layout: <uid>_<request>.json, and the temporary file a write cut short left.
   const std::string base = BaseDirectory() + "/";
   const std::string own = claim_uid + "_";
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(base, ec)) {
+  for (std::filesystem::directory_iterator it(base, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::filesystem::directory_entry& entry = *it;
     const std::string name = entry.path().filename().string();
     if (name.rfind(own, 0) != 0 && name.rfind("." + own, 0) != 0) continue;
     // Only files: a directory of the oldest layout is "<namespace>_<claim>", and a namespace may
@@ -149,12 +160,29 @@ Status MetadataStore::RemoveClaim(const std::string& claim_namespace, const std:
   ec.clear();
   std::filesystem::remove_all(dir, ec);
   if (ec) return MakeError(ErrorKind::kUnavailable, "cannot remove " + dir + ": " + ec.message());
+  return Status::Ok();
+}
+
+Status MetadataStore::RemoveClaim(const std::string& claim_namespace, const std::string& claim_name,
+                                  const std::string& claim_uid) const {
+  if (!IsDnsLabel(claim_namespace)) return BadName("namespace", claim_namespace);
+  if (!IsDnsSubdomain(claim_name)) return BadName("claim", claim_name);
+  if (!IsObjectUid(claim_uid)) return BadName("claim uid", claim_uid);
+  auto files = cdi_.List(driver_ + "_metadata_" + claim_uid + "_");
+  if (!files.ok()) return files.error();
+  for (const std::string& file : *files) {
+    if (Status s = cdi_.Remove(file); !s.ok()) return s;
+  }
+  if (Status s = RemoveHostFiles(claim_uid); !s.ok()) return s;
+  const std::string base = BaseDirectory() + "/";
+  std::error_code ec;
   // The earlier layout kept a claim's files under <namespace>_<claim>; that name may now be a
   // re-created claim's, so the directory goes only when every file in it is this UID's.
   const std::string legacy = base + claim_namespace + "_" + claim_name;
   if (!std::filesystem::is_directory(legacy, ec)) return Status::Ok();
-  for (const auto& request : std::filesystem::directory_iterator(legacy, ec)) {
-    auto text = ReadFileToString((request.path() / "metadata.json").string(), 1 << 20);
+  for (std::filesystem::directory_iterator it(legacy, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    auto text = ReadFileToString((it->path() / "metadata.json").string(), 1 << 20);
     if (!text.ok()) continue;
     const auto json = nlohmann::json::parse(*text, nullptr, false);
     if (json.is_discarded() || !json.contains("metadata") || !json["metadata"].is_object() ||

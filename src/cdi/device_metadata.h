@@ -18,6 +18,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,12 @@ class MetadataStore {
   // before (<namespace>_<claim>) is removed only when the files in it belong to this claim's UID.
   Status RemoveClaim(const std::string& claim_namespace, const std::string& claim_name,
                      const std::string& claim_uid) const;
+  // The claim UIDs that have metadata files on the host (files of this layout, their temporary
+  // files, directories of the previous one), to find those no prepared claim owns.
+  Result<std::set<std::string>> ClaimUidsOnDisk() const;
+  // Removes a claim's metadata files on the host (this layout and the previous one), not its
+  // CDI specs.
+  Status RemoveHostFiles(const std::string& claim_uid) const;
 
  private:
   Status CheckNames(const RequestMetadata& metadata) const;

@@ -885,6 +885,12 @@ Status VfioDevicePreparer::Recover() {
   // devices nobody prepared; metadata specs go with them. Specs of a claim whose record cannot be
   // read now are kept.
   const CheckpointView after = LoadView();
+  if (after.listing_error) {
+    // Without every record, any file could be a prepared claim's: nothing is swept.
+    Note(after);
+    const Error error = MakeError(ErrorKind::kUnavailable, *after.listing_error);
+    return (first ? *first : error).Wrap("recovering from the prepare checkpoint");
+  }
   std::set<std::string> owned;
   for (const auto& [uid, record] : after.claims) {
     owned.insert(record->cdi_files.begin(), record->cdi_files.end());
@@ -908,6 +914,18 @@ Status VfioDevicePreparer::Recover() {
       if (owned.count(file) != 0 || unreadable_owner(file)) continue;
       log_.Warn("removing a CDI spec no prepared claim owns", {{"file", cdi_.PathOf(file)}});
       if (Status s = cdi_.Remove(file); !s.ok() && !first) first = s.error();
+    }
+  }
+  // KubeVirt metadata files of claims without a record: a record is made before any file of its
+  // prepare, so these are leftovers (of a lost checkpoint, or of an unprepare by an older version
+  // that knew only the previous layout of these files).
+  if (auto uids = metadata_.ClaimUidsOnDisk(); !uids.ok()) {
+    if (!first) first = uids.error();
+  } else {
+    for (const std::string& uid : *uids) {
+      if (after.claims.count(uid) != 0 || after.unreadable.count(uid) != 0) continue;
+      log_.Warn("removing KubeVirt metadata files no prepared claim owns", {{"claim uid", uid}});
+      if (Status s = metadata_.RemoveHostFiles(uid); !s.ok() && !first) first = s.error();
     }
   }
   Note(checkpoint_.Load());

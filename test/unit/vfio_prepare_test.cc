@@ -1090,6 +1090,44 @@ TEST_F(PrepareTest, RecoverRollsBackAPrepareLeftStartedAndRemovesOrphanSpecs) {
   EXPECT_THAT(CdiFiles(), ElementsAre("other.vendor-x_1.json"));
 }
 
+// KubeVirt metadata files of claims without a record (a lost checkpoint, or an unprepare by an
+// older version that knew only the <uid>/<request>/ layout) go at start-up; a prepared claim's
+// stay. When the checkpoint cannot be listed, nothing is swept: any file could be a claim's.
+TEST_F(PrepareTest, RecoverRemovesMetadataFilesNoClaimOwnsUnlessTheCheckpointCannotBeListed) {
+  Use("workstation");
+  ASSERT_TRUE(Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}})).ok());
+  const std::string base = DataDir() + "/dra-device-metadata/";
+  const std::string kept = base + kUid + "_gpu.json";
+  ASSERT_TRUE(fs::exists(kept));
+  std::ofstream(base + Uid(7) + "_gpu.json") << "{}\n";
+  std::ofstream(base + "." + Uid(8) + "_nic.json.tmp-5") << "{";
+  fs::create_directories(base + Uid(9) + "/gpu");
+  std::ofstream(base + Uid(9) + "/gpu/metadata.json") << "{}\n";
+  fs::create_directories(base + "vms_vm-gpu/gpu");  // the oldest layout: not a UID, kept
+
+  // The claims directory replaced by a file once the preparer is open: the view is incomplete.
+  Open();
+  fs::rename(DataDir() + "/claims", DataDir() + "/claims.aside");
+  std::ofstream(DataDir() + "/claims") << "";
+  auto refused = preparer_->Recover();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error().message, HasSubstr("cannot list the prepare checkpoint directory"));
+  EXPECT_TRUE(fs::exists(base + Uid(7) + "_gpu.json")) << "nothing swept without every record";
+  EXPECT_FALSE(CdiFiles().empty());
+
+  fs::remove(DataDir() + "/claims");
+  fs::rename(DataDir() + "/claims.aside", DataDir() + "/claims");
+  Open();
+  ASSERT_TRUE(preparer_->Recover().ok());
+  EXPECT_TRUE(fs::exists(kept)) << "the prepared claim's file stays";
+  EXPECT_FALSE(fs::exists(base + Uid(7) + "_gpu.json"));
+  EXPECT_FALSE(fs::exists(base + "." + Uid(8) + "_nic.json.tmp-5"));
+  EXPECT_FALSE(fs::exists(base + Uid(9)));
+  EXPECT_TRUE(fs::exists(base + "vms_vm-gpu"));
+  ASSERT_TRUE(Unprepare().ok());
+  EXPECT_FALSE(fs::exists(kept));
+}
+
 // Two claims never hold one device: after a reboot or a force-deleted pod the scheduler can
 // allocate a device whose old claim is still prepared here; the first unprepare would otherwise
 // pull it out of the second VM.
