@@ -70,13 +70,13 @@ Status RemoveFileAndTemporaries(const std::string& path) {
   const std::string dir = target.parent_path().empty() ? "." : target.parent_path().string();
   const std::string prefix = TemporaryFilePrefix(target.filename().string());
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
+  // increment(ec): the operator++ of a range-for throws on an I/O error.
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
     if (name.rfind(prefix, 0) != 0) continue;
-    if (::unlink(entry.path().c_str()) != 0 && errno != ENOENT) {
+    if (::unlink(it->path().c_str()) != 0 && errno != ENOENT) {
       return MakeError(ErrorKind::kUnavailable, "cannot remove the leftover temporary file " +
-                                                    entry.path().string() + ": " +
-                                                    ErrnoText(errno));
+                                                    it->path().string() + ": " + ErrnoText(errno));
     }
   }
   if (ec && ec != std::errc::no_such_file_or_directory) {

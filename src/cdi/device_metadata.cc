@@ -120,10 +120,17 @@ Result<std::set<std::string>> MetadataStore::ClaimUidsOnDisk() const {
   // increment(ec): the operator++ of a range-for throws on an I/O error.
   for (std::filesystem::directory_iterator it(BaseDirectory(), ec), end; !ec && it != end;
        it.increment(ec)) {
+    // "<uid>_<request>.json", its temporary ".<uid>_<request>.json.tmp-<n>", or a directory
+    // "<uid>" of the previous layout; not the oldest layout's "<namespace>_<claim>" directories.
     std::string name = it->path().filename().string();
-    if (!name.empty() && name[0] == '.') name.erase(0, 1);  // a temporary file
-    const std::string uid = name.substr(0, name.find('_'));
-    if (IsObjectUid(uid)) uids.insert(uid);
+    std::error_code type_ec;
+    const bool directory = it->is_directory(type_ec);
+    if (!directory && !name.empty() && name[0] == '.') name.erase(0, 1);
+    const size_t underscore = name.find('_');
+    const std::string uid = directory ? name : name.substr(0, underscore);
+    const bool file_name_fits =
+        underscore != std::string::npos && name.find(".json", underscore) != std::string::npos;
+    if (IsObjectUid(uid) && (directory || file_name_fits)) uids.insert(uid);
   }
   if (ec && ec != std::errc::no_such_file_or_directory) {
     return MakeError(ErrorKind::kUnavailable,

@@ -109,15 +109,36 @@ auto VfioDevicePreparer::Timed(const char* operation, Op op) -> decltype(op()) {
   return result;
 }
 
-void VfioDevicePreparer::Note(const CheckpointView& view) {
+void VfioDevicePreparer::Note(const CheckpointView& view, uint64_t loaded_after) {
   std::lock_guard<std::mutex> lock(snapshot_mu_);
-  noted_.claims = view.claims;
+  std::map<std::string, std::shared_ptr<const ClaimRecord>> claims = view.claims;
+  // A claim noted by a call after this view's Load began may be newer than what the view read:
+  // the call's note stands until a view loaded after it.
+  for (auto it = noted_at_.begin(); it != noted_at_.end();) {
+    if (it->second <= loaded_after) {
+      it = noted_at_.erase(it);
+      continue;
+    }
+    if (auto own = noted_.claims.find(it->first); own != noted_.claims.end()) {
+      claims[it->first] = own->second;
+    } else {
+      claims.erase(it->first);
+    }
+    ++it;
+  }
+  noted_.claims = std::move(claims);
   PublishSnapshotsLocked();
+}
+
+uint64_t VfioDevicePreparer::NoteGeneration() const {
+  std::lock_guard<std::mutex> lock(snapshot_mu_);
+  return note_generation_;
 }
 
 void VfioDevicePreparer::NoteClaim(const std::string& uid,
                                    std::shared_ptr<const ClaimRecord> record) {
   std::lock_guard<std::mutex> lock(snapshot_mu_);
+  noted_at_[uid] = ++note_generation_;
   if (record) {
     noted_.claims[uid] = std::move(record);
   } else {
@@ -145,15 +166,19 @@ void VfioDevicePreparer::PublishSnapshotsLocked() {
 }
 
 CheckpointView VfioDevicePreparer::LoadView() {
+  const uint64_t generation = NoteGeneration();
   CheckpointView view = checkpoint_.Load();
   for (const std::string& problem : view.problems) {
     log_.Error("prepare checkpoint problem", {{"problem", problem}});
   }
-  Note(view);
+  Note(view, generation);
   return view;
 }
 
-void VfioDevicePreparer::Refresh() { Note(checkpoint_.Load()); }
+void VfioDevicePreparer::Refresh() {
+  const uint64_t generation = NoteGeneration();
+  Note(checkpoint_.Load(), generation);
+}
 
 CheckpointCounts VfioDevicePreparer::Counts() const {
   std::lock_guard<std::mutex> lock(snapshot_mu_);
@@ -676,7 +701,7 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Prepare(
                          " (unprepare or a restart will retry)";
       }
     }
-    Note(checkpoint_.Load());
+    Refresh();
     return error;
   }
   ClaimRecord completed = d.record;
@@ -887,7 +912,6 @@ Status VfioDevicePreparer::Recover() {
   const CheckpointView after = LoadView();
   if (after.listing_error) {
     // Without every record, any file could be a prepared claim's: nothing is swept.
-    Note(after);
     const Error error = MakeError(ErrorKind::kUnavailable, *after.listing_error);
     return (first ? *first : error).Wrap("recovering from the prepare checkpoint");
   }
@@ -928,7 +952,7 @@ Status VfioDevicePreparer::Recover() {
       if (Status s = metadata_.RemoveHostFiles(uid); !s.ok() && !first) first = s.error();
     }
   }
-  Note(checkpoint_.Load());
+  Refresh();
   if (first) return first->Wrap("recovering from the prepare checkpoint");
   return Status::Ok();
 }

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -143,9 +144,11 @@ class VfioDevicePreparer final : public DevicePreparer {
   void Step(const std::string& name) const;
   // Reads every record, logs the problems and refreshes the snapshots.
   CheckpointView LoadView();
-  // The snapshots (counts, prepared targets, managed functions) from every record, or with one
-  // claim's record replaced (null: dropped) after a call changed only that one.
-  void Note(const CheckpointView& view);
+  // The snapshots (counts, prepared targets, managed functions) from every record, read by a
+  // Load that began when NoteGeneration() was `loaded_after`; or with one claim's record replaced
+  // (null: dropped) after a call changed only that one.
+  void Note(const CheckpointView& view, uint64_t loaded_after);
+  uint64_t NoteGeneration() const;
   void NoteClaim(const std::string& uid, std::shared_ptr<const ClaimRecord> record);
   // NoteClaim with the claim's record as it is on disk now.
   void NoteClaimOnDisk(const std::string& uid);
@@ -197,7 +200,9 @@ class VfioDevicePreparer final : public DevicePreparer {
   std::string kind_;  // "<driver>/vfio"
   Logger log_;
   mutable std::mutex snapshot_mu_;
-  CheckpointView noted_;  // the records the snapshots below are made from
+  CheckpointView noted_;                      // the records the snapshots below are made from
+  uint64_t note_generation_ = 0;              // NoteClaim calls so far
+  std::map<std::string, uint64_t> noted_at_;  // claim uid -> generation of its last NoteClaim
   CheckpointCounts counts_;
   std::shared_ptr<const std::vector<PreparedTarget>> prepared_ =
       std::make_shared<const std::vector<PreparedTarget>>();

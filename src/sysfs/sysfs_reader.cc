@@ -16,8 +16,9 @@ namespace vfio_dra::sysfs {
 
 namespace {
 
+// A path through something that is not a directory (an attribute file) does not exist either.
 Error OpenError(int err, const std::string& what, const std::string& path) {
-  return MakeError(err == ENOENT ? ErrorKind::kNotFound : ErrorKind::kUnavailable,
+  return MakeError(err == ENOENT || err == ENOTDIR ? ErrorKind::kNotFound : ErrorKind::kUnavailable,
                    "cannot " + what + " " + path + ": " + ErrnoText(err));
 }
 
@@ -153,9 +154,7 @@ Result<std::vector<std::string>> SysfsReader::List(const std::string& relative) 
   const std::string path = Path(relative);
   DIR* dir = ::opendir(path.c_str());
   if (dir == nullptr) {
-    const int err = errno;
-    return MakeError(err == ENOENT ? ErrorKind::kNotFound : ErrorKind::kUnavailable,
-                     "cannot list " + path + ": " + ErrnoText(err));
+    return OpenError(errno, "list", path);
   }
   return ReadEntries(dir);
 }

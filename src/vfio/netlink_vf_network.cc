@@ -322,15 +322,16 @@ class NetlinkVfNetwork final : public VfNetwork {
 
   // The PF's netdev and its link. sysfs lists a device's netdevs in its net/ directory: that of
   // the PCI function for most drivers, that of a child device for some (virtio-net's virtioN).
-  // A PCI PF with neither has no netdev at all (no netlink needed); a listed name that ethtool
-  // confirms in the target namespace spares listing every link of the node (one veth per pod).
-  // Anything else (a name renamed since, a sysfs of another namespace, a device that is not
+  // A PCI PF with neither directory has no netdev at all (no netlink needed); a listed name that
+  // ethtool confirms in the target namespace spares listing every link of the node (one veth per
+  // pod). Anything else (a name renamed since, a sysfs of another namespace, a device that is not
   // PCI) falls back to the full listing.
   Result<std::pair<std::string, Link>> FindNetdev(const Connection& connection,
                                                   const std::string& device) const {
     if (sysfs_ != nullptr && sysfs::CanonicalBdf(device).ok()) {
-      auto names = SysfsNetdevs(device);
-      if (names && names->empty()) {
+      bool any_net_directory = false;
+      auto names = SysfsNetdevs(device, any_net_directory);
+      if (names && !any_net_directory) {
         return MakeError(ErrorKind::kNotFound, "PCI device " + device +
                                                    " has no network interface (is its network "
                                                    "driver loaded?)");
@@ -354,8 +355,11 @@ class NetlinkVfNetwork final : public VfNetwork {
   }
 
   // The netdev names sysfs shows under the PCI function and its child devices; nullopt when the
-  // function itself cannot be read (then nothing can be concluded).
-  std::optional<std::vector<std::string>> SysfsNetdevs(const std::string& device) const {
+  // function itself cannot be read (then nothing can be concluded). `any_net_directory` says
+  // whether a net/ directory exists at all: one that lists nothing is what a sysfs mounted in
+  // another network namespace shows, so only its absence means "no netdev".
+  std::optional<std::vector<std::string>> SysfsNetdevs(const std::string& device,
+                                                       bool& any_net_directory) const {
     const std::string dir = "bus/pci/devices/" + device;
     auto entries = sysfs_->List(dir);
     if (!entries.ok()) return std::nullopt;
@@ -368,9 +372,9 @@ class NetlinkVfNetwork final : public VfNetwork {
         continue;
       }
       const std::string net = entry == "net" ? dir + "/net" : dir + "/" + entry + "/net";
-      if (auto listed = sysfs_->List(net); listed.ok()) {
-        names.insert(names.end(), listed->begin(), listed->end());
-      }
+      auto listed = sysfs_->List(net);
+      if (listed.ok()) names.insert(names.end(), listed->begin(), listed->end());
+      if (listed.ok() || listed.error().kind != ErrorKind::kNotFound) any_net_directory = true;
     }
     return names;
   }

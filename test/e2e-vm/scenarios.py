@@ -926,8 +926,9 @@ def scenario_vf_netlink():
     check(ip_vfs(port) == {0: vf0, 1: vf1}, f"the originals at the end: {ip_vfs(port)}")
 
     # A PCI PF's netdev is looked up in sysfs first, as the daemon does (netdevsim is not on
-    # PCI): the e1000e NICs' netdevs are found there and confirmed by ethtool; a PCI function
-    # with no netdev is known to have none without listing the links.
+    # PCI): the e1000e NICs' netdevs are found and agree with sysfs and ethtool (the listing of
+    # every link would give the same names); a PCI function with no netdev is known to have none
+    # from sysfs alone, which the two answers for the GPU tell apart.
     sysfs = ["--sysfs-root", "/sys"]
     nics = sorted(a for a in os.listdir(SYS) if os.path.isdir(f"{SYS}/{a}/net"))
     check(len(nics) >= 2, f"e1000e NICs with a netdev: {nics}")

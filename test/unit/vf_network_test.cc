@@ -139,37 +139,47 @@ TEST_F(FileVfNetworkTest, AVfThatDoesNotExistIsNotFound) {
 // The kernel's VfNetwork finds a PCI PF's netdev through sysfs first: a PF without a net/
 // directory (its own or a child device's, as virtio-net has) has no netdev, which is said without
 // asking the kernel; a name sysfs lists that is not the PF's in the target namespace (here: no such
-// link on this machine) falls back to listing every link, which finds none either. Only reads:
-// nothing is changed on this machine.
+// link on this machine), or an empty net/ (a sysfs of another namespace), falls back to listing
+// every link, which finds none either (PCI domain ffff exists on no machine). Only reads: nothing
+// is changed on this machine.
 TEST(NetlinkVfNetwork, APciPfWithoutANetDirectoryHasNoNetdevAndAStaleNameFallsBackToTheListing) {
   char tmpl[] = "/tmp/vfio-dra-vfnet-sysfs-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   {
     testing::SysfsFixture fx(dir);
-    fx.AddPci(testing::MakePciSpec("0000:5e:00.0", 0x8086, 0x1572, 0x020000, "i40e", 50));
-    fx.AddPci(testing::MakePciSpec("0000:5f:00.0", 0x8086, 0x1572, 0x020000, "i40e", 51));
-    fx.WriteFile("bus/pci/devices/0000:5f:00.0/net/vfio-dra-gone0/ifindex", "9999\n");
+    fx.AddPci(testing::MakePciSpec("ffff:5e:00.0", 0x8086, 0x1572, 0x020000, "i40e", 50));
+    fx.AddPci(testing::MakePciSpec("ffff:5f:00.0", 0x8086, 0x1572, 0x020000, "i40e", 51));
+    fx.WriteFile("bus/pci/devices/ffff:5f:00.0/net/vfio-dra-gone0/ifindex", "9999\n");
     // virtio-net's netdev hangs off the virtio device under the PCI function.
-    fx.AddPci(testing::MakePciSpec("0000:60:00.0", 0x1af4, 0x1041, 0x020000, "virtio-pci", 52));
-    fx.WriteFile("bus/pci/devices/0000:60:00.0/virtio0/net/vfio-dra-gone1/ifindex", "9998\n");
+    fx.AddPci(testing::MakePciSpec("ffff:60:00.0", 0x1af4, 0x1041, 0x020000, "virtio-pci", 52));
+    fx.WriteFile("bus/pci/devices/ffff:60:00.0/virtio0/net/vfio-dra-gone1/ifindex", "9998\n");
+    // What a sysfs mounted in another network namespace shows: the net/ directory, empty.
+    fx.AddPci(testing::MakePciSpec("ffff:61:00.0", 0x8086, 0x1572, 0x020000, "i40e", 53));
+    std::filesystem::create_directories(dir + "/bus/pci/devices/ffff:61:00.0/net");
     sysfs::SysfsReader sysfs(dir);
     auto network = MakeNetlinkVfNetwork("", &sysfs);
 
-    auto none = network->Read({"0000:5e:00.0", 0});
+    auto none = network->Read({"ffff:5e:00.0", 0});
     ASSERT_FALSE(none.ok());
     EXPECT_EQ(none.error().kind, ErrorKind::kNotFound);
     EXPECT_THAT(none.error().message,
-                HasSubstr("PCI device 0000:5e:00.0 has no network interface"));
+                HasSubstr("PCI device ffff:5e:00.0 has no network interface"));
 
-    auto stale = network->PfNetdev({"0000:5f:00.0", 0});
+    auto stale = network->PfNetdev({"ffff:5f:00.0", 0});
     ASSERT_FALSE(stale.ok());
     EXPECT_EQ(stale.error().kind, ErrorKind::kNotFound);
-    EXPECT_THAT(stale.error().message, HasSubstr("no network interface belongs to 0000:5f:00.0"));
+    EXPECT_THAT(stale.error().message, HasSubstr("no network interface belongs to ffff:5f:00.0"));
 
-    auto child = network->PfNetdev({"0000:60:00.0", 0});
+    auto child = network->PfNetdev({"ffff:60:00.0", 0});
     ASSERT_FALSE(child.ok());
-    EXPECT_THAT(child.error().message, HasSubstr("no network interface belongs to 0000:60:00.0"))
+    EXPECT_THAT(child.error().message, HasSubstr("no network interface belongs to ffff:60:00.0"))
         << "a netdev of a child device is not taken for none";
+
+    auto elsewhere = network->PfNetdev({"ffff:61:00.0", 0});
+    ASSERT_FALSE(elsewhere.ok());
+    EXPECT_THAT(elsewhere.error().message,
+                HasSubstr("no network interface belongs to ffff:61:00.0"))
+        << "an empty net/ (another namespace's view) is not taken for none";
   }
   fs::remove_all(dir);
 }
