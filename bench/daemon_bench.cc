@@ -24,12 +24,14 @@
 #include "integration/daemon_process.h"
 #include "kubelet_simulator.h"
 #include "latency_summary.h"
+#include "process_cpu.h"
 #include "sysfs_fixture.h"
 
 namespace {
 
 using namespace vfio_dra;  // NOLINT(google-build-using-namespace): a benchmark's main
 using Clock = std::chrono::steady_clock;
+using bench::CpuTicks;
 using bench::Ms;
 using bench::Summary;
 
@@ -81,20 +83,6 @@ long StatusKb(pid_t pid, const std::string& field) {
     if (line.rfind(field + ":", 0) == 0) return std::stol(line.substr(field.size() + 1));
   }
   return -1;
-}
-
-// utime + stime of `pid`, in clock ticks.
-long long CpuTicks(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), {});
-  std::istringstream fields(text.substr(text.rfind(')') + 2));
-  std::string value;
-  long long ticks = 0;
-  for (int i = 3; fields >> value; ++i) {
-    if (i == 14 || i == 15) ticks += std::stoll(value);
-    if (i == 15) break;
-  }
-  return ticks;
 }
 
 // Nanoseconds on a CPU of each of `pid`'s threads (/proc/<pid>/task/*/schedstat), as the

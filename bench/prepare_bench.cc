@@ -13,12 +13,9 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 #include <latch>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <thread>
 
 #include "base/clock.h"
@@ -33,6 +30,7 @@
 #include "kube/token_source.h"
 #include "kubelet_simulator.h"
 #include "latency_summary.h"
+#include "process_cpu.h"
 #include "slicepublisher/device_names.h"
 #include "sysfs_fixture.h"
 
@@ -48,17 +46,6 @@ std::string Uid(int i) {
   char buffer[40];
   std::snprintf(buffer, sizeof buffer, "b0000000-0000-4000-8000-%012d", i);
   return buffer;
-}
-
-// The CPU time the process and its exited threads have used (utime + stime), in milliseconds.
-double ProcessCpuMs(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
-  std::istringstream fields(text.substr(text.rfind(')') + 2));
-  std::vector<std::string> f{std::istream_iterator<std::string>(fields), {}};
-  if (f.size() < 13) return 0;
-  return (std::stod(f[11]) + std::stod(f[12])) * 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 // Runs `one(i)` for i in [0, pods) at once, `rounds` times; `between` runs untimed after each
@@ -231,9 +218,9 @@ int main(int argc, char** argv) {
                         1, 4, [&](int) { prepare(0); }, unprepare_all));
     append(eight_pods, Measure(8, 1, prepare, unprepare_all));
     append(floor_many, Measure(32, 1, floor_one, [] {}));
-    const double cpu_before = ProcessCpuMs(daemon.pid());
+    const double cpu_before = bench::CpuMs(daemon.pid());
     append(many_pods, Measure(32, 1, prepare, unprepare_all));
-    many_pods_cpu_ms += ProcessCpuMs(daemon.pid()) - cpu_before;
+    many_pods_cpu_ms += bench::CpuMs(daemon.pid()) - cpu_before;
   }
   auto most_pods = Measure(kPods, std::max(1, rounds / 4), prepare, unprepare_all);
 
