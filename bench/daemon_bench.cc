@@ -111,6 +111,32 @@ long long CpuNsBetween(const std::map<std::string, long long>& before,
   return total;
 }
 
+// Resident KiB of `pid` per mapped file (by base name), "[heap]", "[stack]" and "[anon]" (every
+// other anonymous mapping: thread stacks and malloc arenas), from /proc/<pid>/smaps: which
+// libraries' pages the idle daemon has touched.
+std::map<std::string, long> RssByMapping(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/smaps");
+  std::map<std::string, long> kib;
+  std::string current;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    std::string first;
+    fields >> first;
+    if (first == "Rss:") {
+      long value = 0;
+      fields >> value;
+      kib[current] += value;
+    } else if (first.find('-') != std::string::npos && first.back() != ':') {
+      // "start-end perms offset dev inode [path]"
+      std::string perms, offset, dev, inode, path;
+      fields >> perms >> offset >> dev >> inode >> path;
+      if (path.empty()) path = "[anon]";
+      current = path[0] == '/' ? path.substr(path.rfind('/') + 1) : path;
+    }
+  }
+  return kib;
+}
+
 size_t PublishedDevices(const std::vector<nlohmann::json>& slices) {
   size_t n = 0;
   for (const auto& s : slices) n += s["spec"].value("devices", nlohmann::json::array()).size();
@@ -188,6 +214,7 @@ int main(int argc, char** argv) {
       {"rss_anon_mib", static_cast<double>(StatusKb(pid, "RssAnon")) / 1024.0},
       {"rss_file_mib", static_cast<double>(StatusKb(pid, "RssFile")) / 1024.0},
       {"peak_rss_mib", static_cast<double>(StatusKb(pid, "VmHWM")) / 1024.0}};
+  out["idle_rss_by_mapping_kib"] = RssByMapping(pid);
   daemon.Signal(SIGTERM);
   daemon.WaitForExit(std::chrono::seconds(10));
   server.Stop();

@@ -153,6 +153,16 @@ why = {
     "20-27 ms in the same session that an earlier run had measured at 11 ms. Compare builds side "
     "by side in one session before reading a change into it.",
 }
+by_mapping = sorted(dm.get("idle_rss_by_mapping_kib", {}).items(), key=lambda kv: -kv[1])
+if by_mapping:
+    print(f"\n## Idle RSS by mapping\n\nWhat the idle daemon above holds resident, from "
+          f"/proc/<pid>/smaps: [heap] and [anon] (thread stacks, malloc arenas) are its own "
+          f"memory; the rest are pages of the binary and of each shared library it touched.\n")
+    print("| Mapping | KiB |\n|---|---|")
+    for name, kib in by_mapping[:15]:
+        print(f"| {name} | {kib} |")
+    rest = by_mapping[15:]
+    print(f"| {len(rest)} other mappings | {sum(kib for _, kib in rest)} |")
 notes = [text for key, text in why.items() if any(key in r and "MISSED" in r for r in rows)]
 if notes:
     print("\n## Why targets are missed\n")

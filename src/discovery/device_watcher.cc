@@ -39,7 +39,7 @@ void DeviceWatcher::RescanAndPublish() {
   // A scan that could not read everything (a device half-way through appearing, say) is not a
   // base the probe may vouch for: the next periodic check scans in full again.
   last_scan_complete_ = scan->inventory.warnings.empty();
-  const std::string fingerprint = Fingerprint(*scan);
+  const Sha256 fingerprint = Fingerprint(*scan);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (latest_ != nullptr && fingerprint == latest_fingerprint_) {

@@ -79,7 +79,7 @@ class DeviceWatcher {
   std::thread thread_;
   mutable std::mutex mu_;
   std::shared_ptr<const NodeScan> latest_;
-  std::string latest_fingerprint_;
+  Sha256 latest_fingerprint_{};
 };
 
 }  // namespace vfio_dra::discovery

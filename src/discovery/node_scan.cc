@@ -27,11 +27,11 @@ std::shared_ptr<const NodeScan> ScanNode(const sysfs::SysfsReader& sysfs, PciNam
   return scan;
 }
 
-std::string Fingerprint(const NodeScan& scan) {
+Sha256 Fingerprint(const NodeScan& scan) {
   // The JSON report holds every field that is published, and nothing time-dependent.
   nlohmann::json json = DiscoverJson(scan.inventory, scan.selection, {});
   json.erase("warnings");
-  return json.dump();
+  return Sha256Of(json.dump());
 }
 
 }  // namespace vfio_dra::discovery

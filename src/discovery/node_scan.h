@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "base/sha256.h"
 #include "discovery/admin_policy.h"
 #include "discovery/device_selection.h"
 #include "discovery/inventory.h"
@@ -43,8 +44,9 @@ std::shared_ptr<const NodeScan> ScanNode(const sysfs::SysfsReader& sysfs, PciNam
                                          const AdminPolicy& policy,
                                          const ScanContext& context = {});
 
-// A stable summary of what matters to publishing (published devices, their attributes and the
-// mdev types with their counts); two scans with equal fingerprints publish the same slices.
-std::string Fingerprint(const NodeScan& scan);
+// A digest of what matters to publishing (published devices, their attributes and the mdev types
+// with their counts); two scans with equal fingerprints publish the same slices. A digest, not
+// the summary itself: the idle daemon keeps one, and with 1,000 devices the summary is 1.6 MB.
+Sha256 Fingerprint(const NodeScan& scan);
 
 }  // namespace vfio_dra::discovery

@@ -13,20 +13,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string MatchKey(const SliceContent& content) {
-  std::vector<std::string> names;
-  for (const auto& d : content.devices) names.push_back("d:" + d.name);
-  for (const auto& c : content.shared_counters) names.push_back("c:" + c.name);
-  std::sort(names.begin(), names.end());
-  std::string key;
-  for (const auto& n : names) key += n + ",";
-  return key;
-}
-
-std::string ContentFingerprint(const SliceContent& content) {
-  return SliceToJson(content, SliceMeta{}).dump();
-}
-
 bool HasCounters(const SliceContent& content) {
   if (!content.shared_counters.empty()) return true;
   for (const auto& d : content.devices) {
@@ -49,7 +35,7 @@ std::string StringField(const json& object, const char* key) {
 }  // namespace
 
 SliceReconciler::CachedSlice SliceReconciler::CachedSlice::From(const json& object,
-                                                                SliceContent content) {
+                                                                const SliceContent& content) {
   static const json kNone = json::object();
   const json& meta = object.contains("metadata") ? object["metadata"] : kNone;
   const json& spec = object.contains("spec") ? object["spec"] : kNone;
@@ -60,7 +46,7 @@ SliceReconciler::CachedSlice SliceReconciler::CachedSlice::From(const json& obje
   slice.pool_name = StringField(pool, "name");
   slice.pool_generation = pool.is_object() ? PoolInt(pool, "generation") : 0;
   slice.pool_slice_count = pool.is_object() ? PoolInt(pool, "resourceSliceCount") : 0;
-  slice.content = std::move(content);
+  slice.digest = DigestOf(content);
   return slice;
 }
 
@@ -160,8 +146,9 @@ void SliceReconciler::Remember(const json& object) {
   auto content = SliceContentFromJson(object);
   if (!content.ok() || !object.contains("metadata")) return;
   const std::string name = object["metadata"].value("name", "");
+  auto slice = CachedSlice::From(object, *content);
   std::lock_guard<std::mutex> lock(mu_);
-  cache_[name] = CachedSlice::From(object, std::move(*content));
+  cache_[name] = std::move(slice);
 }
 
 void SliceReconciler::Forget(const std::string& name) {
@@ -243,7 +230,7 @@ Status SliceReconciler::ListIntoCache(std::string& resource_version) {
         log_.Warn("unreadable ResourceSlice", {{"error", content.error().message}});
         content = SliceContent{};
       }
-      fresh[item["metadata"].value("name", "")] = CachedSlice::From(item, std::move(*content));
+      fresh[item["metadata"].value("name", "")] = CachedSlice::From(item, *content);
     }
   }
   resource_version = (*list)["metadata"].value("resourceVersion", "");
@@ -412,15 +399,17 @@ SliceReconciler::WritePlan SliceReconciler::PlanWrites(
   }
   // Match desired slices to existing ones by their device and counter-set names.
   plan.match.resize(pool.slices.size());
+  std::vector<SliceDigest> desired;
+  desired.reserve(pool.slices.size());
+  for (const SliceContent& slice : pool.slices) desired.push_back(DigestOf(slice));
   std::set<std::string> used;
   if (pool.slices.size() == 1 && cache.size() == 1) {
     plan.match[0] = cache.begin()->first;
     used.insert(plan.match[0]);
   } else {
     for (size_t i = 0; i < pool.slices.size(); ++i) {
-      const std::string key = MatchKey(pool.slices[i]);
       for (const auto& [name, slice] : cache) {
-        if (!used.count(name) && MatchKey(slice.content) == key) {
+        if (!used.count(name) && slice.digest.names == desired[i].names) {
           plan.match[i] = name;
           used.insert(name);
           break;
@@ -438,11 +427,11 @@ SliceReconciler::WritePlan SliceReconciler::PlanWrites(
       continue;
     }
     const CachedSlice& current = cache.at(plan.match[i]);
-    bool same = current.content == pool.slices[i];
+    bool same = current.digest.content == desired[i].content;
     if (!same) {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = adopted_.find(ContentFingerprint(pool.slices[i]));
-      same = it != adopted_.end() && it->second == ContentFingerprint(current.content);
+      auto it = adopted_.find(desired[i].content);
+      same = it != adopted_.end() && it->second == current.digest.content;
     }
     if (!same || current.pool_slice_count != count || current.pool_name != pool.name ||
         current.pool_generation != plan.generation) {
@@ -480,14 +469,14 @@ void SliceReconciler::AdoptStored(const SliceContent& sent, const json& stored) 
     dirty_ = true;
     return;
   }
-  const std::string key = ContentFingerprint(sent);
+  const Sha256 key = DigestOf(sent).content;
   if (!adopted_.count(key)) {
     log_.Warn(
         "the API server stored a ResourceSlice differently from what was sent (a feature "
         "gate may be off); adopting the stored form",
         {{"slice", stored["metadata"].value("name", "")}});
   }
-  adopted_[key] = ContentFingerprint(*stored_content);
+  adopted_[key] = DigestOf(*stored_content).content;
 }
 
 Status SliceReconciler::DeleteObsolete(const WritePlan& plan,

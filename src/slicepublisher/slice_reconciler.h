@@ -24,6 +24,7 @@
 #include "slicepublisher/published_devices.h"
 #include "slicepublisher/server_profile.h"
 #include "slicepublisher/slice_builder.h"
+#include "slicepublisher/slice_digest.h"
 #include "slicepublisher/slice_json.h"
 
 namespace vfio_dra::slicepublisher {
@@ -76,18 +77,18 @@ class SliceReconciler {
   bool WaitInSync(std::chrono::milliseconds timeout);
 
  private:
-  // What a Sync needs of a server slice: its identity, its pool fields and its content, decoded
-  // once. The object itself is not kept: with 1,000 devices its JSON tree costs megabytes of the
-  // idle daemon's heap.
+  // What a Sync needs of a server slice: its identity, its pool fields and digests of its
+  // content. Neither the object nor its decoded content is kept: with 1,000 devices they cost
+  // megabytes of the idle daemon's heap.
   struct CachedSlice {
     std::string uid;
     std::string resource_version;
     std::string pool_name;
     int64_t pool_generation = 0;
     int64_t pool_slice_count = 0;
-    SliceContent content;
+    SliceDigest digest;
 
-    static CachedSlice From(const nlohmann::json& object, SliceContent content);
+    static CachedSlice From(const nlohmann::json& object, const SliceContent& content);
   };
   // What one Sync writes: desired slices matched to existing ones by device and counter-set names.
   struct WritePlan {
@@ -140,7 +141,7 @@ class SliceReconciler {
   std::string node_uid_;
   // What the server made of content we sent, so that stored-but-different content is not
   // rewritten forever: sent fingerprint -> stored fingerprint.
-  std::map<std::string, std::string> adopted_;
+  std::map<Sha256, Sha256> adopted_;
 
   std::atomic<bool> stopping_{false};
   std::stop_source stop_watch_;  // wakes the watch's idle stream at Stop

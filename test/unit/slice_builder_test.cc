@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -11,6 +12,7 @@
 #include "slicepublisher/device_attributes.h"
 #include "slicepublisher/device_names.h"
 #include "slicepublisher/server_profile.h"
+#include "slicepublisher/slice_digest.h"
 #include "slicepublisher/slice_json.h"
 #include "slicepublisher/slice_validator.h"
 #include "unit/fixture_node.h"
@@ -339,6 +341,45 @@ TEST(Quantity, ParsesCanonicalForms) {
   EXPECT_FALSE(ParseIntegerQuantity("1.5").ok());
   EXPECT_FALSE(ParseIntegerQuantity("k").ok());
   EXPECT_FALSE(ParseIntegerQuantity("99999999999999999999").ok());
+}
+
+// The reconciler keeps only digests of the server's slices: the server's echo of a slice must
+// digest equal to what was sent, in every API version, and any change must not.
+TEST(SliceDigest, MatchesTheServerEchoAndChangesWithTheContent) {
+  FixtureNode node("vgpu");
+  const Built built = Build(node, CounterLayout::kInDeviceSlice);
+  ASSERT_FALSE(built.pool.slices.empty());
+  const SliceContent& sent = built.pool.slices.front();
+  ASSERT_FALSE(sent.devices.empty());
+  ASSERT_FALSE(sent.shared_counters.empty());
+  const SliceDigest digest = DigestOf(sent);
+  for (const std::string version : {"v1", "v1beta2", "v1beta1"}) {
+    SliceMeta meta;
+    meta.api_version = version;
+    meta.name = "node-1-vfio-dra-abcde";
+    auto echo = SliceContentFromJson(SliceToJson(sent, meta));
+    ASSERT_TRUE(echo.ok()) << version;
+    EXPECT_EQ(DigestOf(*echo), digest) << version;
+  }
+
+  SliceContent value_changed = sent;
+  value_changed.devices.front().attributes["resource.kubernetes.io/pciBusID"] =
+      std::string("0000:ff:00.0");
+  EXPECT_EQ(DigestOf(value_changed).names, digest.names);
+  EXPECT_NE(DigestOf(value_changed).content, digest.content);
+
+  SliceContent counter_changed = sent;
+  counter_changed.shared_counters.front().counters.begin()->second += 1;
+  EXPECT_EQ(DigestOf(counter_changed).names, digest.names);
+  EXPECT_NE(DigestOf(counter_changed).content, digest.content);
+
+  SliceContent renamed = sent;
+  renamed.devices.front().name += "-x";
+  EXPECT_NE(DigestOf(renamed).names, digest.names);
+
+  SliceContent reordered = sent;
+  std::reverse(reordered.devices.begin(), reordered.devices.end());
+  EXPECT_EQ(DigestOf(reordered).names, digest.names);  // matched to the same slice
 }
 
 }  // namespace
