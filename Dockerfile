@@ -25,11 +25,9 @@ RUN apt-get update \
       libcpp-httplib0.11 \
       libcurl4 \
       libfmt9 \
-      libgrpc++1.51 \
       libnl-3-200 \
       libnl-route-3-200 \
       libpci3 \
-      libprotobuf32 \
       libspdlog1.10 \
       libssl3 \
       libudev1 \
