@@ -1,8 +1,9 @@
 // SliceDigest: what the reconciler keeps of a server slice's content between syncs instead of the
 // content itself. With 1,000 published devices the decoded contents cost over a megabyte of the
 // idle daemon's heap; two digests cost 64 bytes a slice. Invariant: two contents have equal
-// digests exactly when their canonical v1 JSON (no metadata) is equal, which is when the contents
-// are equal, SHA-256 collisions aside.
+// content digests exactly when they are equal field by field (SliceContent's operator==), and
+// equal name digests exactly when they offer the same device and counter-set names, SHA-256
+// collisions aside. Digesting builds no JSON: it runs on every slice the server echoes.
 #pragma once
 
 #include "base/sha256.h"
@@ -14,7 +15,7 @@ struct SliceDigest {
   // Of the sorted device and counter-set names: a desired slice rewrites the existing slice
   // that offers the same names.
   Sha256 names{};
-  // Of the whole content: equal means nothing to write.
+  // Of every field of the content, in order: equal means nothing to write.
   Sha256 content{};
   bool operator==(const SliceDigest&) const = default;
 };

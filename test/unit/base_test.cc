@@ -7,6 +7,7 @@
 #include "base/base64.h"
 #include "base/file_io.h"
 #include "base/log.h"
+#include "base/sha256.h"
 #include "base/text.h"
 
 namespace vfio_dra {
@@ -24,6 +25,20 @@ TEST(Base64, RejectsForeignCharacters) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("offset 3"), std::string::npos);
   EXPECT_FALSE(Base64Decode("aGVsbG8=x").ok());
+}
+
+TEST(Sha256, MatchesTheStandardVectorAndKeepsFieldsApart) {
+  // FIPS 180-2's "abc" example.
+  const Sha256 abc = Sha256Of("abc");
+  EXPECT_EQ(abc[0], 0xba);
+  EXPECT_EQ(abc[1], 0x78);
+  EXPECT_EQ(abc[31], 0xad);
+  // Field boundaries are part of what is digested.
+  EXPECT_NE(Sha256Stream().Field("ab").Field("c").Finish(),
+            Sha256Stream().Field("a").Field("bc").Finish());
+  EXPECT_NE(Sha256Stream().Field(int64_t{1}).Finish(), Sha256Stream().Field("").Finish());
+  EXPECT_EQ(Sha256Stream().Field("ab").Field(int64_t{-3}).Finish(),
+            Sha256Stream().Field("ab").Field(int64_t{-3}).Finish());
 }
 
 TEST(LogQuote, QuotesOnlyWhenNeeded) {

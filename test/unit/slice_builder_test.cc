@@ -373,6 +373,17 @@ TEST(SliceDigest, MatchesTheServerEchoAndChangesWithTheContent) {
   EXPECT_EQ(DigestOf(counter_changed).names, digest.names);
   EXPECT_NE(DigestOf(counter_changed).content, digest.content);
 
+  // The attribute's type counts, not only how its value prints.
+  SliceContent as_int = sent;
+  SliceContent as_bool = sent;
+  SliceContent as_string = sent;
+  as_int.devices.front().attributes["x"] = int64_t{1};
+  as_bool.devices.front().attributes["x"] = true;
+  as_string.devices.front().attributes["x"] = std::string("1");
+  EXPECT_NE(DigestOf(as_int).content, DigestOf(as_bool).content);
+  EXPECT_NE(DigestOf(as_int).content, DigestOf(as_string).content);
+  EXPECT_NE(DigestOf(as_bool).content, DigestOf(as_string).content);
+
   SliceContent renamed = sent;
   renamed.devices.front().name += "-x";
   EXPECT_NE(DigestOf(renamed).names, digest.names);
