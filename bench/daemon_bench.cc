@@ -112,11 +112,15 @@ long long CpuNsBetween(const std::map<std::string, long long>& before,
 }
 
 // Resident KiB of `pid` per mapped file (by base name), "[heap]", "[stack]" and "[anon]" (every
-// other anonymous mapping: thread stacks and malloc arenas), from /proc/<pid>/smaps: which
-// libraries' pages the idle daemon has touched.
+// other anonymous mapping: thread stacks, malloc arenas, and the .bss of the binary and of each
+// library), from /proc/<pid>/smaps: which libraries' pages the idle daemon has touched.
 std::map<std::string, long> RssByMapping(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/smaps");
   std::map<std::string, long> kib;
+  if (!in) {
+    std::cerr << "daemon_bench: cannot read /proc/" << pid << "/smaps: no RSS per mapping\n";
+    return kib;
+  }
   std::string current;
   for (std::string line; std::getline(in, line);) {
     std::istringstream fields(line);
@@ -129,7 +133,12 @@ std::map<std::string, long> RssByMapping(pid_t pid) {
     } else if (first.find('-') != std::string::npos && first.back() != ':') {
       // "start-end perms offset dev inode [path]"
       std::string perms, offset, dev, inode, path;
-      fields >> perms >> offset >> dev >> inode >> path;
+      fields >> perms >> offset >> dev >> inode;
+      std::getline(fields >> std::ws, path);  // the rest: a path may hold spaces
+      const std::string deleted = " (deleted)";
+      if (path.size() > deleted.size() && path.ends_with(deleted)) {
+        path.resize(path.size() - deleted.size());
+      }
       if (path.empty()) path = "[anon]";
       current = path[0] == '/' ? path.substr(path.rfind('/') + 1) : path;
     }

@@ -131,18 +131,20 @@ why = {
     "distinct groups decide and bind in parallel; the kubelet keeps one connection to the plugin, "
     "and so does the benchmark's.",
     "Idle RSS": "The file-backed part is over the target on its own: pages of the binary (with "
-    "gRPC, protobuf and Abseil linked in) and of OpenSSL, curl and the GnuTLS, Kerberos and LDAP "
-    "libraries that Debian's libcurl loads, touched at start-up (library constructors, OpenSSL and "
-    "GnuTLS initialisation); the table below lists them. Measured apart on this machine: a C++ "
-    "program that only links Debian's libcurl and calls curl_global_init holds 11.3 MiB against "
-    "3.1 MiB without it (OpenSSL's initialisation alone maps 3.1 MiB of libcrypto). Linking "
-    "gRPC's unsecure build statically turned about 8 MiB of pages of the shared gRPC, protobuf "
-    "and Abseil libraries into about 4.3 MiB more of the binary's own. What is left to cut is the HTTP stack: a curl without "
-    "LDAP, RTMP and SSH, which Debian does not package, or another client. The heap holds the "
-    "last scan (3,000 functions) and the published-device index; of the server's slices and of "
-    "the scan's summary only digests are kept; the pci.ids database is freed after each scan and "
-    "free pages are returned once the node settles (malloc_trim); the peak is the first "
-    "publish.",
+    "gRPC, protobuf and Abseil linked in), of the C and C++ runtimes, and of OpenSSL, curl and the "
+    "GnuTLS, Kerberos and LDAP libraries that Debian's libcurl loads, touched at start-up "
+    "(library constructors, OpenSSL and GnuTLS initialisation); the table below lists them. "
+    "Measured apart on this machine: a C++ program that only links Debian's libcurl and calls "
+    "curl_global_init holds 11.3 MiB against 3.1 MiB without it (OpenSSL's initialisation alone "
+    "maps 3.1 MiB of libcrypto, which the daemon needs for TLS to the API server anyway). Linking "
+    "gRPC's unsecure build statically with protobuf and Abseil took the idle daemon from 33.1 to "
+    "27.9 MiB (shared, their pages were about 8 MiB; linked in, about 4.3 MiB more of the "
+    "binary). What could still go: the curl dependencies a node never uses (GnuTLS, p11-kit, "
+    "Kerberos, LDAP, about 3 MiB; Debian packages no leaner curl), gRPC core's share of the "
+    "binary, and the held scan in the heap. The heap holds the last scan (3,000 functions) and "
+    "the published-device index; of the server's slices and of the scan's summary only digests "
+    "are kept; the pci.ids database is freed after each scan and free pages are returned once "
+    "the node settles (malloc_trim); the peak is the first publish.",
     "Idle CPU": "What remains is mostly gRPC's two timer threads (the core's and the event "
     "engine's), each waking once a second for as long as the process runs, plus the 30 s change "
     "probe (about 1 ms on 3,000 functions) and the one-off return of the first publish's memory. "
@@ -157,13 +159,17 @@ why = {
 by_mapping = sorted(dm.get("idle_rss_by_mapping_kib", {}).items(), key=lambda kv: -kv[1])
 if by_mapping:
     print(f"\n## Idle RSS by mapping\n\nWhat the idle daemon above holds resident, from "
-          f"/proc/<pid>/smaps: [heap] and [anon] (thread stacks, malloc arenas) are its own "
-          f"memory; the rest are pages of the binary and of each shared library it touched.\n")
+          f"/proc/<pid>/smaps: [heap] and [anon] (thread stacks, malloc arenas, the .bss of the "
+          f"binary and its libraries) are its own memory; the rest are pages of the binary and "
+          f"of each shared library it touched.\n")
     print("| Mapping | KiB |\n|---|---|")
     for name, kib in by_mapping[:15]:
         print(f"| {name} | {kib} |")
     rest = by_mapping[15:]
     print(f"| {len(rest)} other mappings | {sum(kib for _, kib in rest)} |")
+else:
+    print("\n## Idle RSS by mapping\n\nNot available: daemon_bench could not read the idle "
+          "daemon's /proc/<pid>/smaps (its stderr says why).")
 notes = [text for key, text in why.items() if any(key in r and "MISSED" in r for r in rows)]
 if notes:
     print("\n## Why targets are missed\n")

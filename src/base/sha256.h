@@ -1,8 +1,9 @@
 // Sha256: a SHA-256 digest, for keeping a fixed-size summary of something large (a node scan, a
-// published slice) where only "did it change?" is asked later.
+// published slice) where only "did it change?" is asked later, within one process.
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
@@ -12,12 +13,13 @@ namespace vfio_dra {
 
 using Sha256 = std::array<unsigned char, 32>;
 
-// A digest that could not be computed (OpenSSL out of memory) equals no other digest, so a
-// caller comparing digests sees "changed", never a false "unchanged".
+// OpenSSL fails to digest memory only when it cannot allocate; that throws std::bad_alloc, as
+// any other allocation in the process would.
 Sha256 Sha256Of(std::string_view data);
 
-// Digests a sequence of fields without building the serialized form first. Every variable-length
-// field is length-prefixed, so two different sequences of fields never feed the same bytes.
+// Digests a sequence of fields without building the serialized form first. Each field is fed
+// with its type and (for bytes) its length, so two different sequences of fields never feed the
+// same bytes. Single use: Finish() once.
 class Sha256Stream {
  public:
   Sha256Stream();
@@ -25,14 +27,14 @@ class Sha256Stream {
   Sha256Stream(const Sha256Stream&) = delete;
   Sha256Stream& operator=(const Sha256Stream&) = delete;
 
-  Sha256Stream& Field(std::string_view bytes);  // length, then the bytes
+  Sha256Stream& Field(std::string_view bytes);
   Sha256Stream& Field(int64_t value);
   Sha256 Finish();
 
  private:
   void Raw(const void* data, size_t size);
+  void Int(int64_t value);
   evp_md_ctx_st* ctx_;
-  bool ok_ = false;
 };
 
 }  // namespace vfio_dra

@@ -399,9 +399,9 @@ SliceReconciler::WritePlan SliceReconciler::PlanWrites(
   }
   // Match desired slices to existing ones by their device and counter-set names.
   plan.match.resize(pool.slices.size());
-  std::vector<SliceDigest> desired;
-  desired.reserve(pool.slices.size());
-  for (const SliceContent& slice : pool.slices) desired.push_back(DigestOf(slice));
+  std::vector<SliceDigest> desired_digests;
+  desired_digests.reserve(pool.slices.size());
+  for (const SliceContent& slice : pool.slices) desired_digests.push_back(DigestOf(slice));
   std::set<std::string> used;
   if (pool.slices.size() == 1 && cache.size() == 1) {
     plan.match[0] = cache.begin()->first;
@@ -409,7 +409,7 @@ SliceReconciler::WritePlan SliceReconciler::PlanWrites(
   } else {
     for (size_t i = 0; i < pool.slices.size(); ++i) {
       for (const auto& [name, slice] : cache) {
-        if (!used.count(name) && slice.digest.names == desired[i].names) {
+        if (!used.count(name) && slice.digest.names == desired_digests[i].names) {
           plan.match[i] = name;
           used.insert(name);
           break;
@@ -427,10 +427,10 @@ SliceReconciler::WritePlan SliceReconciler::PlanWrites(
       continue;
     }
     const CachedSlice& current = cache.at(plan.match[i]);
-    bool same = current.digest.content == desired[i].content;
+    bool same = current.digest.content == desired_digests[i].content;
     if (!same) {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = adopted_.find(desired[i].content);
+      auto it = adopted_.find(desired_digests[i].content);
       same = it != adopted_.end() && it->second == current.digest.content;
     }
     if (!same || current.pool_slice_count != count || current.pool_name != pool.name ||
@@ -458,6 +458,8 @@ SliceReconciler::WritePlan SliceReconciler::PlanWrites(
 void SliceReconciler::AdoptStored(const SliceContent& sent, const json& stored) {
   auto stored_content = SliceContentFromJson(stored);
   if (!stored_content.ok() || *stored_content == sent) return;
+  const Sha256 key = DigestOf(sent).content;
+  const Sha256 adopted = DigestOf(*stored_content).content;
   std::lock_guard<std::mutex> lock(mu_);
   if (HasCounters(sent) && !HasCounters(*stored_content)) {
     if (!profile_.counters_dropped) {
@@ -469,14 +471,13 @@ void SliceReconciler::AdoptStored(const SliceContent& sent, const json& stored) 
     dirty_ = true;
     return;
   }
-  const Sha256 key = DigestOf(sent).content;
   if (!adopted_.count(key)) {
     log_.Warn(
         "the API server stored a ResourceSlice differently from what was sent (a feature "
         "gate may be off); adopting the stored form",
         {{"slice", stored["metadata"].value("name", "")}});
   }
-  adopted_[key] = DigestOf(*stored_content).content;
+  adopted_[key] = adopted;
 }
 
 Status SliceReconciler::DeleteObsolete(const WritePlan& plan,

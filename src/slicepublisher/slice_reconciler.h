@@ -140,7 +140,7 @@ class SliceReconciler {
   bool profile_known_ = false;
   std::string node_uid_;
   // What the server made of content we sent, so that stored-but-different content is not
-  // rewritten forever: sent fingerprint -> stored fingerprint.
+  // rewritten forever: digest of the sent content -> digest of the stored content.
   std::map<Sha256, Sha256> adopted_;
 
   std::atomic<bool> stopping_{false};

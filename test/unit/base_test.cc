@@ -36,7 +36,11 @@ TEST(Sha256, MatchesTheStandardVectorAndKeepsFieldsApart) {
   // Field boundaries are part of what is digested.
   EXPECT_NE(Sha256Stream().Field("ab").Field("c").Finish(),
             Sha256Stream().Field("a").Field("bc").Finish());
-  EXPECT_NE(Sha256Stream().Field(int64_t{1}).Finish(), Sha256Stream().Field("").Finish());
+  // A field's type is part of it: 0 and "" (whose length is 0) differ, and so do two ints and a
+  // string holding their bytes.
+  EXPECT_NE(Sha256Stream().Field(int64_t{0}).Finish(), Sha256Stream().Field("").Finish());
+  EXPECT_NE(Sha256Stream().Field(int64_t{8}).Field(int64_t{3}).Finish(),
+            Sha256Stream().Field(std::string_view("\x03\0\0\0\0\0\0\0", 8)).Finish());
   EXPECT_EQ(Sha256Stream().Field("ab").Field(int64_t{-3}).Finish(),
             Sha256Stream().Field("ab").Field(int64_t{-3}).Finish());
 }

@@ -390,7 +390,18 @@ TEST(SliceDigest, MatchesTheServerEchoAndChangesWithTheContent) {
 
   SliceContent reordered = sent;
   std::reverse(reordered.devices.begin(), reordered.devices.end());
-  EXPECT_EQ(DigestOf(reordered).names, digest.names);  // matched to the same slice
+  EXPECT_EQ(DigestOf(reordered).names, digest.names);      // matched to the same slice
+  EXPECT_NE(DigestOf(reordered).content, digest.content);  // but rewritten, as order is content
+
+  SliceContent consumption_changed = sent;
+  SliceDevice* consumer = nullptr;
+  for (auto& device : consumption_changed.devices) {
+    if (!device.consumes_counters.empty()) consumer = &device;
+  }
+  ASSERT_NE(consumer, nullptr);
+  consumer->consumes_counters.front().counters.begin()->second += 1;
+  EXPECT_EQ(DigestOf(consumption_changed).names, digest.names);
+  EXPECT_NE(DigestOf(consumption_changed).content, digest.content);
 }
 
 }  // namespace
