@@ -85,30 +85,38 @@ long StatusKb(pid_t pid, const std::string& field) {
   return -1;
 }
 
-// Nanoseconds on a CPU of each of `pid`'s threads (/proc/<pid>/task/*/schedstat), as the
-// cgroup's CPU accounting (what `kubectl top` shows) counts them, not in 10 ms ticks.
-std::map<std::string, long long> ThreadCpuNs(pid_t pid) {
-  std::map<std::string, long long> ns;
+struct ThreadCpu {
+  std::string name;  // /proc/<pid>/task/<tid>/comm
+  long long ns = 0;
+};
+
+// Nanoseconds on a CPU of each of `pid`'s threads (/proc/<pid>/task/*/schedstat), by thread id, as
+// the cgroup's CPU accounting (what `kubectl top` shows) counts them, not in 10 ms ticks.
+std::map<std::string, ThreadCpu> ThreadCpuNs(pid_t pid) {
+  std::map<std::string, ThreadCpu> threads;
   const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
   std::error_code ec;
   for (const auto& task : std::filesystem::directory_iterator(tasks, ec)) {
     std::ifstream in(task.path() / "schedstat");
-    long long value = 0;
-    if (in >> value) ns[task.path().filename().string()] = value;
+    ThreadCpu thread;
+    if (!(in >> thread.ns)) continue;
+    std::ifstream comm(task.path() / "comm");
+    std::getline(comm, thread.name);
+    threads[task.path().filename().string()] = thread;
   }
-  return ns;
+  return threads;
 }
 
-// CPU time between two ThreadCpuNs readings: a thread that started in between counts in full
-// (one that ended in between is lost, which only undercounts by what it ran).
-long long CpuNsBetween(const std::map<std::string, long long>& before,
-                       const std::map<std::string, long long>& after) {
-  long long total = 0;
-  for (const auto& [tid, ns] : after) {
+// CPU time between two ThreadCpuNs readings by thread name: a thread that started in between
+// counts in full (one that ended in between is lost, which only undercounts by what it ran).
+std::map<std::string, long long> CpuNsBetween(const std::map<std::string, ThreadCpu>& before,
+                                              const std::map<std::string, ThreadCpu>& after) {
+  std::map<std::string, long long> by_name;
+  for (const auto& [tid, thread] : after) {
     auto it = before.find(tid);
-    total += ns - (it == before.end() ? 0 : it->second);
+    by_name[thread.name] += thread.ns - (it == before.end() ? 0 : it->second.ns);
   }
-  return total;
+  return by_name;
 }
 
 // Resident KiB of `pid` per mapped file (by base name), "[heap]", "[stack]" and "[anon]" (every
@@ -212,7 +220,10 @@ int main(int argc, char** argv) {
   std::this_thread::sleep_for(std::chrono::seconds(idle_seconds));  // the measurement window
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   const long long ticks = CpuTicks(pid) - ticks0;
-  const long long cpu_ns = CpuNsBetween(threads0, ThreadCpuNs(pid));
+  const std::map<std::string, long long> cpu_ns_by_thread =
+      CpuNsBetween(threads0, ThreadCpuNs(pid));
+  long long cpu_ns = 0;
+  for (const auto& [name, ns] : cpu_ns_by_thread) cpu_ns += ns;
   out["idle"] = {
       {"published_devices", published},
       {"window_s", seconds},
@@ -224,6 +235,8 @@ int main(int argc, char** argv) {
       {"rss_file_mib", static_cast<double>(StatusKb(pid, "RssFile")) / 1024.0},
       {"peak_rss_mib", static_cast<double>(StatusKb(pid, "VmHWM")) / 1024.0}};
   out["idle_rss_by_mapping_kib"] = RssByMapping(pid);
+  // Which threads spend the idle CPU, in microseconds over the window, by thread name.
+  for (const auto& [name, ns] : cpu_ns_by_thread) out["idle_cpu_us_by_thread"][name] = ns / 1000;
   daemon.Signal(SIGTERM);
   daemon.WaitForExit(std::chrono::seconds(10));
   server.Stop();

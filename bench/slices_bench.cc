@@ -78,7 +78,7 @@ void BM_PublishFromNothing(benchmark::State& state) {
     slicepublisher::SliceReconciler reconciler(api, options, Logger::Discard());
     const size_t expected = (static_cast<size_t>(state.range(0)) + 127) / 128;
     state.ResumeTiming();
-    reconciler.SetScan(scan);
+    reconciler.SetScan(*scan);
     reconciler.Start();
     server.WaitForSlices([&](const auto& slices) { return slices.size() == expected; },
                          std::chrono::seconds(30));

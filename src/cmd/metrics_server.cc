@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include "base/thread_name.h"
+
 namespace vfio_dra::cmd {
 
 Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(
@@ -48,6 +50,7 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   }
   out->port_ = bound;
   out->thread_ = std::thread([&server, listening = &out->listening_done_] {
+    NameThisThread("metrics-http");
     server.listen_after_bind();
     listening->store(true);
   });

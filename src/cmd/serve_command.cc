@@ -1,9 +1,12 @@
 #include "cmd/serve_command.h"
 
+#include <malloc.h>
 #include <pthread.h>
 #include <sys/utsname.h>
 
 #include <csignal>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "base/log.h"
@@ -36,7 +39,26 @@ void BlockShutdownSignals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
+namespace {
+
+// glibc gives each thread that allocates an arena of its own, up to eight per core, and each keeps
+// its freed pages scattered between live chunks. The daemon allocates little once it has
+// published, so two arenas are enough for prepares running in parallel, and the idle heap with
+// 1,000 devices is 1.1 MiB smaller (docs/benchmarks.md). An operator's MALLOC_ARENA_MAX or
+// GLIBC_TUNABLES setting wins. Called before any thread starts.
+void LimitMallocArenas() {
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (std::getenv("MALLOC_ARENA_MAX") != nullptr ||
+      (tunables != nullptr && std::strstr(tunables, "arena_max") != nullptr)) {
+    return;
+  }
+  ::mallopt(M_ARENA_MAX, 2);
+}
+
+}  // namespace
+
 int RunServe(const ServeOptions& options, const ServeEnvironment& environment) {
+  LimitMallocArenas();
   Logger root = Logger::ToStderr(options.verbosity);
   Logger log = root.WithComponent("serve");
   log.Info(

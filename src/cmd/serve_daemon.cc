@@ -144,7 +144,7 @@ void ServeDaemon::BuildPublishing() {
                   {{"pci_devices", std::to_string(scan->selection.devices.size())},
                    {"mdev_types", std::to_string(scan->selection.mdev_types.size())},
                    {"policy", policy_.source}});
-        reconciler_->SetScan(scan);
+        reconciler_->SetScan(*scan);
       },
       watch_options, root_.WithComponent("discovery"),
       [probe = std::make_shared<discovery::ChangeProbe>(*sysfs_)] { return probe->Probe(); });

@@ -8,6 +8,8 @@
 
 #include <cstring>
 
+#include "base/thread_name.h"
+
 namespace vfio_dra::discovery {
 
 DeviceWatcher::DeviceWatcher(Scanner scanner, Listener listener, DeviceWatcherOptions options,
@@ -24,11 +26,6 @@ DeviceWatcher::~DeviceWatcher() {
   if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
-std::shared_ptr<const NodeScan> DeviceWatcher::Latest() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return latest_;
-}
-
 void DeviceWatcher::RescanAndPublish() {
   // The probe is taken before the scan: a change in between shows up as a new digest next time.
   if (probe_) last_probe_ = probe_();
@@ -40,25 +37,21 @@ void DeviceWatcher::RescanAndPublish() {
   // base the probe may vouch for: the next periodic check scans in full again.
   last_scan_complete_ = scan->inventory.warnings.empty();
   const Sha256 fingerprint = Fingerprint(*scan);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (latest_ != nullptr && fingerprint == latest_fingerprint_) {
-      // An unchanged rescan's allocations are all freed now; hand the pages back instead of
-      // letting the idle daemon's heap keep a second scan's worth of memory.
-      scan.reset();
-      ::malloc_trim(0);
-      return;
-    }
-    latest_ = scan;
-    latest_fingerprint_ = fingerprint;
+  if (handed_on_ == fingerprint) {
+    // An unchanged rescan's allocations are all freed now; hand the pages back instead of
+    // letting the idle daemon's heap keep a second scan's worth of memory.
+    scan.reset();
+    ::malloc_trim(0);
+    return;
   }
+  handed_on_ = fingerprint;
   for (const std::string& warning : scan->inventory.warnings) {
     log_.Warn("device scan", {{"warning", warning}});
   }
   log_.Info("devices changed",
             {{"published_pci", std::to_string(scan->selection.devices.size())},
              {"published_mdev_types", std::to_string(scan->selection.mdev_types.size())}});
-  listener_(scan);
+  listener_(std::move(scan));
 }
 
 void DeviceWatcher::PeriodicCheck() {
@@ -79,7 +72,10 @@ void DeviceWatcher::PeriodicCheck() {
 
 void DeviceWatcher::Start() {
   RescanAndPublish();
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    NameThisThread("device-watcher");
+    Run();
+  });
 }
 
 void DeviceWatcher::Stop() {

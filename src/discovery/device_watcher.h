@@ -4,14 +4,15 @@
 // rescan is the safety net for anything the events miss: each period a cheap probe of what can
 // change (ChangeProbe) decides whether a full scan is needed, and a full scan runs at least every
 // full_rescan_interval whatever the probe says. A scan is handed on only when it differs from the
-// last one handed on.
+// last one handed on; the watcher keeps only that scan's fingerprint, not the scan: whoever needs
+// it after the hand-over keeps it (or the part it needs).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "base/log.h"
@@ -53,7 +54,6 @@ class DeviceWatcher {
   // benchmark).
   int full_scans() const { return full_scans_; }
   int skipped_scans() const { return skipped_scans_; }
-  std::shared_ptr<const NodeScan> Latest() const;
 
  private:
   void Run();
@@ -77,9 +77,8 @@ class DeviceWatcher {
   std::atomic<bool> triggered_{false};
   std::atomic<bool> uevents_active_{false};
   std::thread thread_;
-  mutable std::mutex mu_;
-  std::shared_ptr<const NodeScan> latest_;
-  Sha256 latest_fingerprint_{};
+  // Only touched by the thread that scans (Start's caller, then the watching thread).
+  std::optional<Sha256> handed_on_;  // fingerprint of the last scan handed on
 };
 
 }  // namespace vfio_dra::discovery

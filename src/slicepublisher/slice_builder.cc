@@ -224,6 +224,25 @@ void LayOutInDeviceSlice(std::vector<ParentGroup>& groups, std::vector<SliceDevi
 
 }  // namespace
 
+discovery::NodeScan BuilderInput(const discovery::NodeScan& scan) {
+  discovery::NodeScan kept;
+  const discovery::Inventory& inventory = scan.inventory;
+  auto keep = [&](const std::string& address) {
+    if (const PciFunction* fn = inventory.Find(address)) {
+      kept.inventory.functions.emplace(address, *fn);
+    }
+  };
+  for (const auto& selected : scan.selection.devices) keep(selected.address);
+  for (const MdevParent& parent : inventory.mdev_parents) {
+    if (!parent.pci_address.empty()) keep(parent.pci_address);
+  }
+  kept.inventory.mdev_parents = inventory.mdev_parents;
+  kept.inventory.iommu_enabled = inventory.iommu_enabled;
+  kept.selection.devices = scan.selection.devices;
+  kept.selection.mdev_types = scan.selection.mdev_types;
+  return kept;
+}
+
 DesiredPool BuildDesiredPool(const discovery::NodeScan& scan, const BuildOptions& options,
                              const MdevTypeMaxima& maxima) {
   const discovery::Inventory& inventory = scan.inventory;

@@ -28,6 +28,13 @@ struct BuildOptions {
 DesiredPool BuildDesiredPool(const discovery::NodeScan& scan, const BuildOptions& options,
                              const MdevTypeMaxima& maxima);
 
+// The part of `scan` that BuildDesiredPool and MdevTypeMaxima read: the selected devices and mdev
+// types, the functions those devices and the mdev parents are, and the mdev parents. Building
+// from it gives the same pool as building from the whole scan. Whoever keeps a scan to rebuild
+// slices from later keeps this: on a node with thousands of functions, most of the inventory and
+// the per-function decisions are not needed for that.
+discovery::NodeScan BuilderInput(const discovery::NodeScan& scan);
+
 // Limits the builder keeps to (the validator checks them again).
 inline constexpr size_t kMaxDevicesPerSlice = 128;
 inline constexpr size_t kMaxDevicesPerSliceWithCounters = 64;

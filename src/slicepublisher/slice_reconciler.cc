@@ -5,6 +5,7 @@
 #include <optional>
 #include <set>
 
+#include "base/thread_name.h"
 #include "kube/backoff.h"
 #include "slicepublisher/publishable_pool.h"
 
@@ -83,8 +84,14 @@ std::string SliceReconciler::Selector() const {
 }
 
 void SliceReconciler::Start() {
-  sync_thread_ = std::thread([this] { SyncLoop(); });
-  watch_thread_ = std::thread([this] { WatchLoop(); });
+  sync_thread_ = std::thread([this] {
+    NameThisThread("slice-sync");
+    SyncLoop();
+  });
+  watch_thread_ = std::thread([this] {
+    NameThisThread("slice-watch");
+    WatchLoop();
+  });
 }
 
 void SliceReconciler::Stop() {
@@ -102,11 +109,13 @@ void SliceReconciler::MarkDirty() {
   wake_.notify_all();
 }
 
-void SliceReconciler::SetScan(std::shared_ptr<const discovery::NodeScan> scan) {
+void SliceReconciler::SetScan(const discovery::NodeScan& scan) {
+  // Only what the builder reads is kept until the next scan (see BuilderInput).
+  auto kept = std::make_shared<const discovery::NodeScan>(BuilderInput(scan));
   std::optional<MdevTypeMaxima> to_save;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    scan_ = std::move(scan);
+    scan_ = std::move(kept);
     if (maxima_.Observe(scan_->inventory) && !options_.mdev_maxima_path.empty()) {
       to_save = maxima_;
     }

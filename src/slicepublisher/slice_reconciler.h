@@ -66,7 +66,7 @@ class SliceReconciler {
   void Start();
   void Stop();  // leaves the slices in place
   // A new view of the node; a sync follows.
-  void SetScan(std::shared_ptr<const discovery::NodeScan> scan);
+  void SetScan(const discovery::NodeScan& scan);
   // Asks for a full comparison now (also done every resync_interval).
   void Resync();
 

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "base/file_io.h"
+#include "base/thread_name.h"
 
 namespace vfio_dra::vfio {
 
@@ -33,6 +34,7 @@ namespace {
 constexpr auto kIdleThreadLifetime = std::chrono::seconds(10);
 
 void RunOperations(const std::shared_ptr<DeviceLockGate::Registry>& registry) {
+  NameThisThread("device-ops");
   std::unique_lock<std::mutex> lock(registry->mu);
   for (;;) {
     ++registry->idle;

@@ -699,7 +699,7 @@ TEST_F(RbacTest, TheSliceReconcilerPublishesUnderTheShippedRbac) {
   // Each step ends when the server holds the pool the scan gives (`slices` slices; with one, of
   // `devices` devices), however many syncs it takes.
   auto publish = [&](const std::string& fixture, size_t slices, size_t devices = 0) {
-    reconciler.SetScan(scan(fixture));
+    reconciler.SetScan(*scan(fixture));
     return server_->WaitForSlices(
         [&](const std::vector<json>& stored) {
           return stored.size() == slices &&

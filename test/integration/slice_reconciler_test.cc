@@ -72,7 +72,7 @@ class SliceReconcilerTest : public ::testing::Test {
     options.watch_timeout = std::chrono::seconds(5);
     options.mdev_maxima_path = maxima_path;
     reconciler_ = std::make_unique<SliceReconciler>(*client_, options, Logger::Discard());
-    reconciler_->SetScan(Scan(fixture));
+    reconciler_->SetScan(*Scan(fixture));
     reconciler_->Start();
   }
   // Waits until the reconciler is in sync and the server holds `slices` slices of the pool.
@@ -112,7 +112,7 @@ TEST_F(SliceReconcilerTest, PublishesTheNodeAndANoChangeResyncWritesNothing) {
   EXPECT_EQ(writes, 3u);
   reconciler_->Resync();
   ASSERT_TRUE(reconciler_->WaitInSync(kWait));
-  reconciler_->SetScan(Scan("vgpu"));  // the same node again
+  reconciler_->SetScan(*Scan("vgpu"));  // the same node again
   ASSERT_TRUE(reconciler_->WaitInSync(kWait));
   EXPECT_EQ(server_->SliceWrites(), writes);
 }
@@ -177,7 +177,7 @@ TEST_F(SliceReconcilerTest, AConflictingUpdateIsRetried) {
   StartReconciler("workstation");
   ASSERT_TRUE(Converged(1));
   server_->FailNext(2, 409, 0, "/apis/resource.k8s.io/v1/resourceslices/");
-  reconciler_->SetScan(Scan("sriov"));  // the one slice changes: an update, as upstream, in place
+  reconciler_->SetScan(*Scan("sriov"));  // the one slice changes: an update, as upstream, in place
   ASSERT_TRUE(Converged(1));
   const json slice = server_->Slices()[0];
   EXPECT_EQ(slice["spec"]["devices"].size(), 8u);
@@ -189,7 +189,7 @@ TEST_F(SliceReconcilerTest, NewSlicesBumpTheGenerationOfTheWholePool) {
   StartServer();
   StartReconciler("workstation");
   ASSERT_TRUE(Converged(1));
-  reconciler_->SetScan(Scan("vgpu"));
+  reconciler_->SetScan(*Scan("vgpu"));
   ASSERT_TRUE(Converged(3));
   for (const json& slice : server_->Slices()) {
     EXPECT_EQ(slice["spec"]["pool"]["generation"], 2);

@@ -75,6 +75,28 @@ TEST_P(EveryFixture, PublishesValidSlicesForEachRelease) {
   }
 }
 
+// What the reconciler keeps between scans builds exactly what the whole scan builds, under every
+// counter layout, and keeps no more functions than are published or are mdev parents.
+TEST_P(EveryFixture, BuilderInputBuildsTheSamePool) {
+  FixtureNode node(GetParam());
+  Built built = Build(node, CounterLayout::kOwnSlice);
+  const discovery::NodeScan kept = BuilderInput(*built.scan);
+  MdevTypeMaxima whole_maxima;
+  whole_maxima.Observe(built.scan->inventory);
+  MdevTypeMaxima kept_maxima;
+  kept_maxima.Observe(kept.inventory);
+  for (CounterLayout layout :
+       {CounterLayout::kNone, CounterLayout::kInDeviceSlice, CounterLayout::kOwnSlice}) {
+    const DesiredPool from_whole = BuildDesiredPool(*built.scan, {"node-1", layout}, whole_maxima);
+    const DesiredPool from_kept = BuildDesiredPool(kept, {"node-1", layout}, kept_maxima);
+    EXPECT_EQ(from_kept.slices, from_whole.slices) << GetParam();
+    EXPECT_EQ(from_kept.warnings, from_whole.warnings) << GetParam();
+  }
+  EXPECT_LE(kept.inventory.functions.size(),
+            built.scan->selection.devices.size() + built.scan->inventory.mdev_parents.size());
+  EXPECT_TRUE(kept.selection.functions.empty());
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, EveryFixture,
                          ::testing::ValuesIn(vfio_dra::testing::FixtureNames()));
 
