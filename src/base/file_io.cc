@@ -1,5 +1,6 @@
 #include "base/file_io.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <random>
 
 namespace vfio_dra {
@@ -69,18 +71,26 @@ Status RemoveFileAndTemporaries(const std::string& path) {
   const std::filesystem::path target(path);
   const std::string dir = target.parent_path().empty() ? "." : target.parent_path().string();
   const std::string prefix = TemporaryFilePrefix(target.filename().string());
-  std::error_code ec;
-  // increment(ec): the operator++ of a range-for throws on an I/O error.
-  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.rfind(prefix, 0) != 0) continue;
-    if (::unlink(it->path().c_str()) != 0 && errno != ENOENT) {
-      return MakeError(ErrorKind::kUnavailable, "cannot remove the leftover temporary file " +
-                                                    it->path().string() + ": " + ErrnoText(errno));
-    }
+  // Every unprepare lists a directory that holds a file per prepared claim: plain readdir, which
+  // does not build and parse a std::filesystem::path per entry the way directory_iterator does.
+  std::unique_ptr<DIR, int (*)(DIR*)> listing(::opendir(dir.c_str()), &::closedir);
+  if (listing == nullptr) {
+    if (errno == ENOENT) return Status::Ok();
+    return MakeError(ErrorKind::kUnavailable, "cannot list " + dir + ": " + ErrnoText(errno));
   }
-  if (ec && ec != std::errc::no_such_file_or_directory) {
-    return MakeError(ErrorKind::kUnavailable, "cannot list " + dir + ": " + ec.message());
+  errno = 0;
+  while (const dirent* entry = ::readdir(listing.get())) {
+    if (std::strncmp(entry->d_name, prefix.c_str(), prefix.size()) == 0) {
+      const std::string leftover = dir + "/" + entry->d_name;
+      if (::unlink(leftover.c_str()) != 0 && errno != ENOENT) {
+        return MakeError(ErrorKind::kUnavailable, "cannot remove the leftover temporary file " +
+                                                      leftover + ": " + ErrnoText(errno));
+      }
+    }
+    errno = 0;
+  }
+  if (errno != 0) {
+    return MakeError(ErrorKind::kUnavailable, "cannot list " + dir + ": " + ErrnoText(errno));
   }
   return Status::Ok();
 }
