@@ -16,7 +16,7 @@ DeviceWatcher::DeviceWatcher(Scanner scanner, Listener listener, DeviceWatcherOp
                              Logger log, Probe probe)
     : scanner_(std::move(scanner)),
       listener_(std::move(listener)),
-      options_(options),
+      options_(std::move(options)),
       probe_(std::move(probe)),
       log_(std::move(log)),
       wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
@@ -62,6 +62,7 @@ void DeviceWatcher::PeriodicCheck() {
     if (!trimmed_since_scan_) {
       // The node has settled since the last full scan (and its publish): hand the pages of that
       // scan and of the slices built from it back instead of keeping the peak for good.
+      if (options_.on_settled) options_.on_settled();
       ::malloc_trim(0);
       trimmed_since_scan_ = true;
     }

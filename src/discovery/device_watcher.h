@@ -27,6 +27,10 @@ struct DeviceWatcherOptions {
   std::chrono::milliseconds full_rescan_interval{std::chrono::minutes(10)};
   std::chrono::milliseconds quiet_period{std::chrono::milliseconds(200)};
   bool listen_for_uevents = true;
+  // Runs on the watcher's thread when the node has settled after a change (the first periodic
+  // check that finds nothing new), before the watcher returns freed memory to the system: the
+  // moment to repack long-lived state built while the heap was full of short-lived data.
+  std::function<void()> on_settled;
 };
 
 class DeviceWatcher {

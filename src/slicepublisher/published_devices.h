@@ -33,6 +33,11 @@ class PublishedDevices {
     std::shared_ptr<const std::map<std::string, SliceDevice>> devices;  // never null
   };
   Snapshot Current() const;
+  // Copies the devices anew and drops the old copy (readers holding a snapshot keep theirs). The
+  // copy Set made sits in pages shared with the publish's short-lived data; once the node has
+  // settled and that data is gone, a fresh copy packs into fewer pages and the old ones can go
+  // back to the system (malloc_trim). Content is unchanged.
+  void Compact();
 
  private:
   mutable std::mutex mu_;

@@ -4,6 +4,7 @@
 
 #include <condition_variable>
 #include <filesystem>
+#include <mutex>
 
 #include "discovery/change_probe.h"
 #include "unit/fixture_node.h"
@@ -140,10 +141,18 @@ TEST(DeviceWatcher, ThePeriodicCheckProbesInsteadOfScanningWhileNothingChanges) 
   sysfs::SysfsReader sysfs(node.sysfs_root());
   Recorder recorder;
   ProbeCounter probes(sysfs);
+  std::mutex settled_mu;
+  std::condition_variable settled_cv;
+  int settled = 0;
   DeviceWatcherOptions options;
   options.listen_for_uevents = false;
   options.rescan_interval = std::chrono::milliseconds(10);
   options.full_rescan_interval = std::chrono::hours(1);
+  options.on_settled = [&] {
+    std::lock_guard<std::mutex> lock(settled_mu);
+    ++settled;
+    settled_cv.notify_all();
+  };
   DeviceWatcher watcher([&] { return recorder.Scan(sysfs); },
                         [&](auto scan) { recorder.Publish(std::move(scan)); }, options,
                         Logger::Discard(), [&] { return probes.Probe(); });
@@ -151,6 +160,10 @@ TEST(DeviceWatcher, ThePeriodicCheckProbesInsteadOfScanningWhileNothingChanges) 
   ASSERT_TRUE(probes.WaitForProbes(6));
   EXPECT_EQ(recorder.scans(), 1) << "only the first scan: the probes saw no change";
   EXPECT_GE(watcher.skipped_scans(), 4);
+  {
+    std::lock_guard<std::mutex> lock(settled_mu);
+    EXPECT_EQ(settled, 1) << "settled once after the scan, not at every quiet check";
+  }
   AddGpu(node.sysfs_root(), "0000:09:00.0", 90);
   // The fixture writes the device in several steps; a scan may see it half-written (and warn),
   // and then the next check scans again, until the device is complete.
@@ -158,6 +171,11 @@ TEST(DeviceWatcher, ThePeriodicCheckProbesInsteadOfScanningWhileNothingChanges) 
     if (recorder.last()->selection.devices.size() == 3u) break;
   }
   EXPECT_EQ(recorder.last()->selection.devices.size(), 3u);
+  {
+    // Settled again once the change has been handed on and the checks are quiet again.
+    std::unique_lock<std::mutex> lock(settled_mu);
+    EXPECT_TRUE(settled_cv.wait_for(lock, std::chrono::seconds(30), [&] { return settled >= 2; }));
+  }
   watcher.Stop();
 }
 
