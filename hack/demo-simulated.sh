@@ -69,8 +69,8 @@ ls "$WORK/node/sys/bus/mdev/devices" | sed 's/^/  /'
 echo "CDI specs for the container runtime:"
 ls "$WORK/cdi" | sed 's/^/  /'
 python3 -m json.tool "$WORK/cdi/vfio.dra.io-vfio_5d7e1c0a-0000-4000-8000-000000000001.json" | sed 's/^/  /'
-echo "The KubeVirt (KEP-5304) metadata file virt-launcher reads for the GPU request:"
-python3 -m json.tool "$WORK/plugins/vfio.dra.io/dra-device-metadata/5d7e1c0a-0000-4000-8000-000000000001/gpu/metadata.json" |
+echo "The KubeVirt (KEP-5304) metadata file for the GPU request (its CDI spec mounts it where virt-launcher reads it):"
+python3 -m json.tool "$WORK/plugins/vfio.dra.io/dra-device-metadata/5d7e1c0a-0000-4000-8000-000000000001_gpu.json" |
   sed 's/^/  /'
 
 step "NodeUnprepareResources: everything goes back"
