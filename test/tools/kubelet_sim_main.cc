@@ -4,10 +4,11 @@
 //   kubelet-sim unprepare --registrar-dir D --claim ns/name/uid [--claim ...]
 //   kubelet-sim watch-health --registrar-dir D [--messages N] [--timeout S]
 // Prints the plugin's answer as JSON on stdout; exits 1 when the call or registration fails.
-#include <google/protobuf/util/json_util.h>
-
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "kubelet_simulator.h"
 
@@ -27,14 +28,58 @@ bool ParseClaims(const std::vector<std::string>& specs,
   return true;
 }
 
-template <typename Message>
-std::string ToJson(const Message& message) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  options.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
-  return out;
+// The answers as JSON with the proto field names, fields at their default value left out (what
+// the VM tests and the demo read). The messages are generated for protobuf's lite runtime, which
+// has no JSON printer.
+template <typename Repeated>
+std::vector<std::string> Strings(const Repeated& repeated) {
+  return {repeated.begin(), repeated.end()};
+}
+
+template <typename Response>
+nlohmann::json ClaimsJson(const Response& response) {
+  nlohmann::json claims = nlohmann::json::object();
+  for (const auto& entry : response.claims()) {
+    // Not a structured binding: clang does not let a requires-expression name one.
+    const auto& result = entry.second;
+    nlohmann::json claim = nlohmann::json::object();
+    if (!result.error().empty()) claim["error"] = result.error();
+    if constexpr (requires { result.devices(); }) {
+      for (const auto& device : result.devices()) {
+        nlohmann::json d = {{"request_names", Strings(device.request_names())},
+                            {"pool_name", device.pool_name()},
+                            {"device_name", device.device_name()},
+                            {"cdi_device_ids", Strings(device.cdi_device_ids())}};
+        if constexpr (requires { device.share_id(); }) {
+          if (!device.share_id().empty()) d["share_id"] = device.share_id();
+        }
+        claim["devices"].push_back(d);
+      }
+    }
+    claims[entry.first] = claim;
+  }
+  return {{"claims", claims}};
+}
+
+std::string ToJson(const vfio_dra::testing::KubeletSimulator::HealthMessage& message) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (const auto& health : message.devices()) {
+    // proto3 JSON writes 64-bit integers as strings and enums by name.
+    devices.push_back(
+        {{"device",
+          {{"pool_name", health.device().pool_name()},
+           {"device_name", health.device().device_name()}}},
+         {"health", v1alpha1::HealthStatus_Name(health.health())},
+         {"last_updated_time", std::to_string(health.last_updated_time())},
+         {"health_check_timeout_seconds", std::to_string(health.health_check_timeout_seconds())},
+         {"message", health.message()}});
+  }
+  return nlohmann::json{{"devices", devices}}.dump(2);
+}
+
+template <typename Response>
+std::string ToJson(const Response& response) {
+  return ClaimsJson(response).dump(2);
 }
 
 }  // namespace
