@@ -130,25 +130,30 @@ why = {
     "and 94 ms and the ratio between 1.1x and 1.9x, so read it over several runs. Claims on "
     "distinct groups decide and bind in parallel; the kubelet keeps one connection to the plugin, "
     "and so does the benchmark's.",
-    "Idle RSS": "The file-backed part is over the target on its own: pages of the binary (with "
-    "gRPC, protobuf and Abseil linked in), of the C and C++ runtimes, and of OpenSSL, curl and the "
-    "GnuTLS, Kerberos and LDAP libraries that Debian's libcurl loads, touched at start-up "
-    "(library constructors, OpenSSL and GnuTLS initialisation); the table below lists them. "
-    "Measured apart on this machine: a C++ program that only links Debian's libcurl and calls "
-    "curl_global_init holds 11.3 MiB against 3.1 MiB without it (OpenSSL's initialisation alone "
-    "maps 3.1 MiB of libcrypto, which the daemon needs for TLS to the API server anyway). Linking "
-    "gRPC's unsecure build statically with protobuf and Abseil took the idle daemon from 33.1 to "
-    "27.9 MiB (shared, their pages were about 8 MiB; linked in, about 4.3 MiB more of the "
-    "binary). What could still go: the curl dependencies a node never uses (GnuTLS, p11-kit, "
-    "Kerberos, LDAP, about 3 MiB; Debian packages no leaner curl), gRPC core's share of the "
-    "binary, and the held scan in the heap. The heap holds the last scan (3,000 functions) and "
-    "the published-device index; of the server's slices and of the scan's summary only digests "
-    "are kept; the pci.ids database is freed after each scan and free pages are returned once "
-    "the node settles (malloc_trim); the peak is the first publish.",
-    "Idle CPU": "What remains is mostly gRPC's two timer threads (the core's and the event "
-    "engine's), each waking once a second for as long as the process runs, plus the 30 s change "
-    "probe (about 1 ms on 3,000 functions) and the one-off return of the first publish's memory. "
-    "The figure is a few milliseconds a minute and varies with the machine's other load.",
+    "Idle RSS": "Most of it is fixed by the libraries: pages of the binary, of the C and C++ "
+    "runtimes and of OpenSSL, curl and the GnuTLS, Kerberos and LDAP libraries that Debian's "
+    "libcurl loads, touched at start-up (constructors, OpenSSL's initialisation); the table below "
+    "lists them. Measured apart on this machine: a C++ program holds 3.2 MiB; one that also links "
+    "Debian's libcurl and calls curl_global_init holds 11.1 MiB. curl's initialisation starts "
+    "OpenSSL through libssh2 even in Debian's GnuTLS build of curl (10.4 MiB), and curl linked "
+    "statically (Debian ships libcurl.a) still loads all its dependencies (11.2 MiB): about 8 MiB "
+    "of the 16 MiB target go to the HTTP library the project prescribes. Of the binary's resident "
+    "pages (attributed to symbols through /proc/<pid>/pagemap at 280252c, 6.7 MiB), gRPC's core "
+    "was 2.6 MiB, protobuf 0.95 MiB (before the lite runtime, which took the binary's share to "
+    "6.0 MiB), Abseil 0.5 MiB and the plugin's own code 1.5 MiB. The live heap of the idle daemon "
+    "(heaptrack, the process killed while idle) is 2.6 MiB: the published-device index (1.3 MiB), "
+    "the part of the last scan the slice builder reads and the reconciler's digests; the rest of "
+    "[heap] and [anon] is thread stacks and pages that live and freed chunks share. Once the node "
+    "settles the published devices are repacked and free pages returned (malloc_trim); the peak "
+    "is the first publish. What could still go needs a decision: a gRPC server on nghttp2 (which "
+    "curl loads already) instead of gRPC C++, about 3.5 MiB and 9 threads; curl's dependencies a "
+    "node never uses (GnuTLS, p11-kit, Kerberos, LDAP, about 3 MiB), for which Debian has no "
+    "leaner curl; or another HTTP client.",
+    "Idle CPU": "What remains is gRPC's two timer threads (the core's and the event engine's), "
+    "each waking once a second for as long as the process runs, the 30 s change probe (a few ms "
+    "on 3,000 functions) and, once after a change, the repacking and return of memory; the table "
+    "of CPU by thread below shows which. The figure is a few milliseconds a minute and depends on "
+    "what falls into the window and on the machine's other load.",
     "Discovery of a node with 1000": "Discovery reads about ten sysfs files per function; the "
     "figure varies between runs around the target on this machine.",
     "Slice build growth": "Building 5,000 devices is sensitive to this machine's memory "
@@ -170,6 +175,13 @@ if by_mapping:
 else:
     print("\n## Idle RSS by mapping\n\nNot available: daemon_bench could not read the idle "
           "daemon's /proc/<pid>/smaps (its stderr says why).")
+by_thread = sorted(dm.get("idle_cpu_us_by_thread", {}).items(), key=lambda kv: -kv[1])
+if by_thread:
+    print(f"\n## Idle CPU by thread\n\nOn-CPU time of the idle daemon's threads over the "
+          f"{idle['window_s']:.0f} s window above, by thread name (threads of one name summed).\n")
+    print("| Thread | ms |\n|---|---|")
+    for name, us in by_thread:
+        print(f"| {name} | {us / 1000:.1f} |")
 notes = [text for key, text in why.items() if any(key in r and "MISSED" in r for r in rows)]
 if notes:
     print("\n## Why targets are missed\n")

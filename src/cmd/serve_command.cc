@@ -44,8 +44,8 @@ namespace {
 // glibc gives each thread that allocates an arena of its own, up to eight per core, and each keeps
 // its freed pages scattered between live chunks. The daemon allocates little once it has
 // published, so two arenas are enough for prepares running in parallel, and the idle heap with
-// 1,000 devices is 1.1 MiB smaller (docs/benchmarks.md). An operator's MALLOC_ARENA_MAX or
-// GLIBC_TUNABLES setting wins. Called before any thread starts.
+// 1,000 devices is about 1 MiB smaller (daemon_bench, A/B by MALLOC_ARENA_MAX). An operator's
+// MALLOC_ARENA_MAX or GLIBC_TUNABLES setting wins. Called before any thread starts.
 void LimitMallocArenas() {
   const char* tunables = std::getenv("GLIBC_TUNABLES");
   if (std::getenv("MALLOC_ARENA_MAX") != nullptr ||
