@@ -247,8 +247,9 @@ class CounterAllocator {
       }
     }
     for (const auto& c : device.consumes_counters) {
-      for (const auto& [counter, amount] : c.counters)
+      for (const auto& [counter, amount] : c.counters) {
         left_[c.counter_set + "/" + counter] -= amount;
+      }
     }
     return true;
   }
