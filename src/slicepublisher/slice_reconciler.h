@@ -92,6 +92,7 @@ class SliceReconciler {
   };
   // What one Sync writes: desired slices matched to existing ones by device and counter-set names.
   struct WritePlan {
+    std::vector<SliceDigest> desired;   // per desired slice: its digests, kept for the writes
     std::vector<std::string> match;     // per desired slice: the slice it rewrites, or "" (create)
     std::vector<std::string> obsolete;  // existing slices no desired slice matches
     std::vector<size_t> changed;        // desired slices whose match must be updated
@@ -104,7 +105,15 @@ class SliceReconciler {
   Status Sync();
   WritePlan PlanWrites(const DesiredPool& pool,
                        const std::map<std::string, CachedSlice>& cache) const;
-  void AdoptStored(const SliceContent& sent, const nlohmann::json& stored);
+  // Fills plan.match and plan.obsolete from plan.desired.
+  static void MatchSlices(const std::map<std::string, CachedSlice>& cache, WritePlan& plan);
+  // Whether `current` holds the desired content, as sent or as the server stored it before.
+  bool HoldsContent(const CachedSlice& current, const Sha256& desired) const;
+  // The server stored our slice `name` (sent with digest `sent`) as `stored`: remembers that, so
+  // the stored form counts as written; or, when it dropped the counters, falls back to the
+  // counter-free layout.
+  void AdoptStored(const std::string& name, const Sha256& sent, const Sha256& stored,
+                   bool counters_dropped);
   Status DeleteObsolete(const WritePlan& plan, const std::map<std::string, CachedSlice>& cache,
                         const std::string& path);
   Status UpdateChanged(const DesiredPool& pool, const WritePlan& plan,
@@ -120,6 +129,11 @@ class SliceReconciler {
   std::string Selector() const;
   // Applies a server response to the cache (so the watch echo of our own write is a no-op).
   void Remember(const nlohmann::json& object);
+  // Remember for the server's answer to our write of `sent`: the answer is decoded and digested
+  // once, for the cache and for adopting what the server made of it.
+  void RememberWritten(const SliceContent& sent, const Sha256& sent_digest,
+                       const nlohmann::json& stored);
+  void StoreInCache(const std::string& name, CachedSlice slice);
   void Forget(const std::string& name);
   void LoadMaxima();
 
