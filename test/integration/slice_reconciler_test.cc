@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include "fake_apiserver.h"
 #include "kube/client_config.h"
 #include "kube/curl_transport.h"
+#include "slicepublisher/device_attributes.h"
 #include "slicepublisher/mdev_type_maxima.h"
 #include "sysfs_fixture.h"
 
@@ -236,6 +238,41 @@ TEST_F(SliceReconcilerTest, AServerThatDropsCountersGetsTheFallbackWithoutALoop)
     reconciler_->Resync();
     ASSERT_TRUE(reconciler_->WaitInSync(kWait));
   }
+  EXPECT_EQ(server_->SliceWrites(), writes);
+}
+
+// A server that drops a field other than the counters (here an attribute, as a feature gate that
+// is off would) stores something else than was sent: the stored form is adopted, not rewritten
+// at every sync.
+TEST_F(SliceReconcilerTest, AFieldTheServerDropsIsAdoptedWithoutALoop) {
+  auto dropped = std::make_shared<std::atomic<int>>(0);
+  FakeApiServerOptions options;
+  options.alter_stored_slice = [dropped](json& slice) {
+    if (!slice["spec"].contains("devices")) return;
+    for (json& device : slice["spec"]["devices"]) {
+      if (device.contains("attributes") &&
+          device["attributes"].erase(attribute::kProductName) > 0) {
+        ++*dropped;
+      }
+    }
+  };
+  StartServer(std::move(options));
+  StartReconciler("workstation");
+  ASSERT_TRUE(Converged(1));
+  ASSERT_GT(dropped->load(), 0);  // the server did store something else than was sent
+  for (const json& device : server_->Slices()[0]["spec"]["devices"]) {
+    EXPECT_FALSE(device["attributes"].contains(attribute::kProductName)) << device;
+  }
+  EXPECT_EQ(reconciler_->Stats().creates, 1u);
+  EXPECT_EQ(reconciler_->Stats().updates, 0u);
+  const size_t writes = server_->SliceWrites();
+  for (int i = 0; i < 3; ++i) {
+    reconciler_->Resync();
+    ASSERT_TRUE(reconciler_->WaitInSync(kWait));
+  }
+  reconciler_->SetScan(*Scan("workstation"));
+  ASSERT_TRUE(reconciler_->WaitInSync(kWait));
+  EXPECT_EQ(reconciler_->Stats().updates, 0u);
   EXPECT_EQ(server_->SliceWrites(), writes);
 }
 

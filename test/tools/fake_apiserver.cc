@@ -1331,6 +1331,7 @@ void FakeApiServer::InstallRoutes() {
           meta["uid"] = "slice-uid-" + std::to_string(next_uid_++);
           meta["resourceVersion"] = std::to_string(NextRv());
           meta["generation"] = 1;
+          if (options_.alter_stored_slice) options_.alter_stored_slice(slice);
           slices_[new_name] = slice;
           Emit("ADDED", slice);
           return Reply(res, 201, SliceToVersion(slice, version));
@@ -1361,6 +1362,7 @@ void FakeApiServer::InstallRoutes() {
           slice["metadata"]["uid"] = it->second["metadata"]["uid"];
           slice["metadata"]["resourceVersion"] = std::to_string(NextRv());
           slice["metadata"]["generation"] = it->second["metadata"].value("generation", 1) + 1;
+          if (options_.alter_stored_slice) options_.alter_stored_slice(slice);
           it->second = slice;
           Emit("MODIFIED", slice);
           return Reply(res, 200, SliceToVersion(slice, version));
