@@ -40,8 +40,8 @@ std::string ObjectName(const json& object) {
 
 }  // namespace
 
-SliceReconciler::CachedSlice SliceReconciler::CachedSlice::From(const json& object,
-                                                                const SliceContent& content) {
+SliceReconciler::CachedSlice SliceReconciler::CachedSlice::From(
+    const json& object, const Result<SliceContent>& content) {
   static const json kNone = json::object();
   const json& meta = object.contains("metadata") ? object["metadata"] : kNone;
   const json& spec = object.contains("spec") ? object["spec"] : kNone;
@@ -52,7 +52,8 @@ SliceReconciler::CachedSlice SliceReconciler::CachedSlice::From(const json& obje
   slice.pool_name = StringField(pool, "name");
   slice.pool_generation = pool.is_object() ? PoolInt(pool, "generation") : 0;
   slice.pool_slice_count = pool.is_object() ? PoolInt(pool, "resourceSliceCount") : 0;
-  slice.digest = DigestOf(content);
+  slice.unreadable = !content.ok();
+  if (content.ok()) slice.digest = DigestOf(*content);
   return slice;
 }
 
@@ -156,18 +157,25 @@ bool SliceReconciler::WaitInSync(std::chrono::milliseconds timeout) {
   return synced_.wait_for(lock, timeout, [&] { return stats_.in_sync && !dirty_; });
 }
 
+SliceReconciler::CachedSlice SliceReconciler::ToCached(const json& object,
+                                                       const Result<SliceContent>& content) const {
+  if (!content.ok()) {
+    log_.Warn("unreadable ResourceSlice; it will be rewritten or deleted",
+              {{"slice", ObjectName(object)}, {"error", content.error().message}});
+  }
+  return CachedSlice::From(object, content);
+}
+
 void SliceReconciler::Remember(const json& object) {
-  auto content = SliceContentFromJson(object);
-  if (!content.ok() || !object.contains("metadata")) return;
-  StoreInCache(ObjectName(object), CachedSlice::From(object, *content));
+  if (!object.contains("metadata")) return;
+  StoreInCache(ObjectName(object), ToCached(object, SliceContentFromJson(object)));
 }
 
 void SliceReconciler::RememberWritten(const SliceContent& sent, const Sha256& sent_digest,
                                       const json& stored) {
-  auto content = SliceContentFromJson(stored);
-  if (!content.ok()) return;
-  CachedSlice slice = CachedSlice::From(stored, *content);
-  if (slice.digest.content != sent_digest) {
+  const Result<SliceContent> content = SliceContentFromJson(stored);
+  CachedSlice slice = ToCached(stored, content);
+  if (content.ok() && slice.digest.content != sent_digest) {
     AdoptStored(ObjectName(stored), sent_digest, slice.digest.content,
                 HasCounters(sent) && !HasCounters(*content));
   }
@@ -253,12 +261,7 @@ Status SliceReconciler::ListIntoCache(std::string& resource_version) {
   std::map<std::string, CachedSlice> fresh;
   if ((*list).contains("items") && (*list)["items"].is_array()) {
     for (const json& item : (*list)["items"]) {
-      auto content = SliceContentFromJson(item);
-      if (!content.ok()) {
-        log_.Warn("unreadable ResourceSlice", {{"error", content.error().message}});
-        content = SliceContent{};
-      }
-      fresh[item["metadata"].value("name", "")] = CachedSlice::From(item, *content);
+      fresh[ObjectName(item)] = ToCached(item, SliceContentFromJson(item));
     }
   }
   resource_version = (*list)["metadata"].value("resourceVersion", "");
@@ -456,7 +459,7 @@ SliceReconciler::WritePlan SliceReconciler::PlanWrites(
 }
 
 // A lone desired slice rewrites a lone existing one whatever it offers; otherwise slices are
-// matched by their device and counter-set names.
+// matched by their device and counter-set names, which an unreadable slice does not offer.
 void SliceReconciler::MatchSlices(const std::map<std::string, CachedSlice>& cache,
                                   WritePlan& plan) {
   plan.match.assign(plan.desired.size(), std::string());
@@ -467,7 +470,7 @@ void SliceReconciler::MatchSlices(const std::map<std::string, CachedSlice>& cach
   } else {
     for (size_t i = 0; i < plan.desired.size(); ++i) {
       for (const auto& [name, slice] : cache) {
-        if (!used.count(name) && slice.digest.names == plan.desired[i].names) {
+        if (!slice.unreadable && !used.count(name) && slice.digest.names == plan.desired[i].names) {
           plan.match[i] = name;
           used.insert(name);
           break;
@@ -481,6 +484,7 @@ void SliceReconciler::MatchSlices(const std::map<std::string, CachedSlice>& cach
 }
 
 bool SliceReconciler::HoldsContent(const CachedSlice& current, const Sha256& desired) const {
+  if (current.unreadable) return false;
   if (current.digest.content == desired) return true;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = adopted_.find(desired);
