@@ -5,15 +5,24 @@
 #include <new>
 
 namespace vfio_dra {
+namespace {
 
-Sha256 Sha256Of(std::string_view data) {
-  Sha256 digest{};
+// Digest must be exactly as large as md's output: EVP_Digest writes that many bytes.
+template <typename Digest>
+Digest OneShotDigest(const EVP_MD* md, std::string_view data) {
+  Digest digest{};
   unsigned int length = 0;
-  if (EVP_Digest(data.data(), data.size(), digest.data(), &length, EVP_sha256(), nullptr) != 1) {
+  if (EVP_Digest(data.data(), data.size(), digest.data(), &length, md, nullptr) != 1) {
     throw std::bad_alloc();
   }
   return digest;
 }
+
+}  // namespace
+
+Sha256 Sha256Of(std::string_view data) { return OneShotDigest<Sha256>(EVP_sha256(), data); }
+
+Sha1 Sha1Of(std::string_view data) { return OneShotDigest<Sha1>(EVP_sha1(), data); }
 
 Sha256Stream::Sha256Stream() : ctx_(EVP_MD_CTX_new()) {
   if (ctx_ == nullptr) throw std::bad_alloc();

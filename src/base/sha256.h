@@ -1,5 +1,7 @@
 // Sha256: a SHA-256 digest, for keeping a fixed-size summary of something large (a node scan, a
-// published slice) where only "did it change?" is asked later, within one process.
+// published slice) where only "did it change?" is asked later, within one process. Sha1Of is here
+// too, for the one place a standard fixes SHA-1 (name-based UUIDs), so that every call into
+// OpenSSL's digests, and what its failure means, lives in sha256.cc.
 #pragma once
 
 #include <array>
@@ -12,10 +14,14 @@ struct evp_md_ctx_st;
 namespace vfio_dra {
 
 using Sha256 = std::array<unsigned char, 32>;
+using Sha1 = std::array<unsigned char, 20>;
 
 // OpenSSL fails to digest memory only when it cannot allocate; that throws std::bad_alloc, as
 // any other allocation in the process would.
 Sha256 Sha256Of(std::string_view data);
+// Only where a standard requires SHA-1 (UUID v5, RFC 4122): it no longer resists collisions, so
+// nothing that tells content apart may use it. Fails as Sha256Of does.
+Sha1 Sha1Of(std::string_view data);
 
 // Digests a sequence of fields without building the serialized form first. Each field is fed
 // with its type and (for bytes) its length, so two different sequences of fields never feed the

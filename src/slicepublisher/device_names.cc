@@ -1,9 +1,10 @@
 #include "slicepublisher/device_names.h"
 
 #include <fmt/format.h>
-#include <openssl/evp.h>
 
 #include <array>
+
+#include "base/sha256.h"
 
 namespace vfio_dra::slicepublisher {
 namespace {
@@ -12,15 +13,8 @@ namespace {
 constexpr std::array<unsigned char, 16> kMdevNamespace = {
     0x6f, 0x1b, 0x2c, 0x8e, 0x4d, 0x93, 0x4a, 0x57, 0x9b, 0x1e, 0x3c, 0x70, 0xd5, 0x0a, 0x61, 0x2f};
 
-std::array<unsigned char, 20> Sha1(const std::string& data) {
-  std::array<unsigned char, 20> digest{};
-  unsigned int length = 0;
-  EVP_Digest(data.data(), data.size(), digest.data(), &length, EVP_sha1(), nullptr);
-  return digest;
-}
-
 std::string ShortHash(const std::string& text) {
-  const auto digest = Sha1(text);
+  const Sha1 digest = Sha1Of(text);
   return fmt::format("{:02x}{:02x}{:02x}{:02x}", digest[0], digest[1], digest[2], digest[3]);
 }
 
@@ -79,7 +73,7 @@ std::string MdevInstanceUuid(const std::string& node, const std::string& parent,
                              const std::string& type_id, int index) {
   std::string input(kMdevNamespace.begin(), kMdevNamespace.end());
   input += node + "/" + parent + "/" + type_id + "/" + std::to_string(index);
-  auto digest = Sha1(input);
+  Sha1 digest = Sha1Of(input);
   digest[6] = static_cast<unsigned char>((digest[6] & 0x0f) | 0x50);  // version 5
   digest[8] = static_cast<unsigned char>((digest[8] & 0x3f) | 0x80);  // RFC 4122 variant
   std::string hex;

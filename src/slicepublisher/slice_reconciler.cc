@@ -33,10 +33,15 @@ std::string StringField(const json& object, const char* key) {
              : std::string();
 }
 
+std::string ObjectName(const json& object) {
+  return object.is_object() && object.contains("metadata") ? StringField(object["metadata"], "name")
+                                                           : std::string();
+}
+
 }  // namespace
 
-SliceReconciler::CachedSlice SliceReconciler::CachedSlice::From(const json& object,
-                                                                const SliceContent& content) {
+SliceReconciler::CachedSlice SliceReconciler::CachedSlice::From(
+    const json& object, const Result<SliceContent>& content) {
   static const json kNone = json::object();
   const json& meta = object.contains("metadata") ? object["metadata"] : kNone;
   const json& spec = object.contains("spec") ? object["spec"] : kNone;
@@ -47,7 +52,8 @@ SliceReconciler::CachedSlice SliceReconciler::CachedSlice::From(const json& obje
   slice.pool_name = StringField(pool, "name");
   slice.pool_generation = pool.is_object() ? PoolInt(pool, "generation") : 0;
   slice.pool_slice_count = pool.is_object() ? PoolInt(pool, "resourceSliceCount") : 0;
-  slice.digest = DigestOf(content);
+  slice.unreadable = !content.ok();
+  if (content.ok()) slice.digest = DigestOf(*content);
   return slice;
 }
 
@@ -151,11 +157,32 @@ bool SliceReconciler::WaitInSync(std::chrono::milliseconds timeout) {
   return synced_.wait_for(lock, timeout, [&] { return stats_.in_sync && !dirty_; });
 }
 
+SliceReconciler::CachedSlice SliceReconciler::ToCached(const json& object,
+                                                       const Result<SliceContent>& content) const {
+  if (!content.ok()) {
+    log_.Warn("unreadable ResourceSlice; it will be rewritten or deleted",
+              {{"slice", ObjectName(object)}, {"error", content.error().message}});
+  }
+  return CachedSlice::From(object, content);
+}
+
 void SliceReconciler::Remember(const json& object) {
-  auto content = SliceContentFromJson(object);
-  if (!content.ok() || !object.contains("metadata")) return;
-  const std::string name = object["metadata"].value("name", "");
-  auto slice = CachedSlice::From(object, *content);
+  if (!object.contains("metadata")) return;
+  StoreInCache(ObjectName(object), ToCached(object, SliceContentFromJson(object)));
+}
+
+void SliceReconciler::RememberWritten(const SliceContent& sent, const Sha256& sent_digest,
+                                      const json& stored) {
+  const Result<SliceContent> content = SliceContentFromJson(stored);
+  CachedSlice slice = ToCached(stored, content);
+  if (content.ok() && slice.digest.content != sent_digest) {
+    AdoptStored(ObjectName(stored), sent_digest, slice.digest.content,
+                HasCounters(sent) && !HasCounters(*content));
+  }
+  if (stored.contains("metadata")) StoreInCache(ObjectName(stored), std::move(slice));
+}
+
+void SliceReconciler::StoreInCache(const std::string& name, CachedSlice slice) {
   std::lock_guard<std::mutex> lock(mu_);
   cache_[name] = std::move(slice);
 }
@@ -234,12 +261,7 @@ Status SliceReconciler::ListIntoCache(std::string& resource_version) {
   std::map<std::string, CachedSlice> fresh;
   if ((*list).contains("items") && (*list)["items"].is_array()) {
     for (const json& item : (*list)["items"]) {
-      auto content = SliceContentFromJson(item);
-      if (!content.ok()) {
-        log_.Warn("unreadable ResourceSlice", {{"error", content.error().message}});
-        content = SliceContent{};
-      }
-      fresh[item["metadata"].value("name", "")] = CachedSlice::From(item, *content);
+      fresh[ObjectName(item)] = ToCached(item, SliceContentFromJson(item));
     }
   }
   resource_version = (*list)["metadata"].value("resourceVersion", "");
@@ -406,29 +428,9 @@ SliceReconciler::WritePlan SliceReconciler::PlanWrites(
   for (const auto& [name, slice] : cache) {
     plan.generation = std::max(plan.generation, slice.pool_generation);
   }
-  // Match desired slices to existing ones by their device and counter-set names.
-  plan.match.resize(pool.slices.size());
-  std::vector<SliceDigest> desired_digests;
-  desired_digests.reserve(pool.slices.size());
-  for (const SliceContent& slice : pool.slices) desired_digests.push_back(DigestOf(slice));
-  std::set<std::string> used;
-  if (pool.slices.size() == 1 && cache.size() == 1) {
-    plan.match[0] = cache.begin()->first;
-    used.insert(plan.match[0]);
-  } else {
-    for (size_t i = 0; i < pool.slices.size(); ++i) {
-      for (const auto& [name, slice] : cache) {
-        if (!used.count(name) && slice.digest.names == desired_digests[i].names) {
-          plan.match[i] = name;
-          used.insert(name);
-          break;
-        }
-      }
-    }
-  }
-  for (const auto& [name, slice] : cache) {
-    if (!used.count(name)) plan.obsolete.push_back(name);
-  }
+  plan.desired.reserve(pool.slices.size());
+  for (const SliceContent& slice : pool.slices) plan.desired.push_back(DigestOf(slice));
+  MatchSlices(cache, plan);
   const auto count = static_cast<int64_t>(pool.slices.size());
   for (size_t i = 0; i < pool.slices.size(); ++i) {
     if (plan.match[i].empty()) {
@@ -436,14 +438,8 @@ SliceReconciler::WritePlan SliceReconciler::PlanWrites(
       continue;
     }
     const CachedSlice& current = cache.at(plan.match[i]);
-    bool same = current.digest.content == desired_digests[i].content;
-    if (!same) {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = adopted_.find(desired_digests[i].content);
-      same = it != adopted_.end() && it->second == current.digest.content;
-    }
-    if (!same || current.pool_slice_count != count || current.pool_name != pool.name ||
-        current.pool_generation != plan.generation) {
+    if (!HoldsContent(current, plan.desired[i].content) || current.pool_slice_count != count ||
+        current.pool_name != pool.name || current.pool_generation != plan.generation) {
       plan.changed.push_back(i);
     }
   }
@@ -462,15 +458,45 @@ SliceReconciler::WritePlan SliceReconciler::PlanWrites(
   return plan;
 }
 
+// A lone desired slice rewrites a lone existing one whatever it offers; otherwise slices are
+// matched by their device and counter-set names, which an unreadable slice does not offer.
+void SliceReconciler::MatchSlices(const std::map<std::string, CachedSlice>& cache,
+                                  WritePlan& plan) {
+  plan.match.assign(plan.desired.size(), std::string());
+  std::set<std::string> used;
+  if (plan.desired.size() == 1 && cache.size() == 1) {
+    plan.match[0] = cache.begin()->first;
+    used.insert(plan.match[0]);
+  } else {
+    for (size_t i = 0; i < plan.desired.size(); ++i) {
+      for (const auto& [name, slice] : cache) {
+        if (!slice.unreadable && !used.count(name) && slice.digest.names == plan.desired[i].names) {
+          plan.match[i] = name;
+          used.insert(name);
+          break;
+        }
+      }
+    }
+  }
+  for (const auto& [name, slice] : cache) {
+    if (!used.count(name)) plan.obsolete.push_back(name);
+  }
+}
+
+bool SliceReconciler::HoldsContent(const CachedSlice& current, const Sha256& desired) const {
+  if (current.unreadable) return false;
+  if (current.digest.content == desired) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = adopted_.find(desired);
+  return it != adopted_.end() && it->second == current.digest.content;
+}
+
 // What the server stored differs from what we sent: counters dropped (gate off) or other fields
 // dropped. Either way, adopt it instead of rewriting forever.
-void SliceReconciler::AdoptStored(const SliceContent& sent, const json& stored) {
-  auto stored_content = SliceContentFromJson(stored);
-  if (!stored_content.ok() || *stored_content == sent) return;
-  const Sha256 key = DigestOf(sent).content;
-  const Sha256 adopted = DigestOf(*stored_content).content;
+void SliceReconciler::AdoptStored(const std::string& name, const Sha256& sent, const Sha256& stored,
+                                  bool counters_dropped) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (HasCounters(sent) && !HasCounters(*stored_content)) {
+  if (counters_dropped) {
     if (!profile_.counters_dropped) {
       profile_.counters_dropped = true;
       log_.Warn(
@@ -480,13 +506,13 @@ void SliceReconciler::AdoptStored(const SliceContent& sent, const json& stored) 
     dirty_ = true;
     return;
   }
-  if (!adopted_.count(key)) {
+  if (!adopted_.count(sent)) {
     log_.Warn(
         "the API server stored a ResourceSlice differently from what was sent (a feature "
         "gate may be off); adopting the stored form",
-        {{"slice", stored["metadata"].value("name", "")}});
+        {{"slice", name}});
   }
-  adopted_[key] = adopted;
+  adopted_[sent] = stored;
 }
 
 Status SliceReconciler::DeleteObsolete(const WritePlan& plan,
@@ -515,8 +541,7 @@ Status SliceReconciler::UpdateChanged(const DesiredPool& pool, const WritePlan& 
     for (int attempt = 0;; ++attempt) {
       auto stored = api_.Update(path + "/" + meta.name, SliceToJson(pool.slices[i], meta));
       if (stored.ok()) {
-        AdoptStored(pool.slices[i], *stored);
-        Remember(*stored);
+        RememberWritten(pool.slices[i], plan.desired[i].content, *stored);
         std::lock_guard<std::mutex> lock(mu_);
         ++stats_.updates;
         break;
@@ -551,8 +576,7 @@ Status SliceReconciler::CreateNew(const DesiredPool& pool, const WritePlan& plan
       }
       return stored.error().Wrap("cannot create a ResourceSlice");
     }
-    AdoptStored(pool.slices[i], *stored);
-    Remember(*stored);
+    RememberWritten(pool.slices[i], plan.desired[i].content, *stored);
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.creates;
   }

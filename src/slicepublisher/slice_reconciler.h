@@ -7,7 +7,8 @@
 // changes. It adapts to the server: the newest served resource.k8s.io version, the counter
 // layout of its release, and a counter-free layout when the server drops counter fields (the
 // partitionable-devices gate is off), adopting whatever else the server stores so that no
-// update loop can start. Slices stay in place when the reconciler stops.
+// update loop can start. A slice whose content it cannot read is never taken as up to date: it is
+// rewritten or deleted. Slices stay in place when the reconciler stops.
 #pragma once
 
 #include <atomic>
@@ -19,6 +20,7 @@
 #include <thread>
 
 #include "base/log.h"
+#include "base/result.h"
 #include "discovery/node_scan.h"
 #include "kube/api_client.h"
 #include "slicepublisher/published_devices.h"
@@ -87,11 +89,16 @@ class SliceReconciler {
     int64_t pool_generation = 0;
     int64_t pool_slice_count = 0;
     SliceDigest digest;
+    // Its content could not be decoded, so what it offers is unknown: it matches no desired
+    // slice by names and equals no desired content, and is rewritten or deleted.
+    bool unreadable = false;
 
-    static CachedSlice From(const nlohmann::json& object, const SliceContent& content);
+    // `content` is what the object decodes to; an error makes the slice unreadable.
+    static CachedSlice From(const nlohmann::json& object, const Result<SliceContent>& content);
   };
   // What one Sync writes: desired slices matched to existing ones by device and counter-set names.
   struct WritePlan {
+    std::vector<SliceDigest> desired;   // per desired slice: its digests, kept for the writes
     std::vector<std::string> match;     // per desired slice: the slice it rewrites, or "" (create)
     std::vector<std::string> obsolete;  // existing slices no desired slice matches
     std::vector<size_t> changed;        // desired slices whose match must be updated
@@ -104,7 +111,15 @@ class SliceReconciler {
   Status Sync();
   WritePlan PlanWrites(const DesiredPool& pool,
                        const std::map<std::string, CachedSlice>& cache) const;
-  void AdoptStored(const SliceContent& sent, const nlohmann::json& stored);
+  // Fills plan.match and plan.obsolete from plan.desired.
+  static void MatchSlices(const std::map<std::string, CachedSlice>& cache, WritePlan& plan);
+  // Whether `current` holds the desired content, as sent or as the server stored it before.
+  bool HoldsContent(const CachedSlice& current, const Sha256& desired) const;
+  // The server stored our slice `name` (sent with digest `sent`) as `stored`: remembers that, so
+  // the stored form counts as written; or, when it dropped the counters, falls back to the
+  // counter-free layout.
+  void AdoptStored(const std::string& name, const Sha256& sent, const Sha256& stored,
+                   bool counters_dropped);
   Status DeleteObsolete(const WritePlan& plan, const std::map<std::string, CachedSlice>& cache,
                         const std::string& path);
   Status UpdateChanged(const DesiredPool& pool, const WritePlan& plan,
@@ -118,8 +133,15 @@ class SliceReconciler {
   void MarkDirty();
   std::string SlicesPath() const;
   std::string Selector() const;
+  // The cache entry of a server object; an unreadable one is named in a warning.
+  CachedSlice ToCached(const nlohmann::json& object, const Result<SliceContent>& content) const;
   // Applies a server response to the cache (so the watch echo of our own write is a no-op).
   void Remember(const nlohmann::json& object);
+  // Remember for the server's answer to our write of `sent`: the answer is decoded and digested
+  // once, for the cache and for adopting what the server made of it.
+  void RememberWritten(const SliceContent& sent, const Sha256& sent_digest,
+                       const nlohmann::json& stored);
+  void StoreInCache(const std::string& name, CachedSlice slice);
   void Forget(const std::string& name);
   void LoadMaxima();
 

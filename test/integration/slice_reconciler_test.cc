@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include "fake_apiserver.h"
 #include "kube/client_config.h"
 #include "kube/curl_transport.h"
+#include "slicepublisher/device_attributes.h"
 #include "slicepublisher/mdev_type_maxima.h"
 #include "sysfs_fixture.h"
 
@@ -54,6 +56,10 @@ class SliceReconcilerTest : public ::testing::Test {
     return discovery::ScanNode(sysfs, names.ok() ? names->get() : nullptr, {});
   }
   void StartReconciler(const std::string& fixture, const std::string& maxima_path = "") {
+    StartReconcilerOn(*Scan(fixture), maxima_path);
+  }
+  void StartReconcilerOn(const discovery::NodeScan& scan, const std::string& maxima_path = "",
+                         Logger log = Logger::Discard()) {
     auto config = kube::LoadKubeconfigFile(server_->WriteKubeconfig(dir_));
     ASSERT_TRUE(config.ok());
     transport_ = std::move(*kube::CurlTransport::Create(*config, "test"));
@@ -71,8 +77,8 @@ class SliceReconcilerTest : public ::testing::Test {
     options.max_backoff = std::chrono::seconds(2);
     options.watch_timeout = std::chrono::seconds(5);
     options.mdev_maxima_path = maxima_path;
-    reconciler_ = std::make_unique<SliceReconciler>(*client_, options, Logger::Discard());
-    reconciler_->SetScan(*Scan(fixture));
+    reconciler_ = std::make_unique<SliceReconciler>(*client_, options, std::move(log));
+    reconciler_->SetScan(scan);
     reconciler_->Start();
   }
   // Waits until the reconciler is in sync and the server holds `slices` slices of the pool.
@@ -237,6 +243,135 @@ TEST_F(SliceReconcilerTest, AServerThatDropsCountersGetsTheFallbackWithoutALoop)
     ASSERT_TRUE(reconciler_->WaitInSync(kWait));
   }
   EXPECT_EQ(server_->SliceWrites(), writes);
+}
+
+// A server that drops a field other than the counters (here an attribute, as a feature gate that
+// is off would) stores something else than was sent: the stored form is adopted, not rewritten
+// at every sync.
+TEST_F(SliceReconcilerTest, AFieldTheServerDropsIsAdoptedWithoutALoop) {
+  auto dropped = std::make_shared<std::atomic<int>>(0);
+  FakeApiServerOptions options;
+  options.alter_stored_slice = [dropped](json& slice) {
+    if (!slice["spec"].contains("devices")) return;
+    for (json& device : slice["spec"]["devices"]) {
+      if (device.contains("attributes") &&
+          device["attributes"].erase(attribute::kProductName) > 0) {
+        ++*dropped;
+      }
+    }
+  };
+  StartServer(std::move(options));
+  StartReconciler("workstation");
+  ASSERT_TRUE(Converged(1));
+  ASSERT_GT(dropped->load(), 0);  // the server did store something else than was sent
+  for (const json& device : server_->Slices()[0]["spec"]["devices"]) {
+    EXPECT_FALSE(device["attributes"].contains(attribute::kProductName)) << device;
+  }
+  EXPECT_EQ(reconciler_->Stats().creates, 1u);
+  EXPECT_EQ(reconciler_->Stats().updates, 0u);
+  const size_t writes = server_->SliceWrites();
+  for (int i = 0; i < 3; ++i) {
+    reconciler_->Resync();
+    ASSERT_TRUE(reconciler_->WaitInSync(kWait));
+  }
+  reconciler_->SetScan(*Scan("workstation"));
+  ASSERT_TRUE(reconciler_->WaitInSync(kWait));
+  EXPECT_EQ(reconciler_->Stats().updates, 0u);
+  EXPECT_EQ(server_->SliceWrites(), writes);
+}
+
+// A slice of node-1's pool with an attribute of a value type this plugin does not know (as a newer
+// release might store); its pool fields are those the plugin writes for a pool of one slice.
+json UnreadableSlice(const std::string& name) {
+  json device = {{"name", "gpu-0000-3b-00-0"},
+                 {"attributes", {{"future", {{"list", json::array({1})}}}}}};
+  return {{"metadata", {{"name", name}}},
+          {"spec",
+           {{"driver", "vfio.dra.io"},
+            {"nodeName", "node-1"},
+            {"pool", {{"name", "node-1"}, {"generation", 1}, {"resourceSliceCount", 1}}},
+            {"devices", json::array({device})}}}};
+}
+
+bool Readable(const json& slice) { return SliceContentFromJson(slice).ok(); }
+
+// The one line of `log` that holds `message`, or "".
+std::string LogLine(const std::string& log, const std::string& message) {
+  const size_t at = log.find(message);
+  if (at == std::string::npos) return "";
+  const size_t newline = log.rfind('\n', at);
+  const size_t begin = newline == std::string::npos ? 0 : newline + 1;
+  const size_t end = log.find('\n', at);
+  return log.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
+
+// The listed slice cannot be read. Taken as empty, it would equal the empty pool the node wants
+// and stay on the server as it is; it must be rewritten, and the warning must say which and why.
+TEST_F(SliceReconcilerTest, AnUnreadableSliceOfAnEmptyPoolIsRewritten) {
+  StartServer();
+  ASSERT_FALSE(Readable(server_->PutSlice(UnreadableSlice("node-1-vfio.dra.io-old"))));
+  ::testing::internal::CaptureStderr();
+  StartReconcilerOn(discovery::NodeScan{}, "", Logger::ToStderr(0));
+  const bool rewritten = server_->WaitForSlices(
+      [](const auto& slices) { return slices.size() == 1 && Readable(slices[0]); }, kWait);
+  const bool in_sync = reconciler_->WaitInSync(kWait);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(rewritten);
+  ASSERT_TRUE(in_sync);
+  const json slice = server_->Slices()[0];
+  EXPECT_EQ(slice["metadata"]["name"], "node-1-vfio.dra.io-old");  // updated in place
+  EXPECT_TRUE(slice["spec"]["devices"].empty());
+  const ReconcilerStats stats = reconciler_->Stats();
+  EXPECT_EQ(stats.updates, 1u);
+  EXPECT_EQ(stats.creates, 0u);
+  EXPECT_EQ(stats.deletes, 0u);
+  const std::string warning = LogLine(log, "unreadable ResourceSlice");
+  EXPECT_THAT(warning, HasSubstr("slice=node-1-vfio.dra.io-old")) << log;
+  EXPECT_THAT(warning, HasSubstr("attribute future has no value")) << log;
+  const size_t writes = server_->SliceWrites();
+  reconciler_->Resync();
+  ASSERT_TRUE(reconciler_->WaitInSync(kWait));
+  EXPECT_EQ(server_->SliceWrites(), writes);
+}
+
+// Someone else rewrites the published slice into a form the plugin cannot read: the watch event
+// must not be dropped (the cache would keep the old, readable slice), and the slice is rewritten.
+TEST_F(SliceReconcilerTest, AnUnreadableSliceWrittenBySomeoneElseIsRewritten) {
+  StartServer();
+  StartReconciler("workstation");
+  ASSERT_TRUE(Converged(1));
+  json slice = server_->Slices()[0];
+  const std::string name = slice["metadata"]["name"];
+  slice["spec"]["devices"][0]["attributes"]["future"] = {{"list", json::array({1})}};
+  ASSERT_FALSE(Readable(server_->PutSlice(slice)));
+  ASSERT_TRUE(server_->WaitForSlices(
+      [](const auto& slices) { return slices.size() == 1 && Readable(slices[0]); }, kWait));
+  ASSERT_TRUE(reconciler_->WaitInSync(kWait));
+  const json repaired = server_->Slices()[0];
+  EXPECT_EQ(repaired["metadata"]["name"], name);
+  EXPECT_EQ(repaired["spec"]["devices"].size(), 2u);
+  EXPECT_EQ(reconciler_->Stats().updates, 1u);
+  EXPECT_EQ(reconciler_->Stats().creates, 1u);
+}
+
+// Someone else adds a slice the plugin cannot read to the node's empty pool: it offers no device
+// names to match, so it is obsolete and deleted, and the pool's own slice gets a new generation.
+TEST_F(SliceReconcilerTest, AnUnreadableSliceAddedToAnEmptyPoolIsDeleted) {
+  StartServer();
+  StartReconcilerOn(discovery::NodeScan{});
+  ASSERT_TRUE(Converged(1));
+  const std::string name = server_->Slices()[0]["metadata"]["name"];
+  server_->PutSlice(UnreadableSlice("node-1-vfio.dra.io-foreign"));
+  ASSERT_TRUE(server_->WaitForSlices(
+      [&](const auto& slices) {
+        return slices.size() == 1 && slices[0]["metadata"]["name"] == name;
+      },
+      kWait));
+  ASSERT_TRUE(reconciler_->WaitInSync(kWait));
+  const json kept = server_->Slices()[0];
+  EXPECT_TRUE(kept["spec"]["devices"].empty());
+  EXPECT_EQ(kept["spec"]["pool"]["generation"], 2);
+  EXPECT_EQ(reconciler_->Stats().deletes, 1u);
 }
 
 TEST_F(SliceReconcilerTest, AnApiServerDownForThirtySecondsConvergesAfterwards) {

@@ -923,6 +923,23 @@ bool FakeApiServer::WaitForSlices(const std::function<bool(const std::vector<jso
   });
 }
 
+json FakeApiServer::PutSlice(json slice) {
+  std::lock_guard<std::mutex> lock(mu_);
+  json& meta = slice["metadata"];
+  const std::string name = meta.value("name", "");
+  auto it = slices_.find(name);
+  const bool exists = it != slices_.end();
+  meta["uid"] =
+      exists ? it->second["metadata"]["uid"] : json("slice-uid-" + std::to_string(next_uid_++));
+  meta["resourceVersion"] = std::to_string(NextRv());
+  meta["generation"] = exists ? it->second["metadata"].value("generation", 1) + 1 : 1;
+  slice["apiVersion"] = "resource.k8s.io/v1";
+  slice["kind"] = "ResourceSlice";
+  slices_[name] = slice;
+  Emit(exists ? "MODIFIED" : "ADDED", slice);
+  return slice;
+}
+
 bool FakeApiServer::RemoveSlice(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = slices_.find(name);
@@ -1331,6 +1348,7 @@ void FakeApiServer::InstallRoutes() {
           meta["uid"] = "slice-uid-" + std::to_string(next_uid_++);
           meta["resourceVersion"] = std::to_string(NextRv());
           meta["generation"] = 1;
+          if (options_.alter_stored_slice) options_.alter_stored_slice(slice);
           slices_[new_name] = slice;
           Emit("ADDED", slice);
           return Reply(res, 201, SliceToVersion(slice, version));
@@ -1361,6 +1379,7 @@ void FakeApiServer::InstallRoutes() {
           slice["metadata"]["uid"] = it->second["metadata"]["uid"];
           slice["metadata"]["resourceVersion"] = std::to_string(NextRv());
           slice["metadata"]["generation"] = it->second["metadata"].value("generation", 1) + 1;
+          if (options_.alter_stored_slice) options_.alter_stored_slice(slice);
           it->second = slice;
           Emit("MODIFIED", slice);
           return Reply(res, 200, SliceToVersion(slice, version));

@@ -3,7 +3,9 @@
 // with field selectors, create (generateName), update with resourceVersion checks (409), delete
 // with preconditions, Status bodies shaped like the real server's (404/405/409/410/422/429), bearer
 // token checks (401), and only the resource.k8s.io versions it is told to serve (others get the
-// real server's plain "404 page not found"). Faults can be injected per request.
+// real server's plain "404 page not found"). Faults can be injected per request. Tests can
+// stand in for other writers (PutSlice stores a slice as is) and for other server behaviour
+// (alter_stored_slice changes what a slice write stores).
 //
 // Pods can be read (GET /api/v1/namespaces/<ns>/pods/<name>). A claim's status.devices can be
 // written by server-side apply (PATCH .../resourceclaims/<name>/status, Content-Type
@@ -53,6 +55,11 @@ struct FakeApiServerOptions {
   // DRAPartitionableDevices on the server: when false, sharedCounters and consumesCounters are
   // silently dropped on create/update, as the real server does with the gate off.
   bool partitionable_devices = true;
+  // When set, called with every ResourceSlice a create or update is about to store (in its v1
+  // form, after admission) and may change it, as a server that normalises or drops fields under
+  // some other feature gate would; the writer's answer and the watch show the changed slice.
+  // Called with the server's lock held: it must not call the server.
+  std::function<void(nlohmann::json& slice)> alter_stored_slice;
   // When both are set the server speaks HTTPS with this certificate.
   std::string tls_cert_file;
   std::string tls_key_file;
@@ -129,6 +136,10 @@ class FakeApiServer {
   bool WaitForSlices(const std::function<bool(const std::vector<nlohmann::json>&)>& done,
                      std::chrono::milliseconds timeout);
   bool RemoveSlice(const std::string& name);  // as another actor would (emits a watch event)
+  // Stores `slice` (v1 form, with metadata.name) as another writer would, without admission, so
+  // that it may hold what this plugin cannot read; an existing slice of that name is replaced and
+  // keeps its uid. Emits the watch event and returns the stored slice.
+  nlohmann::json PutSlice(nlohmann::json slice);
 
   // The next `count` requests (of any kind, or only those whose path starts with `path_prefix`)
   // get `status` with a Status body; 429 and 503 carry Retry-After when `retry_after` > 0.

@@ -45,6 +45,15 @@ TEST(Sha256, MatchesTheStandardVectorAndKeepsFieldsApart) {
             Sha256Stream().Field("ab").Field(int64_t{-3}).Finish());
 }
 
+TEST(Sha1, MatchesTheStandardVector) {
+  // FIPS 180-2's "abc" example: a9993e36 4706816a ba3e2571 7850c26c 9cd0d89d.
+  const Sha1 abc = Sha1Of("abc");
+  EXPECT_EQ(abc[0], 0xa9);
+  EXPECT_EQ(abc[1], 0x99);
+  EXPECT_EQ(abc[8], 0xba);
+  EXPECT_EQ(abc[19], 0x9d);
+}
+
 TEST(LogQuote, QuotesOnlyWhenNeeded) {
   EXPECT_EQ(LogQuote("plain"), "plain");
   EXPECT_EQ(LogQuote("two words"), "\"two words\"");

@@ -247,8 +247,9 @@ class CounterAllocator {
       }
     }
     for (const auto& c : device.consumes_counters) {
-      for (const auto& [counter, amount] : c.counters)
+      for (const auto& [counter, amount] : c.counters) {
         left_[c.counter_set + "/" + counter] -= amount;
+      }
     }
     return true;
   }
@@ -353,6 +354,10 @@ TEST(DeviceNames, AreDnsLabelsAndStable) {
   EXPECT_NE(uuid, MdevInstanceUuid("node-2", "0000:3b:00.0", "nvidia-222", 0));
   EXPECT_EQ(uuid.size(), 36u);
   EXPECT_EQ(uuid[14], '5');  // version 5
+  // Published names and UUIDs must not change across releases; both values are Python's
+  // (uuid.uuid5 in the vfio-dra namespace, and hashlib.sha1 for the label's hash suffix).
+  EXPECT_EQ(uuid, "605865aa-d313-555f-8268-0830f36fcc96");
+  EXPECT_EQ(gvt, "mdev-0000-00-02-0-i915-gvtg-v5-4-e4a11996-0");
 }
 
 TEST(Quantity, ParsesCanonicalForms) {
