@@ -126,7 +126,10 @@ void ServeDaemon::BuildPublishing() {
 
   discovery::DeviceWatcherOptions watch_options;
   watch_options.rescan_interval = std::chrono::seconds(options_.rescan_interval_seconds);
-  watch_options.on_settled = [this] { published_.Compact(); };
+  watch_options.on_settled = [this] {
+    published_.Compact();
+    reconciler_->Compact();
+  };
   watcher_.emplace(
       [this] {
         discovery::ScanContext context;

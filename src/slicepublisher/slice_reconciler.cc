@@ -141,6 +141,19 @@ void SliceReconciler::SetScan(const discovery::NodeScan& scan) {
   }
 }
 
+void SliceReconciler::Compact() {
+  std::shared_ptr<const discovery::NodeScan> kept;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    kept = scan_;
+  }
+  if (kept == nullptr) return;
+  auto copy = std::make_shared<const discovery::NodeScan>(*kept);
+  std::lock_guard<std::mutex> lock(mu_);
+  // A SetScan in between wins: its scan is newer than the copy.
+  if (scan_ == kept) scan_ = std::move(copy);
+}
+
 void SliceReconciler::Resync() { MarkDirty(); }
 
 ReconcilerStats SliceReconciler::Stats() const {

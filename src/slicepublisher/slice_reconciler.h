@@ -69,6 +69,9 @@ class SliceReconciler {
   void Stop();  // leaves the slices in place
   // A new view of the node; a sync follows.
   void SetScan(const discovery::NodeScan& scan);
+  // Copies the kept part of the scan anew and drops the old copy, which SetScan made while the
+  // whole scan was in the heap (see PublishedDevices::Compact). Nothing else changes.
+  void Compact();
   // Asks for a full comparison now (also done every resync_interval).
   void Resync();
 
