@@ -269,7 +269,10 @@ TEST_F(SliceReconcilerTest, AFieldTheServerDropsIsAdoptedWithoutALoop) {
   StartReconciler("workstation");
   ASSERT_TRUE(Converged(1));
   ASSERT_GT(dropped->load(), 0);  // the server did store something else than was sent
-  for (const json& device : server_->Slices()[0]["spec"]["devices"]) {
+  // A named copy: the range of a range-for over a part of a temporary outlives the temporary.
+  const std::vector<json> slices = server_->Slices();
+  ASSERT_EQ(slices.size(), 1u);
+  for (const json& device : slices[0]["spec"]["devices"]) {
     EXPECT_FALSE(device["attributes"].contains(attribute::kProductName)) << device;
   }
   EXPECT_EQ(reconciler_->Stats().creates, 1u);
