@@ -1,5 +1,6 @@
 #include "slicepublisher/published_devices.h"
 
+#include "base/shared_repack.h"
 #include "slicepublisher/device_attributes.h"
 
 namespace vfio_dra::slicepublisher {
@@ -50,18 +51,7 @@ std::map<std::string, int> PublishedDevices::CountByType() const {
   return counts;
 }
 
-void PublishedDevices::Compact() {
-  std::shared_ptr<const std::map<std::string, SliceDevice>> devices;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    devices = devices_;
-  }
-  if (devices == nullptr) return;
-  auto copy = std::make_shared<const std::map<std::string, SliceDevice>>(*devices);
-  std::lock_guard<std::mutex> lock(mu_);
-  // A Set in between wins: its devices are newer than the copy.
-  if (devices_ == devices) devices_ = std::move(copy);
-}
+void PublishedDevices::Compact() { RepackShared(mu_, devices_); }
 
 PublishedDevices::Snapshot PublishedDevices::Current() const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -5,6 +5,7 @@
 #include <optional>
 #include <set>
 
+#include "base/shared_repack.h"
 #include "base/thread_name.h"
 #include "kube/backoff.h"
 #include "slicepublisher/publishable_pool.h"
@@ -141,18 +142,7 @@ void SliceReconciler::SetScan(const discovery::NodeScan& scan) {
   }
 }
 
-void SliceReconciler::Compact() {
-  std::shared_ptr<const discovery::NodeScan> kept;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    kept = scan_;
-  }
-  if (kept == nullptr) return;
-  auto copy = std::make_shared<const discovery::NodeScan>(*kept);
-  std::lock_guard<std::mutex> lock(mu_);
-  // A SetScan in between wins: its scan is newer than the copy.
-  if (scan_ == kept) scan_ = std::move(copy);
-}
+void SliceReconciler::Compact() { RepackShared(mu_, scan_); }
 
 void SliceReconciler::Resync() { MarkDirty(); }
 
