@@ -7,8 +7,9 @@ set -euo pipefail
 PACKAGES=(
   # toolchain
   build-essential cmake ninja-build pkg-config ccache
-  # wire definitions and RPC
-  protobuf-compiler libprotobuf-dev protobuf-compiler-grpc libgrpc++-dev
+  # wire definitions; the kubelet-facing gRPC server runs on nghttp2 (gRPC C++ is only the tests'
+  # client)
+  protobuf-compiler libprotobuf-dev protobuf-compiler-grpc libgrpc++-dev libnghttp2-dev
   # libraries the daemon links
   libboost-filesystem-dev libfmt-dev libspdlog-dev libpci-dev pci.ids
   libcurl4-openssl-dev libssl-dev libcpp-httplib-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libudev-dev
@@ -19,6 +20,8 @@ TEST_PACKAGES=(
   clang-format clang-tidy clang libclang-rt-14-dev
   # tests
   libgtest-dev libgmock-dev libbenchmark-dev curl openssl python3 python3-yaml
+  # the kubelet's own gRPC stack (grpc-go), for the client-compatibility test
+  golang-go golang-google-grpc-dev
   # the container image (hack/image.sh) and its test with a real container engine
   mmdebstrap umoci skopeo podman
   # the real-kernel VM node (test/e2e-vm/prepare-vm.sh adds the kernel itself and its headers)
