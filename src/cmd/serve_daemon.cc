@@ -226,8 +226,12 @@ Status ServeDaemon::Start() {
     if (!metrics_server.ok()) return metrics_server.error();
     metrics_server_ = std::move(*metrics_server);
   }
-  auto server = kubeletplugin::PluginServer::Start(layout_, {&*v1_, &*v1beta1_, &*health_},
-                                                   &*registration_, root_.WithComponent("server"));
+  std::vector<kubeletplugin::GrpcMethod> dra_methods = v1_->Methods();
+  for (const auto& more : {v1beta1_->Methods(), health_->Methods()}) {
+    dra_methods.insert(dra_methods.end(), more.begin(), more.end());
+  }
+  auto server = kubeletplugin::PluginServer::Start(layout_, dra_methods, registration_->Methods(),
+                                                   root_.WithComponent("server"));
   if (!server.ok()) return server.error();
   server_ = std::move(*server);
   // The sockets come first, so the kubelet sees the plugin as soon as it can answer; the first

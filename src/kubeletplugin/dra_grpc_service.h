@@ -1,24 +1,26 @@
 // DraGrpcService<Api>: the gRPC face of DraNodeService for one DRA API version. v1 and v1beta1
 // are wire-identical apart from Device.share_id (v1 only), so one template converts both to and
-// from the plain types of DraNodeService; the daemon registers one instance per version.
+// from the plain types of DraNodeService; the daemon serves one instance per version.
 #pragma once
-
-#include <grpcpp/grpcpp.h>
 
 #include <atomic>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "base/deadline.h"
 #include "base/log.h"
-#include "dra_v1.grpc.pb.h"
-#include "dra_v1beta1.grpc.pb.h"
+#include "dra_v1.pb.h"
+#include "dra_v1beta1.pb.h"
+#include "kubeletplugin/grpc_method.h"
 #include "kubeletplugin/node_service.h"
 
 namespace vfio_dra::kubeletplugin {
 
 struct DraV1Api {
-  using Service = k8s::io::kubelet::pkg::apis::dra::v1::DRAPlugin::Service;
+  // The gRPC service name is the proto package's; "v1.DRAPlugin" is only what registration
+  // advertises.
+  static constexpr const char* kServicePath = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/";
   using PrepareRequest = k8s::io::kubelet::pkg::apis::dra::v1::NodePrepareResourcesRequest;
   using PrepareResponse = k8s::io::kubelet::pkg::apis::dra::v1::NodePrepareResourcesResponse;
   using UnprepareRequest = k8s::io::kubelet::pkg::apis::dra::v1::NodeUnprepareResourcesRequest;
@@ -28,7 +30,7 @@ struct DraV1Api {
 };
 
 struct DraV1beta1Api {
-  using Service = k8s::io::kubelet::pkg::apis::dra::v1beta1::DRAPlugin::Service;
+  static constexpr const char* kServicePath = "/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/";
   using PrepareRequest = k8s::io::kubelet::pkg::apis::dra::v1beta1::NodePrepareResourcesRequest;
   using PrepareResponse = k8s::io::kubelet::pkg::apis::dra::v1beta1::NodePrepareResourcesResponse;
   using UnprepareRequest = k8s::io::kubelet::pkg::apis::dra::v1beta1::NodeUnprepareResourcesRequest;
@@ -39,13 +41,26 @@ struct DraV1beta1Api {
 };
 
 template <typename Api>
-class DraGrpcService final : public Api::Service {
+class DraGrpcService final {
  public:
   DraGrpcService(DraNodeService& node, Logger log) : node_(node), log_(std::move(log)) {}
 
-  grpc::Status NodePrepareResources(grpc::ServerContext* context,
-                                    const typename Api::PrepareRequest* request,
-                                    typename Api::PrepareResponse* response) override {
+  std::vector<GrpcMethod> Methods() {
+    return {UnaryMethod<typename Api::PrepareRequest, typename Api::PrepareResponse>(
+                std::string(Api::kServicePath) + "NodePrepareResources",
+                [this](const auto& request, CallContext& context, auto* response) {
+                  return NodePrepareResources(context, &request, response);
+                }),
+            UnaryMethod<typename Api::UnprepareRequest, typename Api::UnprepareResponse>(
+                std::string(Api::kServicePath) + "NodeUnprepareResources",
+                [this](const auto& request, CallContext& context, auto* response) {
+                  return NodeUnprepareResources(context, &request, response);
+                })};
+  }
+
+  GrpcStatus NodePrepareResources(const CallContext& context,
+                                  const typename Api::PrepareRequest* request,
+                                  typename Api::PrepareResponse* response) {
     const std::string id = NextRequestId();
     log_.Debug(4, "gRPC NodePrepareResources",
                {{"api", Api::kName},
@@ -55,7 +70,7 @@ class DraGrpcService final : public Api::Service {
     if (!results.ok()) {
       log_.Error("rejected NodePrepareResources",
                  {{"request_id", id}, {"error", results.error().message}});
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, results.error().message);
+      return GrpcStatus{GrpcCode::kInvalidArgument, results.error().message};
     }
     for (auto& [uid, result] : *results) {
       auto& entry = (*response->mutable_claims())[uid];
@@ -73,12 +88,12 @@ class DraGrpcService final : public Api::Service {
       }
     }
     log_.Debug(4, "gRPC NodePrepareResources done", {{"api", Api::kName}, {"request_id", id}});
-    return grpc::Status::OK;
+    return GrpcStatus::Ok();
   }
 
-  grpc::Status NodeUnprepareResources(grpc::ServerContext* context,
-                                      const typename Api::UnprepareRequest* request,
-                                      typename Api::UnprepareResponse* response) override {
+  GrpcStatus NodeUnprepareResources(const CallContext& context,
+                                    const typename Api::UnprepareRequest* request,
+                                    typename Api::UnprepareResponse* response) {
     const std::string id = NextRequestId();
     log_.Debug(4, "gRPC NodeUnprepareResources",
                {{"api", Api::kName},
@@ -88,27 +103,26 @@ class DraGrpcService final : public Api::Service {
     if (!results.ok()) {
       log_.Error("rejected NodeUnprepareResources",
                  {{"request_id", id}, {"error", results.error().message}});
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, results.error().message);
+      return GrpcStatus{GrpcCode::kInvalidArgument, results.error().message};
     }
     for (auto& [uid, result] : *results) {
       (*response->mutable_claims())[uid].set_error(result.error);
     }
     log_.Debug(4, "gRPC NodeUnprepareResources done", {{"api", Api::kName}, {"request_id", id}});
-    return grpc::Status::OK;
+    return GrpcStatus::Ok();
   }
 
  private:
   // The kubelet's deadline (45 s in every release) less a margin for sending the answer: work
   // that would finish after it is wasted, and retries would pile up behind the node lock.
-  static Deadline AnswerBy(const grpc::ServerContext* context) {
-    if (context == nullptr) return {};
-    const auto at = context->deadline();
-    const auto left = at - std::chrono::system_clock::now();
-    if (left > std::chrono::hours(24)) return {};  // no deadline set
+  static Deadline AnswerBy(const CallContext& context) {
+    const auto at = context.deadline();
+    if (!at) return {};  // no deadline set
+    const auto left = *at - std::chrono::steady_clock::now();
+    if (left > std::chrono::hours(24)) return {};
     const auto margin =
-        std::min<std::chrono::system_clock::duration>(std::chrono::seconds(2), left / 10);
-    return Deadline(std::chrono::steady_clock::now() +
-                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(left - margin));
+        std::min<std::chrono::steady_clock::duration>(std::chrono::seconds(2), left / 10);
+    return Deadline(*at - margin);
   }
 
   template <typename Claims>

@@ -31,17 +31,27 @@ v1alpha1::NodeWatchResourcesResponse DeviceHealthService::Message(
   return response;
 }
 
-grpc::Status DeviceHealthService::NodeWatchResources(
-    grpc::ServerContext* context, const v1alpha1::NodeWatchResourcesRequest* /*request*/,
-    grpc::ServerWriter<v1alpha1::NodeWatchResourcesResponse>* writer) {
+std::vector<GrpcMethod> DeviceHealthService::Methods() {
+  using v1alpha1::NodeWatchResourcesRequest;
+  using v1alpha1::NodeWatchResourcesResponse;
+  return {ServerStreamingMethod<NodeWatchResourcesRequest, NodeWatchResourcesResponse>(
+      "/v1alpha1.DRAResourceHealth/NodeWatchResources",
+      [this](const NodeWatchResourcesRequest& /*request*/, CallContext& context,
+             StreamWriter<NodeWatchResourcesResponse>& writer) {
+        return NodeWatchResources(context, writer);
+      })};
+}
+
+GrpcStatus DeviceHealthService::NodeWatchResources(
+    const CallContext& context, StreamWriter<v1alpha1::NodeWatchResourcesResponse>& writer) {
   const int64_t timeout_seconds = std::max<int64_t>(
       30, kTimeoutIntervals * std::chrono::duration_cast<std::chrono::seconds>(interval_).count());
-  log_.Info("kubelet opened the device health stream", {{"peer", context->peer()}});
+  log_.Info("kubelet opened the device health stream", {{"peer", context.peer()}});
   std::vector<std::string> last_unhealthy;
   while (true) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (stopping_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the plugin is stopping");
+      if (stopping_) return GrpcStatus{GrpcCode::kUnavailable, "the plugin is stopping"};
     }
     const std::vector<prepare::DeviceHealthStatus> statuses = source_();
     std::vector<std::string> unhealthy;
@@ -59,15 +69,15 @@ grpc::Status DeviceHealthService::NodeWatchResources(
     for (auto& device : *response.mutable_devices()) {
       device.set_health_check_timeout_seconds(timeout_seconds);
     }
-    if (!writer->Write(response)) {
-      log_.Info("device health stream closed by the kubelet", {{"peer", context->peer()}});
-      return grpc::Status::OK;
+    if (!writer.Write(response)) {
+      log_.Info("device health stream closed by the kubelet", {{"peer", context.peer()}});
+      return GrpcStatus::Ok();
     }
     std::unique_lock<std::mutex> lock(mu_);
     wake_.wait_for(lock, interval_, [&] { return stopping_; });
-    if (context->IsCancelled()) {
-      log_.Info("device health stream cancelled by the kubelet", {{"peer", context->peer()}});
-      return grpc::Status::CANCELLED;
+    if (context.IsCancelled()) {
+      log_.Info("device health stream cancelled by the kubelet", {{"peer", context.peer()}});
+      return GrpcStatus{GrpcCode::kCancelled, "the kubelet cancelled the stream"};
     }
   }
 }

@@ -3,10 +3,8 @@
 // kubelet treats every message as the whole truth for the driver and marks a device Unknown when
 // it has not heard of it for its timeout (30 s), so the list is re-sent even when nothing changed.
 // Streams end when the kubelet cancels them or the daemon shuts down (Shutdown), never blocking
-// the gRPC server's stop.
+// the server's stop.
 #pragma once
-
-#include <grpcpp/grpcpp.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -15,21 +13,24 @@
 #include <vector>
 
 #include "base/log.h"
-#include "dra_health_v1alpha1.grpc.pb.h"
+#include "dra_health_v1alpha1.pb.h"
+#include "kubeletplugin/grpc_method.h"
 #include "prepare/device_preparer.h"
 
 namespace vfio_dra::kubeletplugin {
 
-class DeviceHealthService final : public v1alpha1::DRAResourceHealth::Service {
+class DeviceHealthService final {
  public:
   using Source = std::function<std::vector<prepare::DeviceHealthStatus>()>;
   DeviceHealthService(Source source, std::chrono::milliseconds interval, Logger log);
 
-  grpc::Status NodeWatchResources(
-      grpc::ServerContext* context, const v1alpha1::NodeWatchResourcesRequest* request,
-      grpc::ServerWriter<v1alpha1::NodeWatchResourcesResponse>* writer) override;
+  // /v1alpha1.DRAResourceHealth/NodeWatchResources.
+  std::vector<GrpcMethod> Methods();
 
-  // Ends every open stream and refuses new ones; call before stopping the gRPC server.
+  GrpcStatus NodeWatchResources(const CallContext& context,
+                                StreamWriter<v1alpha1::NodeWatchResourcesResponse>& writer);
+
+  // Ends every open stream and refuses new ones; call before stopping the server.
   void Shutdown();
 
   // The message sent for `statuses` at `unix_seconds`.

@@ -1,6 +1,5 @@
 #include "kubeletplugin/plugin_server.h"
 
-#include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,57 +9,35 @@
 
 #include "base/file_io.h"
 #include "kubeletplugin/serving_status_service.h"
+#include "kubeletplugin/unix_grpc_server.h"
 
 namespace vfio_dra::kubeletplugin {
 namespace {
 
 // Owner-only: the kubelet connects as root, and nobody else has business on these sockets.
 constexpr mode_t kSocketMode = 0600;
-constexpr int kIdleRequestThreadWaitMs = 5 * 60 * 1000;
+// What running calls get to finish when the plugin stops, before they are cancelled (the same as
+// gRPC C++'s Shutdown deadline before).
+constexpr std::chrono::seconds kStopGrace{5};
 
-Result<std::unique_ptr<grpc::Server>> StartUnixServer(const std::string& path,
-                                                      const std::vector<grpc::Service*>& services) {
+Result<std::unique_ptr<UnixGrpcServer>> StartUnixServer(const std::string& path,
+                                                        std::vector<GrpcMethod> methods,
+                                                        ServingStatusService& health,
+                                                        const char* thread_name,
+                                                        const Logger& log) {
   if (Status s = EnsureDirectory(std::filesystem::path(path).parent_path().string()); !s.ok()) {
     return s.error();
   }
   if (Status s = RemoveStaleSocket(path); !s.ok()) return s.error();
-  // The socket is made under a hidden name (the kubelet's plugin watcher skips dot files) and
-  // renamed into place once it listens with its final mode, so whoever sees the name can connect
-  // at once: a connect between gRPC's bind and listen would be refused.
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  const std::string temp = dir + "/.vfio-dra-" + std::to_string(::getpid()) + ".sock";
-  ::unlink(temp.c_str());
-  grpc::ServerBuilder builder;
-  // Idle request threads wake when their completion-queue wait times out (10 s by default) only
-  // to wait again; shutdown reaches them through the queue itself, so a long wait costs nothing.
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::CQ_TIMEOUT_MSEC,
-                              kIdleRequestThreadWaitMs);
-  int bound = 0;
-  builder.AddListeningPort("unix:" + temp, grpc::InsecureServerCredentials(), &bound);
-  for (grpc::Service* service : services) builder.RegisterService(service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || bound == 0) {
-    ::unlink(temp.c_str());
-    return MakeError(ErrorKind::kUnavailable,
-                     "cannot listen on unix socket " + path +
-                         " (is the directory writable, and the path shorter than 108 bytes?)");
-  }
-  if (::chmod(temp.c_str(), kSocketMode) != 0 || ::rename(temp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    server->Shutdown();
-    ::unlink(temp.c_str());
-    return MakeError(ErrorKind::kUnavailable,
-                     "cannot put socket " + path + " in place: " + ErrnoText(err));
-  }
-  return server;
+  for (GrpcMethod& method : health.Methods()) methods.push_back(std::move(method));
+  return UnixGrpcServer::Start(path, kSocketMode, methods, thread_name, log);
 }
 
-void ShutdownAndUnlink(std::unique_ptr<grpc::Server>& server, ServingStatusService& health,
+void ShutdownAndUnlink(std::unique_ptr<UnixGrpcServer>& server, ServingStatusService& health,
                        const std::string& path, const Logger& log) {
   if (server == nullptr) return;
   health.Shutdown();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  server->Wait();
+  server->Shutdown(kStopGrace);
   server.reset();
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
     log.Warn("cannot remove socket", {{"path", path}, {"error", ErrnoText(errno)}});
@@ -99,20 +76,19 @@ Status RemoveStaleSocket(const std::string& path) {
 }
 
 Result<std::unique_ptr<PluginServer>> PluginServer::Start(
-    const SocketLayout& layout, const std::vector<grpc::Service*>& dra_services,
-    grpc::Service* registration, Logger log) {
+    const SocketLayout& layout, const std::vector<GrpcMethod>& dra_methods,
+    const std::vector<GrpcMethod>& registration_methods, Logger log) {
   std::unique_ptr<PluginServer> server(new PluginServer(layout, std::move(log)));
   // The standard grpc.health.v1 service on both sockets: probes and tools that speak it see the
   // plugin SERVING while it listens and NOT_SERVING while it stops.
-  std::vector<grpc::Service*> services = dra_services;
-  services.push_back(server->dra_health_.get());
-  auto dra = StartUnixServer(layout.dra_socket, services);
+  auto dra = StartUnixServer(layout.dra_socket, dra_methods, *server->dra_health_, "dra-grpc",
+                             server->log_);
   if (!dra.ok()) return dra.error().Wrap("cannot start the DRA service");
   server->dra_server_ = std::move(*dra);
   server->log_.Info("DRA service listening", {{"socket", layout.dra_socket}});
   // Only now, with the DRA socket accepting connections, may the kubelet learn about us.
-  auto reg = StartUnixServer(layout.registration_socket,
-                             {registration, server->registration_health_.get()});
+  auto reg = StartUnixServer(layout.registration_socket, registration_methods,
+                             *server->registration_health_, "registration", server->log_);
   if (!reg.ok()) {
     server->Stop();
     return reg.error().Wrap("cannot start the registration service");

@@ -1,7 +1,8 @@
-// PluginServer: the two unix-socket gRPC servers the kubelet talks to, started and stopped in the
-// order the kubelet relies on: the DRA service listens before the registration socket appears
-// (so a 1.34+ kubelet never sees us registered but unreachable), and on stop the registration
-// socket goes first. Stale socket files are unlinked before bind; both are removed on stop.
+// PluginServer: the two unix-socket gRPC servers (UnixGrpcServer) the kubelet talks to, started and
+// stopped in the order the kubelet relies on: the DRA service listens before the registration
+// socket appears (so a 1.34+ kubelet never sees us registered but unreachable), and on stop the
+// registration socket goes first. Stale socket files are unlinked before bind; both are removed on
+// stop.
 #pragma once
 
 #include <memory>
@@ -10,15 +11,12 @@
 
 #include "base/log.h"
 #include "base/result.h"
-
-namespace grpc {
-class Server;
-class Service;
-}  // namespace grpc
+#include "kubeletplugin/grpc_method.h"
 
 namespace vfio_dra::kubeletplugin {
 
 class ServingStatusService;
+class UnixGrpcServer;
 
 struct SocketLayout {
   std::string dra_socket;           // <plugin-data-dir>/dra[-<uid>].sock
@@ -36,10 +34,11 @@ Status RemoveStaleSocket(const std::string& path);
 
 class PluginServer {
  public:
-  // `dra_services` are served on the DRA socket; `registration` on the registration socket.
+  // `dra_methods` are served on the DRA socket, `registration_methods` on the registration
+  // socket; both also serve grpc.health.v1.
   static Result<std::unique_ptr<PluginServer>> Start(
-      const SocketLayout& layout, const std::vector<grpc::Service*>& dra_services,
-      grpc::Service* registration, Logger log);
+      const SocketLayout& layout, const std::vector<GrpcMethod>& dra_methods,
+      const std::vector<GrpcMethod>& registration_methods, Logger log);
   ~PluginServer();
   PluginServer(const PluginServer&) = delete;
   PluginServer& operator=(const PluginServer&) = delete;
@@ -55,8 +54,8 @@ class PluginServer {
   // Declared before the servers that serve them, so they outlive those servers.
   std::unique_ptr<ServingStatusService> dra_health_;
   std::unique_ptr<ServingStatusService> registration_health_;
-  std::unique_ptr<grpc::Server> dra_server_;
-  std::unique_ptr<grpc::Server> registration_server_;
+  std::unique_ptr<UnixGrpcServer> dra_server_;
+  std::unique_ptr<UnixGrpcServer> registration_server_;
 };
 
 }  // namespace vfio_dra::kubeletplugin

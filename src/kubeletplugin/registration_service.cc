@@ -9,32 +9,49 @@ RegistrationService::RegistrationService(std::string driver_name, std::string dr
       supported_versions_(std::move(supported_versions)),
       log_(std::move(log)) {}
 
-grpc::Status RegistrationService::GetInfo(grpc::ServerContext* /*context*/,
-                                          const pluginregistration::InfoRequest* /*request*/,
-                                          pluginregistration::PluginInfo* response) {
+std::vector<GrpcMethod> RegistrationService::Methods() {
+  using pluginregistration::InfoRequest;
+  using pluginregistration::PluginInfo;
+  using pluginregistration::RegistrationStatus;
+  using pluginregistration::RegistrationStatusResponse;
+  return {UnaryMethod<InfoRequest, PluginInfo>(
+              "/pluginregistration.Registration/GetInfo",
+              [this](const InfoRequest& request, CallContext& /*context*/, PluginInfo* response) {
+                return GetInfo(request, response);
+              }),
+          UnaryMethod<RegistrationStatus, RegistrationStatusResponse>(
+              "/pluginregistration.Registration/NotifyRegistrationStatus",
+              [this](const RegistrationStatus& request, CallContext& /*context*/,
+                     RegistrationStatusResponse* response) {
+                return NotifyRegistrationStatus(request, response);
+              })};
+}
+
+GrpcStatus RegistrationService::GetInfo(const pluginregistration::InfoRequest& /*request*/,
+                                        pluginregistration::PluginInfo* response) {
   response->set_type("DRAPlugin");
   response->set_name(driver_name_);
   response->set_endpoint(dra_endpoint_);
   for (const std::string& version : supported_versions_) response->add_supported_versions(version);
   log_.Debug(2, "kubelet asked for plugin info", {{"endpoint", dra_endpoint_}});
-  return grpc::Status::OK;
+  return GrpcStatus::Ok();
 }
 
-grpc::Status RegistrationService::NotifyRegistrationStatus(
-    grpc::ServerContext* /*context*/, const pluginregistration::RegistrationStatus* request,
+GrpcStatus RegistrationService::NotifyRegistrationStatus(
+    const pluginregistration::RegistrationStatus& request,
     pluginregistration::RegistrationStatusResponse* /*response*/) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (request->plugin_registered()) {
+  if (request.plugin_registered()) {
     state_ = RegistrationState::kRegistered;
     last_error_.clear();
     log_.Info("registered with the kubelet", {{"driver", driver_name_}});
   } else {
     state_ = RegistrationState::kRejected;
-    last_error_ = request->error();
+    last_error_ = request.error();
     log_.Error("the kubelet rejected the registration",
-               {{"driver", driver_name_}, {"reason", request->error()}});
+               {{"driver", driver_name_}, {"reason", request.error()}});
   }
-  return grpc::Status::OK;
+  return GrpcStatus::Ok();
 }
 
 RegistrationState RegistrationService::state() const {

@@ -4,14 +4,13 @@
 // carrying the kubelet's reason.
 #pragma once
 
-#include <grpcpp/grpcpp.h>
-
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "base/log.h"
-#include "pluginregistration.grpc.pb.h"
+#include "kubeletplugin/grpc_method.h"
+#include "pluginregistration.pb.h"
 
 namespace vfio_dra::kubeletplugin {
 
@@ -26,16 +25,18 @@ inline const std::vector<std::string>& SupportedDraServices() {
 
 enum class RegistrationState { kPending, kRegistered, kRejected };
 
-class RegistrationService final : public pluginregistration::Registration::Service {
+class RegistrationService final {
  public:
   RegistrationService(std::string driver_name, std::string dra_endpoint,
                       std::vector<std::string> supported_versions, Logger log);
 
-  grpc::Status GetInfo(grpc::ServerContext* context, const pluginregistration::InfoRequest* request,
-                       pluginregistration::PluginInfo* response) override;
-  grpc::Status NotifyRegistrationStatus(
-      grpc::ServerContext* context, const pluginregistration::RegistrationStatus* request,
-      pluginregistration::RegistrationStatusResponse* response) override;
+  // The registration socket's methods (/pluginregistration.Registration/...).
+  std::vector<GrpcMethod> Methods();
+
+  GrpcStatus GetInfo(const pluginregistration::InfoRequest& request,
+                     pluginregistration::PluginInfo* response);
+  GrpcStatus NotifyRegistrationStatus(const pluginregistration::RegistrationStatus& request,
+                                      pluginregistration::RegistrationStatusResponse* response);
 
   RegistrationState state() const;
   std::string last_error() const;

@@ -5,26 +5,38 @@ namespace vfio_dra::kubeletplugin {
 using grpc::health::v1::HealthCheckRequest;
 using grpc::health::v1::HealthCheckResponse;
 
-grpc::Status ServingStatusService::Check(grpc::ServerContext* /*context*/,
-                                         const HealthCheckRequest* request,
-                                         HealthCheckResponse* response) {
-  if (!request->service().empty()) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                        "unknown service \"" + request->service() +
-                            "\": this socket reports health only for the server as a whole "
-                            "(service \"\")");
+std::vector<GrpcMethod> ServingStatusService::Methods() {
+  return {UnaryMethod<HealthCheckRequest, HealthCheckResponse>(
+              "/grpc.health.v1.Health/Check",
+              [this](const HealthCheckRequest& request, CallContext& /*context*/,
+                     HealthCheckResponse* response) { return Check(request, response); }),
+          ServerStreamingMethod<HealthCheckRequest, HealthCheckResponse>(
+              "/grpc.health.v1.Health/Watch",
+              [this](const HealthCheckRequest& request, CallContext& context,
+                     StreamWriter<HealthCheckResponse>& writer) {
+                return Watch(context, request, writer);
+              })};
+}
+
+GrpcStatus ServingStatusService::Check(const HealthCheckRequest& request,
+                                       HealthCheckResponse* response) {
+  if (!request.service().empty()) {
+    return GrpcStatus{GrpcCode::kNotFound,
+                      "unknown service \"" + request.service() +
+                          "\": this socket reports health only for the server as a whole "
+                          "(service \"\")"};
   }
   std::lock_guard<std::mutex> lock(mu_);
   response->set_status(shut_down_ ? HealthCheckResponse::NOT_SERVING
                                   : HealthCheckResponse::SERVING);
-  return grpc::Status::OK;
+  return GrpcStatus::Ok();
 }
 
-grpc::Status ServingStatusService::Watch(grpc::ServerContext* context,
-                                         const HealthCheckRequest* request,
-                                         grpc::ServerWriter<HealthCheckResponse>* writer) {
+GrpcStatus ServingStatusService::Watch(const CallContext& context,
+                                       const HealthCheckRequest& request,
+                                       StreamWriter<HealthCheckResponse>& writer) {
   HealthCheckResponse response;
-  if (!request->service().empty()) {
+  if (!request.service().empty()) {
     // The protocol answers a watch of an unknown service with SERVICE_UNKNOWN and keeps the
     // stream open (the service might appear later; here it never does).
     response.set_status(HealthCheckResponse::SERVICE_UNKNOWN);
@@ -33,18 +45,18 @@ grpc::Status ServingStatusService::Watch(grpc::ServerContext* context,
     response.set_status(shut_down_ ? HealthCheckResponse::NOT_SERVING
                                    : HealthCheckResponse::SERVING);
   }
-  if (!writer->Write(response)) return grpc::Status::OK;
+  if (!writer.Write(response)) return GrpcStatus::Ok();
   std::unique_lock<std::mutex> lock(mu_);
   while (!shut_down_) {
     changed_.wait_for(lock, kCancelCheck);
-    if (context->IsCancelled()) return grpc::Status::CANCELLED;
+    if (context.IsCancelled()) return GrpcStatus{GrpcCode::kCancelled, "the caller went away"};
   }
-  if (request->service().empty()) {
+  if (request.service().empty()) {
     lock.unlock();
     response.set_status(HealthCheckResponse::NOT_SERVING);
-    writer->Write(response);
+    writer.Write(response);
   }
-  return grpc::Status::OK;
+  return GrpcStatus::Ok();
 }
 
 void ServingStatusService::Shutdown() {

@@ -1,31 +1,30 @@
 // ServingStatusService: the standard gRPC health service (grpc.health.v1.Health) of one plugin
 // socket. The server as a whole (service "") is SERVING from the start and NOT_SERVING once
-// Shutdown is called; any other service name is unknown. It is a synchronous service on purpose:
-// gRPC's built-in health service uses the callback API, which on this gRPC starts two polling
-// threads that wake every second for the life of the process, and an idle node agent must not.
-// Watch streams end at Shutdown, never holding up the server's stop.
+// Shutdown is called; any other service name is unknown. Watch streams end at Shutdown, never
+// holding up the server's stop.
 #pragma once
-
-#include <grpcpp/grpcpp.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <vector>
 
-#include "grpc_health_v1.grpc.pb.h"
+#include "grpc_health_v1.pb.h"
+#include "kubeletplugin/grpc_method.h"
 
 namespace vfio_dra::kubeletplugin {
 
-class ServingStatusService final : public grpc::health::v1::Health::Service {
+class ServingStatusService final {
  public:
   ServingStatusService() = default;
 
-  grpc::Status Check(grpc::ServerContext* context,
-                     const grpc::health::v1::HealthCheckRequest* request,
-                     grpc::health::v1::HealthCheckResponse* response) override;
-  grpc::Status Watch(grpc::ServerContext* context,
-                     const grpc::health::v1::HealthCheckRequest* request,
-                     grpc::ServerWriter<grpc::health::v1::HealthCheckResponse>* writer) override;
+  // /grpc.health.v1.Health/Check and /grpc.health.v1.Health/Watch.
+  std::vector<GrpcMethod> Methods();
+
+  GrpcStatus Check(const grpc::health::v1::HealthCheckRequest& request,
+                   grpc::health::v1::HealthCheckResponse* response);
+  GrpcStatus Watch(const CallContext& context, const grpc::health::v1::HealthCheckRequest& request,
+                   StreamWriter<grpc::health::v1::HealthCheckResponse>& writer);
 
   // From now on the server is NOT_SERVING; open Watch streams get that answer and end.
   void Shutdown();

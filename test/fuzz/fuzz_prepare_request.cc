@@ -152,9 +152,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (in.ConsumeIntegralInRange(0, 7) != 0) h.claims.claims_[ns + "/" + name] = api;
   }
   k8s::io::kubelet::pkg::apis::dra::v1::NodePrepareResourcesResponse prepared;
-  (void)h.v1->NodePrepareResources(nullptr, &prepare, &prepared);
+  const kubeletplugin::DetachedCallContext context;
+  (void)h.v1->NodePrepareResources(context, &prepare, &prepared);
   k8s::io::kubelet::pkg::apis::dra::v1::NodeUnprepareResourcesResponse unprepared;
-  (void)h.v1->NodeUnprepareResources(nullptr, &unprepare, &unprepared);
+  (void)h.v1->NodeUnprepareResources(context, &unprepare, &unprepared);
   // Whatever was prepared has been undone: nothing may stay bound or recorded.
   for (const auto& [uid, record] : h.preparer->checkpoint().Load().claims) {
     bool asked = false;

@@ -40,7 +40,7 @@ class PluginServerTest : public ::testing::Test {
     dir_ = mkdtemp(tmpl);
     layout_ = SocketLayout::For(dir_ + "/data", dir_ + "/registry", "vfio.example.io", "");
     std::filesystem::create_directories(dir_ + "/registry");
-    auto server = PluginServer::Start(layout_, {}, &registration_, Logger::Discard());
+    auto server = PluginServer::Start(layout_, {}, registration_.Methods(), Logger::Discard());
     ASSERT_TRUE(server.ok()) << server.error().message;
     server_ = std::move(*server);
   }

@@ -1,0 +1,300 @@
+#include "kubeletplugin/grpc_connection.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <string_view>
+#include <vector>
+
+namespace vfio_dra::kubeletplugin {
+namespace {
+
+// Enough for the kubelet, which runs one call per pod being started, and a bound on what one
+// client can make the plugin hold.
+constexpr uint32_t kMaxConcurrentStreams = 128;
+constexpr size_t kReadChunk = size_t{16} << 10;
+
+nghttp2_nv Header(std::string_view name, std::string_view value) {
+  // nghttp2 copies names and values when the frame is submitted (no NO_COPY flags).
+  return nghttp2_nv{reinterpret_cast<uint8_t*>(const_cast<char*>(name.data())),
+                    reinterpret_cast<uint8_t*>(const_cast<char*>(value.data())), name.size(),
+                    value.size(), NGHTTP2_NV_FLAG_NONE};
+}
+
+std::string PeerOf(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return "unix:unknown";
+  return "unix:pid=" + std::to_string(cred.pid) + ",uid=" + std::to_string(cred.uid);
+}
+
+GrpcCode CodeForFraming(ErrorKind kind) {
+  return kind == ErrorKind::kUnimplemented ? GrpcCode::kUnimplemented : GrpcCode::kInternal;
+}
+
+}  // namespace
+
+GrpcConnection::GrpcConnection(int fd, uint64_t id,
+                               const std::unordered_map<std::string, GrpcMethod>& methods,
+                               CallEvents& events, CallStarter start)
+    : fd_(fd),
+      id_(id),
+      peer_(PeerOf(fd)),
+      methods_(methods),
+      events_(events),
+      start_(std::move(start)) {}
+
+GrpcConnection::~GrpcConnection() {
+  for (auto& [id, stream] : streams_) {
+    if (stream.call) stream.call->Cancel();
+  }
+  if (session_ != nullptr) nghttp2_session_del(session_);
+  ::close(fd_);
+}
+
+bool GrpcConnection::Open() {
+  nghttp2_session_callbacks* callbacks = nullptr;
+  if (nghttp2_session_callbacks_new(&callbacks) != 0) return false;
+  nghttp2_session_callbacks_set_send_callback(callbacks, &GrpcConnection::Send);
+  nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks,
+                                                          &GrpcConnection::OnBeginHeaders);
+  nghttp2_session_callbacks_set_on_header_callback(callbacks, &GrpcConnection::OnHeader);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks,
+                                                            &GrpcConnection::OnDataChunk);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, &GrpcConnection::OnFrameReceived);
+  nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, &GrpcConnection::OnStreamClose);
+  const int rv = nghttp2_session_server_new(&session_, callbacks, this);
+  nghttp2_session_callbacks_del(callbacks);
+  if (rv != 0) return false;
+  const std::array<nghttp2_settings_entry, 1> settings = {
+      {{NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, kMaxConcurrentStreams}}};
+  if (nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings.data(), settings.size()) != 0) {
+    return false;
+  }
+  return Flush();
+}
+
+bool GrpcConnection::OnReadable() {
+  std::array<uint8_t, kReadChunk> buffer{};
+  while (true) {
+    const ssize_t got = ::recv(fd_, buffer.data(), buffer.size(), 0);
+    if (got == 0) return false;  // the client closed the connection
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return errno == EAGAIN || errno == EWOULDBLOCK;
+    }
+    const ssize_t used =
+        nghttp2_session_mem_recv(session_, buffer.data(), static_cast<size_t>(got));
+    if (used < 0) {
+      // A protocol error: nghttp2 has queued a GOAWAY saying why; send it before closing.
+      Flush();
+      return false;
+    }
+  }
+}
+
+bool GrpcConnection::Flush() {
+  blocked_ = false;
+  return nghttp2_session_send(session_) == 0;
+}
+
+bool GrpcConnection::Finished() const {
+  return nghttp2_session_want_read(session_) == 0 && nghttp2_session_want_write(session_) == 0;
+}
+
+void GrpcConnection::GoAway() {
+  nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
+                        nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
+                        nullptr, 0);
+}
+
+GrpcConnection::Stream* GrpcConnection::Find(int32_t stream_id) {
+  auto it = streams_.find(stream_id);
+  return it == streams_.end() ? nullptr : &it->second;
+}
+
+int GrpcConnection::OnBeginHeaders(nghttp2_session* /*session*/, const nghttp2_frame* frame,
+                                   void* self) {
+  if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
+    static_cast<GrpcConnection*>(self)->streams_.try_emplace(frame->hd.stream_id);
+  }
+  return 0;
+}
+
+int GrpcConnection::OnHeader(nghttp2_session* /*session*/, const nghttp2_frame* frame,
+                             const uint8_t* name, size_t namelen, const uint8_t* value,
+                             size_t valuelen, uint8_t /*flags*/, void* self) {
+  if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+  Stream* stream = static_cast<GrpcConnection*>(self)->Find(frame->hd.stream_id);
+  if (stream == nullptr) return 0;
+  const std::string_view key(reinterpret_cast<const char*>(name), namelen);
+  std::string val(reinterpret_cast<const char*>(value), valuelen);
+  if (key == ":method") {
+    stream->method = std::move(val);
+  } else if (key == ":path") {
+    stream->path = std::move(val);
+  } else if (key == "content-type") {
+    stream->content_type = std::move(val);
+  } else if (key == "grpc-timeout") {
+    stream->timeout = std::move(val);
+  }
+  return 0;
+}
+
+int GrpcConnection::OnDataChunk(nghttp2_session* /*session*/, uint8_t /*flags*/, int32_t stream_id,
+                                const uint8_t* data, size_t len, void* self) {
+  auto* connection = static_cast<GrpcConnection*>(self);
+  Stream* stream = connection->Find(stream_id);
+  if (stream == nullptr || stream->answered) return 0;
+  // The prefix plus the largest message accepted; the rest of a larger body is dropped unread.
+  if (stream->body.size() + len > kMaxRequestMessageBytes + 5) {
+    stream->answered = true;
+    stream->body.clear();
+    connection->RespondTrailersOnly(
+        stream_id,
+        {GrpcCode::kResourceExhausted, "the request is larger than the limit of " +
+                                           std::to_string(kMaxRequestMessageBytes) + " bytes"});
+    return 0;
+  }
+  stream->body.append(reinterpret_cast<const char*>(data), len);
+  return 0;
+}
+
+int GrpcConnection::OnFrameReceived(nghttp2_session* /*session*/, const nghttp2_frame* frame,
+                                    void* self) {
+  const bool request_end = (frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
+                           (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
+  if (!request_end) return 0;
+  auto* connection = static_cast<GrpcConnection*>(self);
+  if (Stream* stream = connection->Find(frame->hd.stream_id)) {
+    connection->Dispatch(frame->hd.stream_id, *stream);
+  }
+  return 0;
+}
+
+int GrpcConnection::OnStreamClose(nghttp2_session* /*session*/, int32_t stream_id,
+                                  uint32_t /*error_code*/, void* self) {
+  auto* connection = static_cast<GrpcConnection*>(self);
+  auto it = connection->streams_.find(stream_id);
+  if (it == connection->streams_.end()) return 0;
+  // Closed before the handler finished (RST_STREAM from the client): nobody reads the answer.
+  if (it->second.call) it->second.call->Cancel();
+  connection->streams_.erase(it);
+  return 0;
+}
+
+ssize_t GrpcConnection::Send(nghttp2_session* /*session*/, const uint8_t* data, size_t length,
+                             int /*flags*/, void* self) {
+  auto* connection = static_cast<GrpcConnection*>(self);
+  while (true) {
+    const ssize_t sent = ::send(connection->fd_, data, length, MSG_NOSIGNAL);
+    if (sent >= 0) return sent;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      connection->blocked_ = true;
+      return NGHTTP2_ERR_WOULDBLOCK;
+    }
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  }
+}
+
+void GrpcConnection::Dispatch(int32_t stream_id, Stream& stream) {
+  if (stream.answered) return;
+  stream.answered = true;  // one answer per stream, whatever follows
+  if (stream.method != "POST") {
+    RespondHttpError(stream_id, "405");
+    return;
+  }
+  if (stream.content_type.rfind("application/grpc", 0) != 0) {
+    RespondHttpError(stream_id, "415");
+    return;
+  }
+  auto method = methods_.find(stream.path);
+  if (method == methods_.end()) {
+    RespondTrailersOnly(
+        stream_id, {GrpcCode::kUnimplemented, "unknown method " + stream.path + " on this socket"});
+    return;
+  }
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  if (!stream.timeout.empty()) {
+    const auto timeout = ParseGrpcTimeout(stream.timeout);
+    if (!timeout) {
+      RespondTrailersOnly(stream_id, {GrpcCode::kInternal,
+                                      "malformed grpc-timeout header \"" + stream.timeout + "\""});
+      return;
+    }
+    deadline = std::chrono::steady_clock::now() +
+               std::chrono::duration_cast<std::chrono::steady_clock::duration>(*timeout);
+  }
+  auto message = SingleRequestMessage(stream.body);
+  if (!message.ok()) {
+    RespondTrailersOnly(stream_id, {CodeForFraming(message.error().kind), message.error().message});
+    return;
+  }
+  stream.call = std::make_shared<ServerCall>(CallEvent{id_, stream_id}, peer_, deadline, events_);
+  std::string request(*message);
+  stream.body = std::string();
+  start_(method->second, stream.call, std::move(request));
+}
+
+void GrpcConnection::OnCallEvent(int32_t stream_id) {
+  Stream* stream = Find(stream_id);
+  if (stream == nullptr || !stream->call) return;
+  if (stream->headers_sent) {
+    nghttp2_session_resume_data(session_, stream_id);
+    return;
+  }
+  if (!stream->call->HasOutput()) {
+    // Finished without a message: the status alone, as trailers-only.
+    if (auto status = stream->call->StatusIfDrained()) RespondTrailersOnly(stream_id, *status);
+    return;
+  }
+  stream->headers_sent = true;
+  const std::array<nghttp2_nv, 2> headers = {Header(":status", "200"),
+                                             Header("content-type", "application/grpc")};
+  nghttp2_data_provider provider{};
+  provider.source.ptr = stream->call.get();
+  provider.read_callback = &GrpcConnection::ReadCallOutput;
+  nghttp2_submit_response(session_, stream_id, headers.data(), headers.size(), &provider);
+}
+
+ssize_t GrpcConnection::ReadCallOutput(nghttp2_session* /*session*/, int32_t stream_id,
+                                       uint8_t* buf, size_t length, uint32_t* data_flags,
+                                       nghttp2_data_source* source, void* self) {
+  auto* call = static_cast<ServerCall*>(source->ptr);
+  const size_t n = call->TakeOutput(buf, length);
+  if (n > 0) return static_cast<ssize_t>(n);
+  if (auto status = call->StatusIfDrained()) {
+    *data_flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+    static_cast<GrpcConnection*>(self)->SubmitTrailers(stream_id, *status);
+    return 0;
+  }
+  return NGHTTP2_ERR_DEFERRED;
+}
+
+void GrpcConnection::RespondHttpError(int32_t stream_id, const char* http_status) {
+  const std::array<nghttp2_nv, 1> headers = {Header(":status", http_status)};
+  nghttp2_submit_response(session_, stream_id, headers.data(), headers.size(), nullptr);
+}
+
+void GrpcConnection::RespondTrailersOnly(int32_t stream_id, const GrpcStatus& status) {
+  const std::string code = std::to_string(static_cast<int>(status.code));
+  const std::string message = PercentEncodeGrpcMessage(status.message);
+  std::vector<nghttp2_nv> headers = {Header(":status", "200"),
+                                     Header("content-type", "application/grpc"),
+                                     Header("grpc-status", code)};
+  if (!message.empty()) headers.push_back(Header("grpc-message", message));
+  nghttp2_submit_response(session_, stream_id, headers.data(), headers.size(), nullptr);
+}
+
+void GrpcConnection::SubmitTrailers(int32_t stream_id, const GrpcStatus& status) {
+  const std::string code = std::to_string(static_cast<int>(status.code));
+  const std::string message = PercentEncodeGrpcMessage(status.message);
+  std::vector<nghttp2_nv> trailers = {Header("grpc-status", code)};
+  if (!message.empty()) trailers.push_back(Header("grpc-message", message));
+  nghttp2_submit_trailer(session_, stream_id, trailers.data(), trailers.size());
+}
+
+}  // namespace vfio_dra::kubeletplugin

@@ -1,0 +1,97 @@
+// GrpcConnection: one client connection of the plugin's gRPC server, an HTTP/2 server session
+// (nghttp2) over a non-blocking unix socket. It turns each request stream into a call to one
+// GrpcMethod, handed to the server to run, and sends each call's messages and final status back
+// as gRPC expects: response headers, DATA, trailers; or a single "trailers-only" HEADERS frame
+// for a call that fails before any message.
+// Invariant: only the server's I/O thread touches a connection; handler threads reach their
+// call's ServerCall and nothing else.
+#pragma once
+
+#include <nghttp2/nghttp2.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "kubeletplugin/server_call.h"
+
+namespace vfio_dra::kubeletplugin {
+
+class GrpcConnection {
+ public:
+  // Runs `method` for `call` with the request `message` (on a thread of the server's choosing).
+  using CallStarter = std::function<void(
+      const GrpcMethod& method, const std::shared_ptr<ServerCall>& call, std::string message)>;
+
+  GrpcConnection(int fd, uint64_t id, const std::unordered_map<std::string, GrpcMethod>& methods,
+                 CallEvents& events, CallStarter start);
+  ~GrpcConnection();  // cancels the calls still open and closes the socket
+  GrpcConnection(const GrpcConnection&) = delete;
+  GrpcConnection& operator=(const GrpcConnection&) = delete;
+
+  // Sends the server's settings. False if the session cannot be set up.
+  bool Open();
+  int fd() const { return fd_; }
+  const std::string& peer() const { return peer_; }
+  // Reads what the socket has and feeds it to the session. False: close the connection.
+  bool OnReadable();
+  // Writes what the session has to send, until the socket would block. False: close it.
+  bool Flush();
+  // The last Flush stopped because the socket was full.
+  bool blocked() const { return blocked_; }
+  // Nothing left to read or write (the peer and we are done, e.g. after GOAWAY).
+  bool Finished() const;
+  // A call of this connection has new output or finished.
+  void OnCallEvent(int32_t stream);
+  // Tells the client to open no new streams (the server stops).
+  void GoAway();
+
+ private:
+  struct Stream {
+    std::string method;
+    std::string path;
+    std::string content_type;
+    std::string timeout;
+    std::string body;
+    bool answered = false;  // answered already (e.g. too large): further DATA is dropped
+    bool headers_sent = false;
+    std::shared_ptr<ServerCall> call;
+  };
+
+  static int OnBeginHeaders(nghttp2_session* session, const nghttp2_frame* frame, void* self);
+  static int OnHeader(nghttp2_session* session, const nghttp2_frame* frame, const uint8_t* name,
+                      size_t namelen, const uint8_t* value, size_t valuelen, uint8_t flags,
+                      void* self);
+  static int OnDataChunk(nghttp2_session* session, uint8_t flags, int32_t stream_id,
+                         const uint8_t* data, size_t len, void* self);
+  static int OnFrameReceived(nghttp2_session* session, const nghttp2_frame* frame, void* self);
+  static int OnStreamClose(nghttp2_session* session, int32_t stream_id, uint32_t error_code,
+                           void* self);
+  static ssize_t Send(nghttp2_session* session, const uint8_t* data, size_t length, int flags,
+                      void* self);
+  static ssize_t ReadCallOutput(nghttp2_session* session, int32_t stream_id, uint8_t* buf,
+                                size_t length, uint32_t* data_flags, nghttp2_data_source* source,
+                                void* self);
+
+  Stream* Find(int32_t stream_id);
+  void Dispatch(int32_t stream_id, Stream& stream);
+  // A response that is only headers ending the stream: an HTTP error, or gRPC's trailers-only.
+  void RespondHttpError(int32_t stream_id, const char* http_status);
+  void RespondTrailersOnly(int32_t stream_id, const GrpcStatus& status);
+  void SubmitTrailers(int32_t stream_id, const GrpcStatus& status);
+
+  const int fd_;
+  const uint64_t id_;
+  std::string peer_;
+  const std::unordered_map<std::string, GrpcMethod>& methods_;
+  CallEvents& events_;
+  CallStarter start_;
+  nghttp2_session* session_ = nullptr;
+  bool blocked_ = false;
+  std::map<int32_t, Stream> streams_;
+};
+
+}  // namespace vfio_dra::kubeletplugin

@@ -1,0 +1,283 @@
+#include "kubeletplugin/unix_grpc_server.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+
+#include "base/file_io.h"
+#include "base/thread_name.h"
+#include "kubeletplugin/grpc_connection.h"
+
+namespace vfio_dra::kubeletplugin {
+namespace {
+
+// How long a stopping server keeps trying to hand the last answers to slow readers.
+constexpr auto kFinalFlush = std::chrono::seconds(2);
+
+Result<int> ListenUnix(const std::string& path, mode_t mode) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  // The socket is made under a hidden name (the kubelet's plugin watcher skips dot files) and
+  // renamed into place once it listens with its final mode, so whoever sees the name can connect
+  // at once.
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const std::string temp = dir + "/.vfio-dra-" + std::to_string(::getpid()) + "-" +
+                           std::filesystem::path(path).filename().string();
+  if (temp.size() >= sizeof(addr.sun_path) || path.size() >= sizeof(addr.sun_path)) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "unix socket path " + path + " is too long (a socket path, with its " +
+                         "temporary name while binding, must be shorter than " +
+                         std::to_string(sizeof(addr.sun_path)) + " bytes)");
+  }
+  std::memcpy(addr.sun_path, temp.c_str(), temp.size() + 1);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    return MakeError(ErrorKind::kUnavailable, "cannot create a unix socket: " + ErrnoText(errno));
+  }
+  ::unlink(temp.c_str());
+  auto fail = [&](const std::string& what) -> Error {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(temp.c_str());
+    return MakeError(ErrorKind::kUnavailable, what + ": " + ErrnoText(err));
+  };
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return fail("cannot bind unix socket " + temp + " (is the directory writable?)");
+  }
+  if (::chmod(temp.c_str(), mode) != 0) return fail("cannot set the mode of " + temp);
+  if (::listen(fd, SOMAXCONN) != 0) return fail("cannot listen on " + temp);
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    return fail("cannot put socket " + path + " in place");
+  }
+  return fd;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<UnixGrpcServer>> UnixGrpcServer::Start(
+    const std::string& path, mode_t mode, const std::vector<GrpcMethod>& methods,
+    const char* thread_name, Logger log) {
+  std::unordered_map<std::string, GrpcMethod> table;
+  for (const GrpcMethod& method : methods) {
+    if (!table.emplace(method.path, method).second) {
+      return MakeError(ErrorKind::kInternal, "gRPC method " + method.path + " registered twice");
+    }
+  }
+  auto fd = ListenUnix(path, mode);
+  if (!fd.ok()) return fd.error();
+  std::unique_ptr<UnixGrpcServer> server(new UnixGrpcServer(*fd, std::move(table), std::move(log)));
+  if (!server->events_.ok()) {
+    return MakeError(ErrorKind::kUnavailable, "cannot create the eventfd of the server on " + path +
+                                                  ": " + ErrnoText(errno));
+  }
+  server->io_thread_ = std::thread([raw = server.get(), name = std::string(thread_name)] {
+    NameThisThread(name.c_str());
+    raw->Run();
+  });
+  return server;
+}
+
+UnixGrpcServer::UnixGrpcServer(int listen_fd, std::unordered_map<std::string, GrpcMethod> methods,
+                               Logger log)
+    : listen_fd_(listen_fd), methods_(std::move(methods)), log_(std::move(log)) {}
+
+UnixGrpcServer::~UnixGrpcServer() {
+  Shutdown(std::chrono::milliseconds(0));
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+}
+
+void UnixGrpcServer::Run() {
+  bool stopping = false;
+  while (true) {
+    std::vector<pollfd> fds;
+    std::vector<uint64_t> polled;
+    fds.push_back({events_.fd(), POLLIN, 0});
+    if (listen_fd_ >= 0) fds.push_back({listen_fd_, POLLIN, 0});
+    const size_t first_connection = fds.size();
+    for (auto& [id, connection] : connections_) {
+      // No timeout and no POLLOUT unless a write would have blocked: an idle server sleeps.
+      const short want = connection->blocked() ? POLLIN | POLLOUT : POLLIN;
+      fds.push_back({connection->fd(), want, 0});
+      polled.push_back(id);
+    }
+    if (::poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      log_.Error("gRPC server poll failed; the server stops serving",
+                 {{"error", ErrnoText(errno)}});
+      break;
+    }
+    bool exiting = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      exiting = exiting_;
+      if (stopping_ && !stopping) {
+        stopping = true;
+        for (auto& [id, connection] : connections_) connection->GoAway();
+      }
+    }
+    for (size_t i = 0; i < polled.size(); ++i) {
+      const short revents = fds[first_connection + i].revents;
+      GrpcConnection& connection = *connections_.at(polled[i]);
+      bool alive = true;
+      if ((revents & (POLLIN | POLLHUP | POLLERR)) != 0) alive = connection.OnReadable();
+      if (alive && (revents & POLLOUT) != 0) alive = connection.Flush();
+      if (!alive) connections_.erase(polled[i]);
+    }
+    for (const CallEvent& event : events_.Take()) {
+      auto it = connections_.find(event.connection);
+      if (it != connections_.end()) it->second->OnCallEvent(event.stream);
+    }
+    if (listen_fd_ >= 0 && !stopping && (fds[1].revents & POLLIN) != 0) Accept();
+    if (stopping && listen_fd_ >= 0) {
+      // Connections waiting in the backlog are refused rather than left hanging.
+      ::close(listen_fd_);
+      listen_fd_ = -1;
+    }
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      if (!it->second->Flush() || it->second->Finished()) {
+        it = connections_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (exiting) break;
+  }
+  FlushBeforeClose();
+  connections_.clear();
+}
+
+void UnixGrpcServer::Accept() {
+  while (true) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        log_.Warn("cannot accept a connection", {{"error", ErrnoText(errno)}});
+      }
+      return;
+    }
+    const uint64_t id = next_connection_++;
+    auto connection = std::make_unique<GrpcConnection>(
+        fd, id, methods_, events_,
+        [this](const GrpcMethod& method, const std::shared_ptr<ServerCall>& call,
+               std::string message) { StartCall(method, call, std::move(message)); });
+    if (!connection->Open()) {
+      log_.Warn("cannot set up an HTTP/2 session for a new connection",
+                {{"peer", connection->peer()}});
+      continue;
+    }
+    connections_.emplace(id, std::move(connection));
+  }
+}
+
+void UnixGrpcServer::StartCall(const GrpcMethod& method, const std::shared_ptr<ServerCall>& call,
+                               std::string message) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) {
+      call->Finish({GrpcCode::kUnavailable, "the plugin is stopping"});
+      return;
+    }
+    running_.push_back(call);
+  }
+  try {
+    std::thread([this, &method, call, message = std::move(message)] {
+      NameThisThread("grpc-call");
+      RunHandler(method, *call, message);
+      HandlerDone(call.get());
+    }).detach();
+  } catch (const std::system_error& e) {
+    HandlerDone(call.get());
+    call->Finish({GrpcCode::kResourceExhausted,
+                  std::string("cannot start a thread for the call: ") + e.what()});
+  }
+}
+
+void UnixGrpcServer::RunHandler(const GrpcMethod& method, ServerCall& call,
+                                const std::string& message) {
+  // No exception may leave a handler thread: it would end the process.
+  try {
+    if (method.unary) {
+      std::string response;
+      GrpcStatus status = method.unary(message, call, &response);
+      if (status.ok()) call.Write(std::move(response));
+      call.Finish(std::move(status));
+    } else {
+      call.Finish(method.server_streaming(message, call, call));
+    }
+  } catch (const std::exception& e) {
+    log_.Error("gRPC handler failed", {{"method", method.path}, {"error", e.what()}});
+    call.Finish({GrpcCode::kInternal, method.path + " failed: " + e.what()});
+  } catch (...) {
+    log_.Error("gRPC handler failed", {{"method", method.path}});
+    call.Finish({GrpcCode::kInternal, method.path + " failed"});
+  }
+}
+
+void UnixGrpcServer::HandlerDone(const ServerCall* call) {
+  std::lock_guard<std::mutex> lock(mu_);
+  running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                [&](const auto& c) { return c.get() == call; }),
+                 running_.end());
+  // Notified under the lock: once Shutdown sees no handler left, this thread touches nothing of
+  // the server again.
+  handlers_done_.notify_all();
+}
+
+void UnixGrpcServer::CancelAllCalls() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& call : running_) call->Cancel();
+}
+
+void UnixGrpcServer::Shutdown(std::chrono::milliseconds grace) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    stopping_ = true;
+  }
+  events_.Wake();
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    handlers_done_.wait_for(lock, grace, [&] { return running_.empty(); });
+  }
+  CancelAllCalls();
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    handlers_done_.wait(lock, [&] { return running_.empty(); });
+    exiting_ = true;
+  }
+  events_.Wake();
+  if (io_thread_.joinable()) io_thread_.join();
+}
+
+void UnixGrpcServer::FlushBeforeClose() {
+  const auto until = std::chrono::steady_clock::now() + kFinalFlush;
+  while (std::chrono::steady_clock::now() < until) {
+    std::vector<pollfd> fds;
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      if (!it->second->Flush() || !it->second->blocked()) {
+        it = connections_.erase(it);
+      } else {
+        fds.push_back({it->second->fd(), POLLOUT, 0});
+        ++it;
+      }
+    }
+    if (fds.empty()) return;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    if (::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(left.count(), 0))) <= 0) {
+      return;
+    }
+  }
+}
+
+}  // namespace vfio_dra::kubeletplugin

@@ -1,0 +1,75 @@
+// UnixGrpcServer: the gRPC server of one plugin socket, written on nghttp2 rather than gRPC C++:
+// the kubelet's calls are unary or server-streaming over a local unix socket, and gRPC C++'s
+// runtime (its threads, timers and several MiB of resident code) costs every node more than the
+// protocol needs. One I/O thread polls the listening socket and the connections with no timeout;
+// each call runs its handler on a thread of its own, so device work never holds up other calls.
+// Invariants: the socket file appears only once it accepts connections (bound under a hidden
+// name, then renamed); Shutdown lets running calls finish for the grace period, then cancels
+// them, waits for every handler to return and sends what they answered before closing.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "base/log.h"
+#include "base/result.h"
+#include "kubeletplugin/grpc_method.h"
+#include "kubeletplugin/server_call.h"
+
+namespace vfio_dra::kubeletplugin {
+
+class GrpcConnection;
+
+class UnixGrpcServer {
+ public:
+  // Listens on `path` (mode `mode`) and serves `methods`. `thread_name` names the I/O thread.
+  static Result<std::unique_ptr<UnixGrpcServer>> Start(const std::string& path, mode_t mode,
+                                                       const std::vector<GrpcMethod>& methods,
+                                                       const char* thread_name, Logger log);
+  ~UnixGrpcServer();  // Shutdown with no grace
+  UnixGrpcServer(const UnixGrpcServer&) = delete;
+  UnixGrpcServer& operator=(const UnixGrpcServer&) = delete;
+
+  // Stops accepting, tells clients to open no new calls, lets running calls finish for up to
+  // `grace`, cancels the rest and waits for their handlers. Idempotent. Does not unlink the
+  // socket file (the owner of the path does).
+  void Shutdown(std::chrono::milliseconds grace);
+
+ private:
+  UnixGrpcServer(int listen_fd, std::unordered_map<std::string, GrpcMethod> methods, Logger log);
+  void Run();
+  void Accept();
+  void StartCall(const GrpcMethod& method, const std::shared_ptr<ServerCall>& call,
+                 std::string message);
+  void RunHandler(const GrpcMethod& method, ServerCall& call, const std::string& message);
+  void HandlerDone(const ServerCall* call);
+  void CancelAllCalls();
+  void FlushBeforeClose();
+
+  int listen_fd_;
+  const std::unordered_map<std::string, GrpcMethod> methods_;
+  Logger log_;
+  CallEvents events_;
+  std::thread io_thread_;
+  uint64_t next_connection_ = 1;
+  // The I/O thread's alone.
+  std::unordered_map<uint64_t, std::unique_ptr<GrpcConnection>> connections_;
+
+  std::mutex mu_;
+  std::condition_variable handlers_done_;
+  std::vector<std::shared_ptr<ServerCall>> running_;  // calls whose handler has not returned
+  bool stopping_ = false;                             // no new connections or calls
+  bool exiting_ = false;                              // the I/O thread flushes and ends
+  bool shut_down_ = false;
+};
+
+}  // namespace vfio_dra::kubeletplugin

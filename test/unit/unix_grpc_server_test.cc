@@ -1,0 +1,300 @@
+// UnixGrpcServer against an independent client (gRPC C++): status codes and messages as the
+// client sees them, deadlines, calls running in parallel on one connection, cancellation of a
+// stream by the client and by Shutdown, large messages both ways, requests it must refuse, and
+// that an idle server keeps no thread per call.
+#include "kubeletplugin/unix_grpc_server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <mutex>
+#include <string>
+
+#include "grpc_health_v1.grpc.pb.h"
+#include "kubelet_simulator.h"
+
+namespace vfio_dra::kubeletplugin {
+namespace {
+
+using grpc::health::v1::Health;
+using grpc::health::v1::HealthCheckRequest;
+using grpc::health::v1::HealthCheckResponse;
+using std::chrono::seconds;
+
+// Generous: the machine may be busy; every wait below ends early on the event it waits for.
+constexpr auto kPatience = seconds(60);
+
+int CountThreadsNamed(const std::string& wanted) {
+  int count = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name == wanted) ++count;
+  }
+  return count;
+}
+
+GrpcMethod RawUnary(std::string path, GrpcMethod::Unary handler) {
+  GrpcMethod method;
+  method.path = std::move(path);
+  method.unary = std::move(handler);
+  return method;
+}
+
+class UnixGrpcServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/vfio-dra-grpc-server-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    socket_ = dir_ + "/test.sock";
+  }
+  void TearDown() override {
+    server_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  void Serve(const std::vector<GrpcMethod>& methods) {
+    auto server = UnixGrpcServer::Start(socket_, 0600, methods, "test-grpc", Logger::Discard());
+    ASSERT_TRUE(server.ok()) << server.error().message;
+    server_ = std::move(*server);
+  }
+  grpc::Status Call(const std::string& method, const std::string& request, std::string* response,
+                    std::chrono::milliseconds deadline = kPatience) {
+    return sim_.CallRaw(socket_, method, request, response, deadline);
+  }
+  std::unique_ptr<Health::Stub> HealthStub() {
+    return Health::NewStub(
+        grpc::CreateChannel("unix:" + socket_, grpc::InsecureChannelCredentials()));
+  }
+
+  std::string dir_;
+  std::string socket_;
+  testing::KubeletSimulator sim_;
+  std::unique_ptr<UnixGrpcServer> server_;
+};
+
+TEST_F(UnixGrpcServerTest, TheClientSeesTheHandlersStatusCodeAndMessageVerbatim) {
+  const std::string message = "claim vms/vm-a: 100% of \"gpu\" taken; naïve\nsecond line";
+  Serve({RawUnary("/t.S/Fail", [&](std::string_view, CallContext&, std::string*) {
+    return GrpcStatus{GrpcCode::kFailedPrecondition, message};
+  })});
+  std::string response;
+  const grpc::Status status = Call("/t.S/Fail", "", &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(status.error_message(), message);
+}
+
+TEST_F(UnixGrpcServerTest, AnUnknownMethodIsUnimplementedAndNamesThePath) {
+  Serve({});
+  std::string response;
+  const grpc::Status status = Call("/t.S/Nope", "", &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_NE(status.error_message().find("/t.S/Nope"), std::string::npos);
+}
+
+TEST_F(UnixGrpcServerTest, AnUnparsableRequestIsInternalAndTheServerGoesOnServing) {
+  std::vector<GrpcMethod> methods;
+  methods.push_back(UnaryMethod<HealthCheckRequest, HealthCheckResponse>(
+      "/grpc.health.v1.Health/Check",
+      [](const HealthCheckRequest&, CallContext&, HealthCheckResponse* response) {
+        response->set_status(HealthCheckResponse::SERVING);
+        return GrpcStatus::Ok();
+      }));
+  Serve(methods);
+  std::string response;
+  // Field 1 announced as a length-delimited string of 100 bytes, with 1 byte following.
+  const grpc::Status bad =
+      Call("/grpc.health.v1.Health/Check", std::string("\x0a\x64z"), &response);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_NE(bad.error_message().find("HealthCheckRequest"), std::string::npos)
+      << bad.error_message();
+  HealthCheckResponse answer;
+  grpc::ClientContext context;
+  ASSERT_TRUE(HealthStub()->Check(&context, HealthCheckRequest(), &answer).ok());
+  EXPECT_EQ(answer.status(), HealthCheckResponse::SERVING);
+}
+
+TEST_F(UnixGrpcServerTest, TheHandlerSeesTheCallersDeadline) {
+  std::optional<std::chrono::steady_clock::time_point> seen;
+  Serve({RawUnary("/t.S/Deadline", [&](std::string_view, CallContext& context, std::string*) {
+    seen = context.deadline();
+    return GrpcStatus::Ok();
+  })});
+  const auto before = std::chrono::steady_clock::now();
+  std::string response;
+  ASSERT_TRUE(Call("/t.S/Deadline", "", &response, std::chrono::seconds(45)).ok());
+  ASSERT_TRUE(seen.has_value());
+  // The header carries the time left when the client sent it, which clients round up (gRPC C++ to
+  // a tenth of a second); a busy machine may take long to send it.
+  EXPECT_LE(*seen, before + seconds(46));
+  EXPECT_GT(*seen, before + seconds(30));
+}
+
+TEST_F(UnixGrpcServerTest, CallsOnOneConnectionRunInParallel) {
+  // Each handler waits until all three are running: calls run one after another never get there.
+  std::mutex mu;
+  std::condition_variable arrived;
+  int running = 0;
+  Serve({RawUnary("/t.S/Meet", [&](std::string_view request, CallContext&, std::string* out) {
+    std::unique_lock<std::mutex> lock(mu);
+    ++running;
+    arrived.notify_all();
+    if (!arrived.wait_for(lock, kPatience, [&] { return running >= 3; })) {
+      return GrpcStatus{GrpcCode::kDeadlineExceeded, "the other calls never came"};
+    }
+    *out = std::string(request);
+    return GrpcStatus::Ok();
+  })});
+  sim_.KeepConnections();  // one channel, so one HTTP/2 connection, as the kubelet has
+  std::vector<std::future<grpc::Status>> calls;
+  calls.reserve(3);
+  std::vector<std::string> answers(3);
+  for (int i = 0; i < 3; ++i) {
+    calls.push_back(std::async(std::launch::async, [&, i] {
+      return sim_.CallRaw(socket_, "/t.S/Meet", "call-" + std::to_string(i), &answers[i],
+                          kPatience);
+    }));
+  }
+  for (int i = 0; i < 3; ++i) {
+    const grpc::Status status = calls[i].get();
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(answers[i], "call-" + std::to_string(i));
+  }
+}
+
+TEST_F(UnixGrpcServerTest, LargeMessagesCrossInBothDirections) {
+  const std::string big_request(3 * 1024 * 1024 + 17, 'q');
+  Serve({RawUnary("/t.S/Echo", [&](std::string_view request, CallContext&, std::string* out) {
+    // Past the HTTP/2 windows both ways, under gRPC clients' 4 MiB receive limit.
+    *out = std::string(request) + std::string(size_t{512} << 10, 'r');
+    return GrpcStatus::Ok();
+  })});
+  std::string response;
+  const grpc::Status status = Call("/t.S/Echo", big_request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response, big_request + std::string(size_t{512} << 10, 'r'));
+}
+
+TEST_F(UnixGrpcServerTest, ARequestOverTheLimitIsResourceExhaustedAndTheHandlerNeverRuns) {
+  std::atomic<bool> ran{false};
+  Serve({RawUnary("/t.S/Echo", [&](std::string_view, CallContext&, std::string*) {
+    ran = true;
+    return GrpcStatus::Ok();
+  })});
+  std::string response;
+  const grpc::Status status =
+      Call("/t.S/Echo", std::string(kMaxRequestMessageBytes + 1, 'x'), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  EXPECT_FALSE(ran.load());
+}
+
+// A stream the client cancels: the handler's next write fails and it sees the cancellation.
+TEST_F(UnixGrpcServerTest, AClientCancellingAStreamEndsItsHandler) {
+  std::promise<bool> handler_saw_cancel;
+  Serve({ServerStreamingMethod<HealthCheckRequest, HealthCheckResponse>(
+      "/grpc.health.v1.Health/Watch", [&](const HealthCheckRequest&, CallContext& context,
+                                          StreamWriter<HealthCheckResponse>& writer) {
+        HealthCheckResponse response;
+        response.set_status(HealthCheckResponse::SERVING);
+        const auto until = std::chrono::steady_clock::now() + kPatience;
+        while (writer.Write(response) && std::chrono::steady_clock::now() < until) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));  // a producer's pace
+        }
+        handler_saw_cancel.set_value(context.IsCancelled());
+        return GrpcStatus::Ok();
+      })});
+  auto stub = HealthStub();
+  grpc::ClientContext context;
+  auto reader = stub->Watch(&context, HealthCheckRequest());
+  HealthCheckResponse response;
+  ASSERT_TRUE(reader->Read(&response));
+  EXPECT_EQ(response.status(), HealthCheckResponse::SERVING);
+  context.TryCancel();
+  while (reader->Read(&response)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  auto saw = handler_saw_cancel.get_future();
+  ASSERT_EQ(saw.wait_for(kPatience), std::future_status::ready);
+  EXPECT_TRUE(saw.get());
+}
+
+// Shutdown with no grace cancels a stream that would run forever, waits for its handler, and
+// the client gets the handler's final status.
+TEST_F(UnixGrpcServerTest, ShutdownCancelsOpenStreamsAndWaitsForTheirHandlers) {
+  std::atomic<bool> handler_returned{false};
+  Serve({ServerStreamingMethod<HealthCheckRequest, HealthCheckResponse>(
+      "/grpc.health.v1.Health/Watch", [&](const HealthCheckRequest&, CallContext& context,
+                                          StreamWriter<HealthCheckResponse>& writer) {
+        HealthCheckResponse response;
+        writer.Write(response);
+        while (!context.IsCancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        handler_returned = true;
+        return GrpcStatus{GrpcCode::kUnavailable, "the plugin is stopping"};
+      })});
+  auto stub = HealthStub();
+  grpc::ClientContext context;
+  auto reader = stub->Watch(&context, HealthCheckRequest());
+  HealthCheckResponse response;
+  ASSERT_TRUE(reader->Read(&response));
+  server_->Shutdown(std::chrono::milliseconds(0));
+  EXPECT_TRUE(handler_returned.load());
+  while (reader->Read(&response)) {
+  }
+  const grpc::Status status = reader->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+}
+
+// A running unary call finishes within the grace period and its answer reaches the client.
+TEST_F(UnixGrpcServerTest, ShutdownLetsARunningCallFinishWithinTheGrace) {
+  std::promise<void> entered;
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  Serve({RawUnary("/t.S/Slow", [&](std::string_view, CallContext&, std::string* out) {
+    entered.set_value();
+    released.wait();
+    *out = "done";
+    return GrpcStatus::Ok();
+  })});
+  std::string response;
+  auto call = std::async(std::launch::async, [&] { return Call("/t.S/Slow", "", &response); });
+  entered.get_future().wait();
+  auto stopped = std::async(std::launch::async, [&] { server_->Shutdown(kPatience); });
+  release.set_value();
+  stopped.get();
+  const grpc::Status status = call.get();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response, "done");
+}
+
+TEST_F(UnixGrpcServerTest, NoThreadIsLeftPerCallOnceCallsAreAnswered) {
+  Serve({RawUnary("/t.S/Ok",
+                  [](std::string_view, CallContext&, std::string*) { return GrpcStatus::Ok(); })});
+  std::string response;
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(Call("/t.S/Ok", "", &response).ok());
+  EXPECT_EQ(CountThreadsNamed("test-grpc"), 1);
+  // A call's thread ends right after it hands over the answer; give it the time to get there.
+  const auto until = std::chrono::steady_clock::now() + kPatience;
+  while (CountThreadsNamed("grpc-call") > 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(CountThreadsNamed("grpc-call"), 0);
+}
+
+TEST_F(UnixGrpcServerTest, TheSocketHasTheModeAskedForAndIsNotHiddenUnderATemporaryName) {
+  Serve({});
+  struct stat st {};
+  ASSERT_EQ(::stat(socket_.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600U);
+  for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+    EXPECT_EQ(entry.path().filename().string(), "test.sock");
+  }
+}
+
+}  // namespace
+}  // namespace vfio_dra::kubeletplugin
