@@ -421,7 +421,7 @@ TEST_F(GrpcGoClientTest, AKubeletsGrpcGoClientRegistersPreparesWatchesAndIsRefus
   // A body that is not protobuf is refused (gRPC C++ says INTERNAL; the code is not the point).
   const auto malformed = StepsNamed(steps, "MalformedRequest");
   ASSERT_EQ(malformed.size(), 1u);
-  EXPECT_NE(malformed[0]["code"], "OK");
+  EXPECT_NE(malformed[0]["code"], std::string("OK"));
   // After the calls whose deadline ran out (whatever they answered), the kubelet's unprepare
   // succeeds and leaves the node as it was.
   for (const std::string name : {"ShortDeadline", "ExpiringDeadline"}) {
