@@ -65,7 +65,17 @@ bool GrpcConnection::Open() {
                                                             &GrpcConnection::OnDataChunk);
   nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, &GrpcConnection::OnFrameReceived);
   nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, &GrpcConnection::OnStreamClose);
-  const int rv = nghttp2_session_server_new(&session_, callbacks, this);
+  // No HTTP messaging checks: they refuse an :authority with a '/' in it (PROTOCOL_ERROR), and
+  // kubelets dialing the registration socket by path send the socket path there. Dispatch checks
+  // what gRPC needs (POST, the content-type, the path) itself.
+  nghttp2_option* option = nullptr;
+  if (nghttp2_option_new(&option) != 0) {
+    nghttp2_session_callbacks_del(callbacks);
+    return false;
+  }
+  nghttp2_option_set_no_http_messaging(option, 1);
+  const int rv = nghttp2_session_server_new2(&session_, callbacks, this, option);
+  nghttp2_option_del(option);
   nghttp2_session_callbacks_del(callbacks);
   if (rv != 0) return false;
   const std::array<nghttp2_settings_entry, 1> settings = {

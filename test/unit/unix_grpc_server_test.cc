@@ -89,6 +89,23 @@ TEST_F(UnixGrpcServerTest, TheClientSeesTheHandlersStatusCodeAndMessageVerbatim)
   EXPECT_EQ(status.error_message(), message);
 }
 
+// Kubelets that dial the registration socket by path send that path as :authority, which strict
+// HTTP/2 header checks refuse (it has '/' in it).
+TEST_F(UnixGrpcServerTest, ASocketPathAsAuthorityIsServed) {
+  Serve({UnaryMethod<HealthCheckRequest, HealthCheckResponse>(
+      "/grpc.health.v1.Health/Check",
+      [](const HealthCheckRequest&, CallContext&, HealthCheckResponse* response) {
+        response->set_status(HealthCheckResponse::SERVING);
+        return GrpcStatus::Ok();
+      })});
+  grpc::ClientContext context;
+  context.set_authority(socket_);
+  HealthCheckResponse answer;
+  const grpc::Status status = HealthStub()->Check(&context, HealthCheckRequest(), &answer);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(answer.status(), HealthCheckResponse::SERVING);
+}
+
 TEST_F(UnixGrpcServerTest, AnUnknownMethodIsUnimplementedAndNamesThePath) {
   Serve({});
   std::string response;
