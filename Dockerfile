@@ -25,6 +25,7 @@ RUN apt-get update \
       libcpp-httplib0.11 \
       libcurl4 \
       libfmt9 \
+      libnghttp2-14 \
       libnl-3-200 \
       libnl-route-3-200 \
       libpci3 \
