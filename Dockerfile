@@ -23,7 +23,6 @@ FROM debian:12-slim AS runtime
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       libcpp-httplib0.11 \
-      libcurl4 \
       libfmt9 \
       libnghttp2-14 \
       libnl-3-200 \

@@ -26,7 +26,7 @@
 #include "integration/daemon_process.h"
 #include "kube/api_client.h"
 #include "kube/client_config.h"
-#include "kube/curl_transport.h"
+#include "kube/httplib_transport.h"
 #include "kube/token_source.h"
 #include "kubelet_simulator.h"
 #include "latency_summary.h"
@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
   // finish together, as the daemon does), and three atomic files that need no fsync (the metadata
   // file in the data dir; the CDI spec and the metadata's CDI spec in the CDI dir).
   auto config = kube::LoadKubeconfigFile(kubeconfig);
-  auto transport = kube::CurlTransport::Create(*config, "bench");
+  auto transport = kube::HttplibTransport::Create(*config, "bench");
   kube::TokenSource tokens("", "", RealClock());
   kube::ApiClientOptions api_options;
   api_options.qps = 0;

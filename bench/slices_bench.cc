@@ -9,7 +9,7 @@
 
 #include "fake_apiserver.h"
 #include "kube/client_config.h"
-#include "kube/curl_transport.h"
+#include "kube/httplib_transport.h"
 #include "slicepublisher/slice_builder.h"
 #include "slicepublisher/slice_reconciler.h"
 #include "slicepublisher/slice_validator.h"
@@ -67,7 +67,7 @@ void BM_PublishFromNothing(benchmark::State& state) {
     char tmpl[] = "/tmp/vfio-dra-bench-XXXXXX";
     const std::string dir = mkdtemp(tmpl);
     auto config = kube::LoadKubeconfigFile(server.WriteKubeconfig(dir));
-    auto transport = kube::CurlTransport::Create(*config, "bench");
+    auto transport = kube::HttplibTransport::Create(*config, "bench");
     kube::TokenSource tokens("", "", RealClock());
     kube::ApiClientOptions api_options;
     api_options.qps = 0;  // measure the work, not the client-side rate limit

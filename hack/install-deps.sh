@@ -12,7 +12,7 @@ PACKAGES=(
   protobuf-compiler libprotobuf-dev protobuf-compiler-grpc libgrpc++-dev libnghttp2-dev
   # libraries the daemon links
   libboost-filesystem-dev libfmt-dev libspdlog-dev libpci-dev pci.ids
-  libcurl4-openssl-dev libssl-dev libcpp-httplib-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libudev-dev
+  libssl-dev libcpp-httplib-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libudev-dev
   libnl-route-3-dev
 )
 TEST_PACKAGES=(

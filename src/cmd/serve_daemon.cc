@@ -50,7 +50,7 @@ Status ServeDaemon::BuildApiClients() {
   auto config = kube::ResolveClientConfig(options_.kubeconfig);
   if (!config.ok()) return config.error().Wrap("cannot configure the Kubernetes API client");
   client_config_ = std::move(*config);
-  auto transport = kube::CurlTransport::Create(*client_config_, UserAgent());
+  auto transport = kube::HttplibTransport::Create(*client_config_, UserAgent());
   if (!transport.ok()) return transport.error().Wrap("cannot configure the Kubernetes API client");
   transport_ = std::move(*transport);
   tokens_.emplace(client_config_->token, client_config_->token_file, RealClock());

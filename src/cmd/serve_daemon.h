@@ -22,7 +22,7 @@
 #include "kube/claim_reader.h"
 #include "kube/claim_status_writer.h"
 #include "kube/client_config.h"
-#include "kube/curl_transport.h"
+#include "kube/httplib_transport.h"
 #include "kube/pod.h"
 #include "kube/token_source.h"
 #include "kubeletplugin/dra_grpc_service.h"
@@ -75,7 +75,7 @@ class ServeDaemon {
   std::shared_ptr<const discovery::VfioDriverChooser> vfio_drivers_;
   // The API clients: one for slices, one (with its own rate budget) for claim reads.
   std::optional<kube::ClientConfig> client_config_;
-  std::unique_ptr<kube::CurlTransport> transport_;
+  std::unique_ptr<kube::HttplibTransport> transport_;
   std::optional<kube::TokenSource> tokens_;
   std::optional<kube::ApiClient> api_;
   std::optional<kube::ApiClient> claim_api_;

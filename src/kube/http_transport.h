@@ -1,6 +1,6 @@
 // HttpTransport: the edge between the API client and the network. The client builds requests
 // against paths; a transport knows the server, TLS and how bytes move. Tests can substitute a
-// transport; production uses CurlTransport.
+// transport; production uses HttplibTransport.
 #pragma once
 
 #include <chrono>

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <sstream>
 #include <stop_token>
 #include <thread>
 
@@ -19,7 +20,7 @@
 #include "kube/claim_reader.h"
 #include "kube/claim_status_writer.h"
 #include "kube/client_config.h"
-#include "kube/curl_transport.h"
+#include "kube/httplib_transport.h"
 #include "kube/pod.h"
 #include "slicepublisher/slice_reconciler.h"
 #include "sysfs_fixture.h"
@@ -56,7 +57,7 @@ class KubeClientTest : public ::testing::Test {
   void Connect(const std::string& token_file = "", int max_retries = 3) {
     auto config = LoadKubeconfigFile(server_->WriteKubeconfig(dir_, token_file));
     ASSERT_TRUE(config.ok()) << config.error().message;
-    auto transport = CurlTransport::Create(*config, cmd::UserAgent());
+    auto transport = HttplibTransport::Create(*config, cmd::UserAgent());
     ASSERT_TRUE(transport.ok()) << transport.error().message;
     transport_ = std::move(*transport);
     tokens_ = std::make_unique<TokenSource>(config->token, config->token_file, RealClock());
@@ -72,7 +73,54 @@ class KubeClientTest : public ::testing::Test {
   std::string dir_;
   double qps_ = ApiClientOptions().qps;  // the client's own rate limit (0: none)
   std::unique_ptr<FakeApiServer> server_;
-  std::unique_ptr<CurlTransport> transport_;
+  std::unique_ptr<HttplibTransport> transport_;
+
+  // A self-signed certificate <name>.crt / <name>.key in dir_ with the given subjectAltName.
+  int MakeCertificate(const std::string& name, const std::string& alt_names) {
+    const std::string command =
+        "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=" + name +
+        " -addext subjectAltName=" + alt_names + " -keyout " + dir_ + "/" + name + ".key -out " +
+        dir_ + "/" + name + ".crt 2>/dev/null";
+    return std::system(command.c_str());
+  }
+  static std::string Base64File(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream content;
+    content << in.rdbuf();
+    const std::string text = content.str();
+    static constexpr char kAlphabet[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    std::string out;
+    for (size_t i = 0; i < text.size(); i += 3) {
+      uint32_t chunk = static_cast<uint8_t>(text[i]) << 16;
+      if (i + 1 < text.size()) chunk |= static_cast<uint8_t>(text[i + 1]) << 8;
+      if (i + 2 < text.size()) chunk |= static_cast<uint8_t>(text[i + 2]);
+      out += kAlphabet[(chunk >> 18) & 63];
+      out += kAlphabet[(chunk >> 12) & 63];
+      out += i + 1 < text.size() ? kAlphabet[(chunk >> 6) & 63] : '=';
+      out += i + 2 < text.size() ? kAlphabet[chunk & 63] : '=';
+    }
+    return out;
+  }
+  // GET /version with a kubeconfig for the running server; `cluster_extra` goes under the
+  // cluster, `user` is the user entry's flow map.
+  Result<nlohmann::json> GetVersionWith(const std::string& cluster_extra,
+                                        const std::string& user = "{}") {
+    const std::string path = dir_ + "/tls-kubeconfig";
+    std::ofstream(path, std::ios::trunc)
+        << "current-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n"
+        << "clusters:\n- name: k\n  cluster:\n    server: " << server_->url() << "\n"
+        << cluster_extra << "users:\n- name: u\n  user: " << user << "\n";
+    auto config = LoadKubeconfigFile(path);
+    if (!config.ok()) return config.error();
+    auto transport = HttplibTransport::Create(*config, "test");
+    if (!transport.ok()) return transport.error();
+    TokenSource tokens("", "", RealClock());
+    ApiClientOptions api_options;
+    api_options.max_retries = 0;
+    ApiClient client(**transport, tokens, RealClock(), Logger::Discard(), api_options);
+    return client.Get("/version");
+  }
   std::unique_ptr<TokenSource> tokens_;
   std::unique_ptr<ApiClient> client_;
 };
@@ -906,38 +954,64 @@ TEST_F(RbacTest, AMalformedRbacFileFailsTheStartNamingFileAndProblem) {
 
 // TLS: verification is on unless the kubeconfig turns it off; a CA file makes it pass.
 TEST_F(KubeClientTest, TlsIsVerifiedAgainstTheConfiguredCa) {
-  const std::string make_cert =
-      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=fake-apiserver "
-      "-addext subjectAltName=IP:127.0.0.1 -keyout " +
-      dir_ + "/key.pem -out " + dir_ + "/cert.pem 2>/dev/null";
-  ASSERT_EQ(std::system(make_cert.c_str()), 0) << "openssl is needed (hack/install-deps.sh)";
+  ASSERT_EQ(MakeCertificate("server", "IP:127.0.0.1"), 0) << "openssl is needed";
   FakeApiServerOptions options;
-  options.tls_cert_file = dir_ + "/cert.pem";
-  options.tls_key_file = dir_ + "/key.pem";
+  options.tls_cert_file = dir_ + "/server.crt";
+  options.tls_key_file = dir_ + "/server.key";
   StartServer(options);
-  auto connect_with = [&](const std::string& cluster_extra) -> Result<nlohmann::json> {
-    const std::string path = dir_ + "/tls-kubeconfig";
-    std::ofstream(path, std::ios::trunc)
-        << "current-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n"
-        << "clusters:\n- name: k\n  cluster:\n    server: " << server_->url() << "\n"
-        << cluster_extra << "users:\n- name: u\n  user: {}\n";
-    auto config = LoadKubeconfigFile(path);
-    if (!config.ok()) return config.error();
-    auto transport = CurlTransport::Create(*config, "test");
-    if (!transport.ok()) return transport.error();
-    TokenSource tokens("", "", RealClock());
-    ApiClientOptions api_options;
-    api_options.max_retries = 0;
-    ApiClient client(**transport, tokens, RealClock(), Logger::Discard(), api_options);
-    return client.Get("/version");
-  };
-  auto untrusted = connect_with("");
+  auto untrusted = GetVersionWith("");
   ASSERT_FALSE(untrusted.ok());
   EXPECT_NE(untrusted.error().message.find("SSL"), std::string::npos) << untrusted.error().message;
-  auto with_ca = connect_with("    certificate-authority: " + dir_ + "/cert.pem\n");
+  auto with_ca = GetVersionWith("    certificate-authority: " + dir_ + "/server.crt\n");
   EXPECT_TRUE(with_ca.ok()) << with_ca.error().message;
-  auto insecure = connect_with("    insecure-skip-tls-verify: true\n");
+  auto with_ca_data =
+      GetVersionWith("    certificate-authority-data: " + Base64File(dir_ + "/server.crt") + "\n");
+  EXPECT_TRUE(with_ca_data.ok()) << with_ca_data.error().message;
+  auto insecure = GetVersionWith("    insecure-skip-tls-verify: true\n");
   EXPECT_TRUE(insecure.ok());
+}
+
+// A certificate the CA signed for another address is refused: the chain alone is not enough.
+TEST_F(KubeClientTest, TlsRefusesACertificateForAnotherAddress) {
+  ASSERT_EQ(MakeCertificate("server", "IP:127.0.0.2,DNS:api.example.com"), 0);
+  FakeApiServerOptions options;
+  options.tls_cert_file = dir_ + "/server.crt";
+  options.tls_key_file = dir_ + "/server.key";
+  StartServer(options);
+  auto wrong_name = GetVersionWith("    certificate-authority: " + dir_ + "/server.crt\n");
+  ASSERT_FALSE(wrong_name.ok());
+  EXPECT_NE(wrong_name.error().message.find("does not name 127.0.0.1"), std::string::npos)
+      << wrong_name.error().message;
+}
+
+// A server that requires client certificates gets ours, from files or inline data; without one
+// the handshake fails.
+TEST_F(KubeClientTest, TlsPresentsTheClientCertificate) {
+  ASSERT_EQ(MakeCertificate("server", "IP:127.0.0.1"), 0);
+  ASSERT_EQ(MakeCertificate("client", "DNS:node1"), 0);
+  FakeApiServerOptions options;
+  options.tls_cert_file = dir_ + "/server.crt";
+  options.tls_key_file = dir_ + "/server.key";
+  options.tls_client_ca_file = dir_ + "/client.crt";
+  StartServer(options);
+  const std::string ca = "    certificate-authority: " + dir_ + "/server.crt\n";
+  auto without = GetVersionWith(ca);
+  EXPECT_FALSE(without.ok());
+  auto from_files = GetVersionWith(
+      ca, "{client-certificate: " + dir_ + "/client.crt, client-key: " + dir_ + "/client.key}");
+  EXPECT_TRUE(from_files.ok()) << from_files.error().message;
+  auto inline_data =
+      GetVersionWith(ca, "{client-certificate-data: " + Base64File(dir_ + "/client.crt") +
+                             ", client-key-data: " + Base64File(dir_ + "/client.key") + "}");
+  EXPECT_TRUE(inline_data.ok()) << inline_data.error().message;
+  // A key that is not the certificate's is refused before any connection, naming the config.
+  ASSERT_EQ(MakeCertificate("other", "DNS:other"), 0);
+  auto mismatched = GetVersionWith(
+      ca, "{client-certificate: " + dir_ + "/client.crt, client-key: " + dir_ + "/other.key}");
+  ASSERT_FALSE(mismatched.ok());
+  EXPECT_NE(mismatched.error().message.find("does not belong to the client certificate"),
+            std::string::npos)
+      << mismatched.error().message;
 }
 
 }  // namespace

@@ -13,7 +13,7 @@
 #include "discovery/node_scan.h"
 #include "fake_apiserver.h"
 #include "kube/client_config.h"
-#include "kube/curl_transport.h"
+#include "kube/httplib_transport.h"
 #include "slicepublisher/device_attributes.h"
 #include "slicepublisher/mdev_type_maxima.h"
 #include "sysfs_fixture.h"
@@ -62,7 +62,7 @@ class SliceReconcilerTest : public ::testing::Test {
                          Logger log = Logger::Discard()) {
     auto config = kube::LoadKubeconfigFile(server_->WriteKubeconfig(dir_));
     ASSERT_TRUE(config.ok());
-    transport_ = std::move(*kube::CurlTransport::Create(*config, "test"));
+    transport_ = std::move(*kube::HttplibTransport::Create(*config, "test"));
     tokens_ = std::make_unique<kube::TokenSource>("", "", RealClock());
     kube::ApiClientOptions api_options;
     api_options.qps = 0;
@@ -94,7 +94,7 @@ class SliceReconcilerTest : public ::testing::Test {
 
   std::string dir_;
   std::unique_ptr<FakeApiServer> server_;
-  std::unique_ptr<kube::CurlTransport> transport_;
+  std::unique_ptr<kube::HttplibTransport> transport_;
   std::unique_ptr<kube::TokenSource> tokens_;
   std::unique_ptr<kube::ApiClient> client_;
   std::unique_ptr<SliceReconciler> reconciler_;

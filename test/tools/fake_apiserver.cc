@@ -644,8 +644,11 @@ bool FakeApiServer::Start(int port) {
     rbac_ = std::make_unique<const RbacAuthorizer>(std::move(*rbac));
   }
   if (!options_.tls_cert_file.empty()) {
-    server_ = std::make_unique<httplib::SSLServer>(options_.tls_cert_file.c_str(),
-                                                   options_.tls_key_file.c_str());
+    // With a client CA the server, like a real API server configured for client certificates,
+    // refuses the handshake of a client without one signed by it.
+    server_ = std::make_unique<httplib::SSLServer>(
+        options_.tls_cert_file.c_str(), options_.tls_key_file.c_str(),
+        options_.tls_client_ca_file.empty() ? nullptr : options_.tls_client_ca_file.c_str());
   } else {
     server_ = std::make_unique<httplib::Server>();
   }

@@ -63,6 +63,8 @@ struct FakeApiServerOptions {
   // When both are set the server speaks HTTPS with this certificate.
   std::string tls_cert_file;
   std::string tls_key_file;
+  // When set too, clients must present a certificate this CA signed.
+  std::string tls_client_ca_file;
   // When set, requests are authorized by the ClusterRoles and Roles this manifest file binds to
   // `rbac_user` (ShippedRbacFile() is the plugin's own); Start() fails on a malformed file.
   std::string rbac_file;

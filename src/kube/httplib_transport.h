@@ -1,0 +1,88 @@
+// HttplibTransport: HttpTransport over cpp-httplib and OpenSSL with the TLS settings of a
+// ClientConfig (server CA, optional client certificate). Verification, of the chain and of the
+// server's name or IP, is on unless the config says insecure-skip-tls-verify. Clients are pooled
+// so that connections are kept alive; each stream (a watch) has a client of its own that a stop
+// request shuts down at once, whatever it is doing.
+// Why not libcurl: the metrics endpoint links cpp-httplib already, and Debian's libcurl loads
+// some twenty libraries a node agent never uses (GnuTLS, Kerberos, LDAP, RTMP, SSH): about 3 MiB
+// of every idle daemon (docs/benchmarks.md).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kube/client_config.h"
+#include "kube/http_transport.h"
+
+namespace httplib {
+class ClientImpl;
+}
+
+namespace vfio_dra::kube {
+
+// Where a ClientConfig's server is: "https://host:port/prefix" in parts.
+struct ServerEndpoint {
+  bool tls = true;
+  std::string host;  // without brackets for IPv6
+  int port = 443;
+  std::string path_prefix;  // "" or "/prefix", prepended to every request path
+  std::string host_header;  // "host", "host:port" or "[v6]:port"
+
+  static Result<ServerEndpoint> Parse(const std::string& server, const std::string& source);
+};
+
+// The proxy settings of the environment (https_proxy, http_proxy, no_proxy, either case).
+struct ProxyEnvironment {
+  std::string https_proxy;
+  std::string http_proxy;
+  std::string no_proxy;
+
+  static ProxyEnvironment FromProcess();
+};
+
+// Whether `no_proxy` (comma-separated: "*", host names, ".suffix" or suffix domains, IPv4
+// addresses and CIDR ranges, optionally with ":port") exempts `host`.
+bool NoProxyCovers(const std::string& no_proxy, const std::string& host);
+
+// Refuses what the transport would get wrong silently: a proxy in the environment that would
+// apply to `endpoint` (the plugin connects directly, never through a proxy), or a bearer token
+// over plain http to anything but loopback.
+Status CheckConnectionPolicy(const ClientConfig& config, const ServerEndpoint& endpoint,
+                             const ProxyEnvironment& proxies);
+
+class HttplibTransport final : public HttpTransport {
+ public:
+  // Validates the TLS material of `config` (readable files, PEM that parses) and returns a
+  // transport; errors name the kubeconfig or service account it came from.
+  static Result<std::unique_ptr<HttplibTransport>> Create(const ClientConfig& config,
+                                                          std::string user_agent);
+  ~HttplibTransport() override;
+  HttplibTransport(const HttplibTransport&) = delete;
+  HttplibTransport& operator=(const HttplibTransport&) = delete;
+
+  Result<HttpResponse> Send(const HttpRequest& request) override;
+  Result<HttpResponse> Stream(const HttpRequest& request, const BodyChunkHandler& on_chunk,
+                              std::stop_token stop) override;
+
+ private:
+  struct TlsMaterial;
+  HttplibTransport(ClientConfig config, ServerEndpoint endpoint, std::unique_ptr<TlsMaterial> tls,
+                   std::string user_agent);
+  std::unique_ptr<httplib::ClientImpl> NewClient() const;
+  std::unique_ptr<httplib::ClientImpl> TakeClient();
+  void ReturnClient(std::unique_ptr<httplib::ClientImpl> client);
+  Result<HttpResponse> Perform(httplib::ClientImpl& client, const HttpRequest& request,
+                               const BodyChunkHandler* on_chunk, const std::stop_token* stop,
+                               bool* connection_usable);
+
+  const ClientConfig config_;
+  const ServerEndpoint endpoint_;
+  const std::unique_ptr<TlsMaterial> tls_;
+  const std::string user_agent_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<httplib::ClientImpl>> idle_;
+};
+
+}  // namespace vfio_dra::kube
