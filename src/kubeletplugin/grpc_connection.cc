@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cerrno>
+#include <cstring>
 #include <string_view>
 #include <vector>
 
@@ -65,6 +66,7 @@ bool GrpcConnection::Open() {
                                                             &GrpcConnection::OnDataChunk);
   nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, &GrpcConnection::OnFrameReceived);
   nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, &GrpcConnection::OnStreamClose);
+  nghttp2_session_callbacks_set_on_frame_send_callback(callbacks, &GrpcConnection::OnFrameSent);
   // No HTTP messaging checks: they refuse an :authority with a '/' in it (PROTOCOL_ERROR), and
   // kubelets dialing the registration socket by path send the socket path there. Dispatch checks
   // what gRPC needs (POST, the content-type, the path) itself.
@@ -107,11 +109,17 @@ bool GrpcConnection::OnReadable() {
 
 bool GrpcConnection::Flush() {
   blocked_ = false;
-  return nghttp2_session_send(session_) == 0;
+  const int rv = nghttp2_session_send(session_);
+  if (rv != 0 && failure_.empty()) failure_ = "cannot send: " + std::string(nghttp2_strerror(rv));
+  return rv == 0;
 }
 
 bool GrpcConnection::Finished() const {
   return nghttp2_session_want_read(session_) == 0 && nghttp2_session_want_write(session_) == 0;
+}
+
+bool GrpcConnection::Quiet() const {
+  return streams_.empty() && nghttp2_session_want_write(session_) == 0 && !blocked_;
 }
 
 void GrpcConnection::GoAway() {
@@ -163,9 +171,12 @@ int GrpcConnection::OnDataChunk(nghttp2_session* /*session*/, uint8_t /*flags*/,
     stream->answered = true;
     stream->body.clear();
     connection->RespondTrailersOnly(
-        stream_id,
-        {GrpcCode::kResourceExhausted, "the request is larger than the limit of " +
-                                           std::to_string(kMaxRequestMessageBytes) + " bytes"});
+        stream_id, {GrpcCode::kResourceExhausted,
+                    "the request to " + stream->path + " is larger than the limit of " +
+                        std::to_string(kMaxRequestMessageBytes) + " bytes"});
+    // Once the answer is out, RST_STREAM(NO_ERROR) tells the client to stop sending the rest,
+    // as gRPC servers do (OnFrameSent); sent now, it would overtake the answer.
+    stream->reset_after_answer = true;
     return 0;
   }
   stream->body.append(reinterpret_cast<const char*>(data), len);
@@ -180,6 +191,17 @@ int GrpcConnection::OnFrameReceived(nghttp2_session* /*session*/, const nghttp2_
   auto* connection = static_cast<GrpcConnection*>(self);
   if (Stream* stream = connection->Find(frame->hd.stream_id)) {
     connection->Dispatch(frame->hd.stream_id, *stream);
+  }
+  return 0;
+}
+
+int GrpcConnection::OnFrameSent(nghttp2_session* session, const nghttp2_frame* frame, void* self) {
+  if (frame->hd.type != NGHTTP2_HEADERS || (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) == 0) {
+    return 0;
+  }
+  Stream* stream = static_cast<GrpcConnection*>(self)->Find(frame->hd.stream_id);
+  if (stream != nullptr && stream->reset_after_answer) {
+    nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_NO_ERROR);
   }
   return 0;
 }
@@ -217,7 +239,10 @@ void GrpcConnection::Dispatch(int32_t stream_id, Stream& stream) {
     RespondHttpError(stream_id, "405");
     return;
   }
-  if (stream.content_type.rfind("application/grpc", 0) != 0) {
+  const std::string_view type = stream.content_type;
+  const bool grpc_type = type == "application/grpc" || type.rfind("application/grpc+", 0) == 0 ||
+                         type.rfind("application/grpc;", 0) == 0;
+  if (!grpc_type) {
     RespondHttpError(stream_id, "415");
     return;
   }
@@ -267,7 +292,12 @@ void GrpcConnection::OnCallEvent(int32_t stream_id) {
   nghttp2_data_provider provider{};
   provider.source.ptr = stream->call.get();
   provider.read_callback = &GrpcConnection::ReadCallOutput;
-  nghttp2_submit_response(session_, stream_id, headers.data(), headers.size(), &provider);
+  if (nghttp2_submit_response(session_, stream_id, headers.data(), headers.size(), &provider) !=
+      0) {
+    // Nothing can reach the client on this stream; the handler must not wait for it.
+    stream->call->Cancel();
+    nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_INTERNAL_ERROR);
+  }
 }
 
 ssize_t GrpcConnection::ReadCallOutput(nghttp2_session* /*session*/, int32_t stream_id,
@@ -278,7 +308,10 @@ ssize_t GrpcConnection::ReadCallOutput(nghttp2_session* /*session*/, int32_t str
   if (n > 0) return static_cast<ssize_t>(n);
   if (auto status = call->StatusIfDrained()) {
     *data_flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
-    static_cast<GrpcConnection*>(self)->SubmitTrailers(stream_id, *status);
+    // Failing here resets the stream: the client sees an error rather than waiting forever.
+    if (!static_cast<GrpcConnection*>(self)->SubmitTrailers(stream_id, *status)) {
+      return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    }
     return 0;
   }
   return NGHTTP2_ERR_DEFERRED;
@@ -299,12 +332,12 @@ void GrpcConnection::RespondTrailersOnly(int32_t stream_id, const GrpcStatus& st
   nghttp2_submit_response(session_, stream_id, headers.data(), headers.size(), nullptr);
 }
 
-void GrpcConnection::SubmitTrailers(int32_t stream_id, const GrpcStatus& status) {
+bool GrpcConnection::SubmitTrailers(int32_t stream_id, const GrpcStatus& status) {
   const std::string code = std::to_string(static_cast<int>(status.code));
   const std::string message = PercentEncodeGrpcMessage(status.message);
   std::vector<nghttp2_nv> trailers = {Header("grpc-status", code)};
   if (!message.empty()) trailers.push_back(Header("grpc-message", message));
-  nghttp2_submit_trailer(session_, stream_id, trailers.data(), trailers.size());
+  return nghttp2_submit_trailer(session_, stream_id, trailers.data(), trailers.size()) == 0;
 }
 
 }  // namespace vfio_dra::kubeletplugin

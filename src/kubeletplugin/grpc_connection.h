@@ -44,6 +44,10 @@ class GrpcConnection {
   bool blocked() const { return blocked_; }
   // Nothing left to read or write (the peer and we are done, e.g. after GOAWAY).
   bool Finished() const;
+  // No call open and nothing waiting to be written: a stopping server may close it.
+  bool Quiet() const;
+  // Why the session failed, when OnReadable or Flush said to close (empty: the peer closed).
+  const std::string& failure() const { return failure_; }
   // A call of this connection has new output or finished.
   void OnCallEvent(int32_t stream);
   // Tells the client to open no new streams (the server stops).
@@ -58,6 +62,7 @@ class GrpcConnection {
     std::string body;
     bool answered = false;  // answered already (e.g. too large): further DATA is dropped
     bool headers_sent = false;
+    bool reset_after_answer = false;  // the client is still sending a body we refused
     std::shared_ptr<ServerCall> call;
   };
 
@@ -68,6 +73,7 @@ class GrpcConnection {
   static int OnDataChunk(nghttp2_session* session, uint8_t flags, int32_t stream_id,
                          const uint8_t* data, size_t len, void* self);
   static int OnFrameReceived(nghttp2_session* session, const nghttp2_frame* frame, void* self);
+  static int OnFrameSent(nghttp2_session* session, const nghttp2_frame* frame, void* self);
   static int OnStreamClose(nghttp2_session* session, int32_t stream_id, uint32_t error_code,
                            void* self);
   static ssize_t Send(nghttp2_session* session, const uint8_t* data, size_t length, int flags,
@@ -81,7 +87,7 @@ class GrpcConnection {
   // A response that is only headers ending the stream: an HTTP error, or gRPC's trailers-only.
   void RespondHttpError(int32_t stream_id, const char* http_status);
   void RespondTrailersOnly(int32_t stream_id, const GrpcStatus& status);
-  void SubmitTrailers(int32_t stream_id, const GrpcStatus& status);
+  bool SubmitTrailers(int32_t stream_id, const GrpcStatus& status);
 
   const int fd_;
   const uint64_t id_;
@@ -91,6 +97,7 @@ class GrpcConnection {
   CallStarter start_;
   nghttp2_session* session_ = nullptr;
   bool blocked_ = false;
+  std::string failure_;
   std::map<int32_t, Stream> streams_;
 };
 

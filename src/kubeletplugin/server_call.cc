@@ -27,9 +27,12 @@ void CallEvents::Wake() {
   [[maybe_unused]] const ssize_t written = ::write(fd_, &one, sizeof(one));
 }
 
-std::vector<CallEvent> CallEvents::Take() {
+void CallEvents::ClearWakeup() {
   uint64_t count = 0;
   [[maybe_unused]] const ssize_t got = ::read(fd_, &count, sizeof(count));
+}
+
+std::vector<CallEvent> CallEvents::Take() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<CallEvent> taken;
   taken.swap(events_);
@@ -49,6 +52,9 @@ bool ServerCall::Write(std::string message) {
     if (cancelled_.load() || finished_) return false;
     if (out_pos_ == out_.size()) {
       out_.clear();
+      out_pos_ = 0;
+    } else if (out_pos_ >= kCompactAfterBytes) {
+      out_.erase(0, out_pos_);
       out_pos_ = 0;
     }
     out_ += FrameMessage(message);

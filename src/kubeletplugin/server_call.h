@@ -38,7 +38,10 @@ class CallEvents {
   void Post(CallEvent event);
   // Wakes the poll without an event (the server's own state changed).
   void Wake();
-  // Takes the queued events and clears the eventfd.
+  // Clears the eventfd: done right after poll returns, before the I/O thread looks at anything a
+  // wakeup could be about, so that no later wakeup is lost.
+  void ClearWakeup();
+  // Takes the queued events (posted before their wakeup, so none is missed).
   std::vector<CallEvent> Take();
 
  private:
@@ -76,7 +79,10 @@ class ServerCall final : public CallContext, public MessageSink {
   bool HasOutput();
 
  private:
-  static constexpr size_t kMaxQueuedBytes = 1 << 20;
+  static constexpr size_t kMaxQueuedBytes = size_t{1} << 20;
+  // Sent bytes are dropped from the front of the buffer once there are this many, so a stream
+  // that is never quite drained does not keep everything it ever sent.
+  static constexpr size_t kCompactAfterBytes = size_t{64} << 10;
 
   const CallEvent id_;
   const std::string peer_;

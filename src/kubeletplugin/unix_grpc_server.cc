@@ -11,6 +11,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <optional>
 
 #include "base/file_io.h"
 #include "base/thread_name.h"
@@ -19,8 +20,19 @@
 namespace vfio_dra::kubeletplugin {
 namespace {
 
-// How long a stopping server keeps trying to hand the last answers to slow readers.
+// How long a stopping server keeps handing the last answers to slow readers.
 constexpr auto kFinalFlush = std::chrono::seconds(2);
+// Handlers running at once, cancelled ones included: the kubelet runs a call per pod being
+// started or stopped, far below this; a client that resets streams while their handlers still
+// run cannot make the plugin start threads without end.
+constexpr size_t kMaxRunningCalls = 256;
+constexpr auto kAcceptPause = std::chrono::seconds(1);
+
+int PollTimeoutMs(std::chrono::steady_clock::time_point until) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      until - std::chrono::steady_clock::now());
+  return static_cast<int>(std::clamp<int64_t>(left.count() + 1, 0, 60'000));
+}
 
 Result<int> ListenUnix(const std::string& path, mode_t mode) {
   sockaddr_un addr{};
@@ -71,23 +83,32 @@ Result<std::unique_ptr<UnixGrpcServer>> UnixGrpcServer::Start(
       return MakeError(ErrorKind::kInternal, "gRPC method " + method.path + " registered twice");
     }
   }
+  std::unique_ptr<UnixGrpcServer> server(
+      new UnixGrpcServer(path, std::move(table), std::move(log)));
+  if (!server->events_.ok()) {
+    return MakeError(ErrorKind::kUnavailable, "cannot create the eventfd of the gRPC server for " +
+                                                  path + ": " + ErrnoText(errno));
+  }
   auto fd = ListenUnix(path, mode);
   if (!fd.ok()) return fd.error();
-  std::unique_ptr<UnixGrpcServer> server(new UnixGrpcServer(*fd, std::move(table), std::move(log)));
-  if (!server->events_.ok()) {
-    return MakeError(ErrorKind::kUnavailable, "cannot create the eventfd of the server on " + path +
-                                                  ": " + ErrnoText(errno));
+  server->listen_fd_ = *fd;
+  try {
+    server->io_thread_ = std::thread([raw = server.get(), name = std::string(thread_name)] {
+      NameThisThread(name.c_str());
+      raw->Run();
+    });
+  } catch (const std::system_error& e) {
+    ::unlink(path.c_str());
+    return MakeError(
+        ErrorKind::kUnavailable,
+        "cannot start the I/O thread of the gRPC server for " + path + ": " + e.what());
   }
-  server->io_thread_ = std::thread([raw = server.get(), name = std::string(thread_name)] {
-    NameThisThread(name.c_str());
-    raw->Run();
-  });
   return server;
 }
 
-UnixGrpcServer::UnixGrpcServer(int listen_fd, std::unordered_map<std::string, GrpcMethod> methods,
-                               Logger log)
-    : listen_fd_(listen_fd), methods_(std::move(methods)), log_(std::move(log)) {}
+UnixGrpcServer::UnixGrpcServer(std::string path,
+                               std::unordered_map<std::string, GrpcMethod> methods, Logger log)
+    : path_(std::move(path)), methods_(std::move(methods)), log_(std::move(log)) {}
 
 UnixGrpcServer::~UnixGrpcServer() {
   Shutdown(std::chrono::milliseconds(0));
@@ -96,24 +117,35 @@ UnixGrpcServer::~UnixGrpcServer() {
 
 void UnixGrpcServer::Run() {
   bool stopping = false;
+  std::optional<std::chrono::steady_clock::time_point> flush_until;
   while (true) {
+    const auto now = std::chrono::steady_clock::now();
+    const bool accepting = listen_fd_ >= 0 && !stopping && now >= accept_paused_until_;
     std::vector<pollfd> fds;
     std::vector<uint64_t> polled;
     fds.push_back({events_.fd(), POLLIN, 0});
-    if (listen_fd_ >= 0) fds.push_back({listen_fd_, POLLIN, 0});
+    if (accepting) fds.push_back({listen_fd_, POLLIN, 0});
     const size_t first_connection = fds.size();
     for (auto& [id, connection] : connections_) {
-      // No timeout and no POLLOUT unless a write would have blocked: an idle server sleeps.
+      // No POLLOUT unless a write would have blocked: an idle server sleeps.
       const short want = connection->blocked() ? POLLIN | POLLOUT : POLLIN;
       fds.push_back({connection->fd(), want, 0});
       polled.push_back(id);
     }
-    if (::poll(fds.data(), fds.size(), -1) < 0) {
+    // No timeout unless accepting is paused or the last answers are being handed over.
+    int timeout = -1;
+    if (flush_until) {
+      timeout = PollTimeoutMs(*flush_until);
+    } else if (listen_fd_ >= 0 && !stopping && !accepting) {
+      timeout = PollTimeoutMs(accept_paused_until_);
+    }
+    if (::poll(fds.data(), fds.size(), timeout) < 0) {
       if (errno == EINTR) continue;
-      log_.Error("gRPC server poll failed; the server stops serving",
-                 {{"error", ErrnoText(errno)}});
+      log_.Error("gRPC server poll failed; the socket stops serving",
+                 {{"socket", path_}, {"error", ErrnoText(errno)}});
       break;
     }
+    events_.ClearWakeup();
     bool exiting = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -121,6 +153,9 @@ void UnixGrpcServer::Run() {
       if (stopping_ && !stopping) {
         stopping = true;
         for (auto& [id, connection] : connections_) connection->GoAway();
+        // Connections waiting in the backlog are refused rather than left hanging.
+        if (listen_fd_ >= 0) ::close(listen_fd_);
+        listen_fd_ = -1;
       }
     }
     for (size_t i = 0; i < polled.size(); ++i) {
@@ -129,39 +164,58 @@ void UnixGrpcServer::Run() {
       bool alive = true;
       if ((revents & (POLLIN | POLLHUP | POLLERR)) != 0) alive = connection.OnReadable();
       if (alive && (revents & POLLOUT) != 0) alive = connection.Flush();
-      if (!alive) connections_.erase(polled[i]);
+      if (!alive) Drop(polled[i], "the connection ended");
     }
     for (const CallEvent& event : events_.Take()) {
       auto it = connections_.find(event.connection);
       if (it != connections_.end()) it->second->OnCallEvent(event.stream);
     }
-    if (listen_fd_ >= 0 && !stopping && (fds[1].revents & POLLIN) != 0) Accept();
-    if (stopping && listen_fd_ >= 0) {
-      // Connections waiting in the backlog are refused rather than left hanging.
-      ::close(listen_fd_);
-      listen_fd_ = -1;
-    }
+    if (accepting && (fds[1].revents & POLLIN) != 0) Accept();
+    if (exiting && !flush_until) flush_until = std::chrono::steady_clock::now() + kFinalFlush;
     for (auto it = connections_.begin(); it != connections_.end();) {
-      if (!it->second->Flush() || it->second->Finished()) {
-        it = connections_.erase(it);
-      } else {
-        ++it;
+      const uint64_t id = it->first;
+      GrpcConnection& connection = *it->second;
+      ++it;
+      if (!connection.Flush()) {
+        Drop(id, "the connection ended");
+      } else if (connection.Finished() || (flush_until && connection.Quiet())) {
+        connections_.erase(id);
       }
     }
-    if (exiting) break;
+    if (flush_until && (connections_.empty() || std::chrono::steady_clock::now() >= *flush_until)) {
+      break;
+    }
   }
-  FlushBeforeClose();
+  for (const auto& [id, connection] : connections_) {
+    log_.Warn("closing a connection with answers not yet delivered: the plugin is stopping",
+              {{"socket", path_}, {"peer", connection->peer()}});
+  }
   connections_.clear();
+}
+
+void UnixGrpcServer::Drop(uint64_t id, const char* why) {
+  auto it = connections_.find(id);
+  if (it == connections_.end()) return;
+  if (!it->second->failure().empty()) {
+    log_.Warn("closing a gRPC connection",
+              {{"socket", path_}, {"peer", it->second->peer()}, {"reason", it->second->failure()}});
+  } else {
+    log_.Debug(4, why, {{"socket", path_}, {"peer", it->second->peer()}});
+  }
+  connections_.erase(it);
 }
 
 void UnixGrpcServer::Accept() {
   while (true) {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        log_.Warn("cannot accept a connection", {{"error", ErrnoText(errno)}});
-      }
+      if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      // Out of descriptors or memory: the pending connection stays in the backlog and the socket
+      // stays readable, so accepting pauses rather than spinning.
+      log_.Warn("cannot accept a connection; accepting pauses for a second",
+                {{"socket", path_}, {"error", ErrnoText(errno)}});
+      accept_paused_until_ = std::chrono::steady_clock::now() + kAcceptPause;
       return;
     }
     const uint64_t id = next_connection_++;
@@ -171,7 +225,7 @@ void UnixGrpcServer::Accept() {
                std::string message) { StartCall(method, call, std::move(message)); });
     if (!connection->Open()) {
       log_.Warn("cannot set up an HTTP/2 session for a new connection",
-                {{"peer", connection->peer()}});
+                {{"socket", path_}, {"peer", connection->peer()}});
       continue;
     }
     connections_.emplace(id, std::move(connection));
@@ -186,6 +240,12 @@ void UnixGrpcServer::StartCall(const GrpcMethod& method, const std::shared_ptr<S
       call->Finish({GrpcCode::kUnavailable, "the plugin is stopping"});
       return;
     }
+    if (running_.size() >= kMaxRunningCalls) {
+      call->Finish({GrpcCode::kResourceExhausted,
+                    std::to_string(running_.size()) + " calls are already running on " + path_ +
+                        "; " + method.path + " is refused until some finish"});
+      return;
+    }
     running_.push_back(call);
   }
   try {
@@ -197,7 +257,7 @@ void UnixGrpcServer::StartCall(const GrpcMethod& method, const std::shared_ptr<S
   } catch (const std::system_error& e) {
     HandlerDone(call.get());
     call->Finish({GrpcCode::kResourceExhausted,
-                  std::string("cannot start a thread for the call: ") + e.what()});
+                  "cannot start a thread for " + method.path + ": " + e.what()});
   }
 }
 
@@ -240,8 +300,11 @@ void UnixGrpcServer::CancelAllCalls() {
 void UnixGrpcServer::Shutdown(std::chrono::milliseconds grace) {
   {
     std::unique_lock<std::mutex> lock(mu_);
-    if (shut_down_) return;
-    shut_down_ = true;
+    if (shutdown_started_) {
+      handlers_done_.wait(lock, [&] { return shutdown_done_; });
+      return;
+    }
+    shutdown_started_ = true;
     stopping_ = true;
   }
   events_.Wake();
@@ -257,27 +320,11 @@ void UnixGrpcServer::Shutdown(std::chrono::milliseconds grace) {
   }
   events_.Wake();
   if (io_thread_.joinable()) io_thread_.join();
-}
-
-void UnixGrpcServer::FlushBeforeClose() {
-  const auto until = std::chrono::steady_clock::now() + kFinalFlush;
-  while (std::chrono::steady_clock::now() < until) {
-    std::vector<pollfd> fds;
-    for (auto it = connections_.begin(); it != connections_.end();) {
-      if (!it->second->Flush() || !it->second->blocked()) {
-        it = connections_.erase(it);
-      } else {
-        fds.push_back({it->second->fd(), POLLOUT, 0});
-        ++it;
-      }
-    }
-    if (fds.empty()) return;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        until - std::chrono::steady_clock::now());
-    if (::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(left.count(), 0))) <= 0) {
-      return;
-    }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_done_ = true;
   }
+  handlers_done_.notify_all();
 }
 
 }  // namespace vfio_dra::kubeletplugin

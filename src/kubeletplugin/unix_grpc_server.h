@@ -5,7 +5,8 @@
 // each call runs its handler on a thread of its own, so device work never holds up other calls.
 // Invariants: the socket file appears only once it accepts connections (bound under a hidden
 // name, then renamed); Shutdown lets running calls finish for the grace period, then cancels
-// them, waits for every handler to return and sends what they answered before closing.
+// them, waits for every handler to return and sends what they answered before closing; at most
+// kMaxRunningCalls handlers run at once, whatever the clients do.
 #pragma once
 
 #include <sys/types.h>
@@ -40,36 +41,42 @@ class UnixGrpcServer {
   UnixGrpcServer& operator=(const UnixGrpcServer&) = delete;
 
   // Stops accepting, tells clients to open no new calls, lets running calls finish for up to
-  // `grace`, cancels the rest and waits for their handlers. Idempotent. Does not unlink the
-  // socket file (the owner of the path does).
+  // `grace`, cancels the rest and waits for their handlers, then hands their answers to the
+  // clients for up to 2 s. Idempotent; a second caller returns once the first is done. Does not
+  // unlink the socket file (the owner of the path does).
   void Shutdown(std::chrono::milliseconds grace);
 
  private:
-  UnixGrpcServer(int listen_fd, std::unordered_map<std::string, GrpcMethod> methods, Logger log);
+  UnixGrpcServer(std::string path, std::unordered_map<std::string, GrpcMethod> methods, Logger log);
   void Run();
   void Accept();
+  void Drop(uint64_t id, const char* why);
   void StartCall(const GrpcMethod& method, const std::shared_ptr<ServerCall>& call,
                  std::string message);
   void RunHandler(const GrpcMethod& method, ServerCall& call, const std::string& message);
   void HandlerDone(const ServerCall* call);
   void CancelAllCalls();
-  void FlushBeforeClose();
 
-  int listen_fd_;
+  const std::string path_;
+  int listen_fd_ = -1;
   const std::unordered_map<std::string, GrpcMethod> methods_;
   Logger log_;
   CallEvents events_;
   std::thread io_thread_;
-  uint64_t next_connection_ = 1;
   // The I/O thread's alone.
+  uint64_t next_connection_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<GrpcConnection>> connections_;
+  // Accepting pauses while the process is out of descriptors or memory, instead of spinning on a
+  // listening socket that stays readable.
+  std::chrono::steady_clock::time_point accept_paused_until_{};
 
   std::mutex mu_;
   std::condition_variable handlers_done_;
   std::vector<std::shared_ptr<ServerCall>> running_;  // calls whose handler has not returned
   bool stopping_ = false;                             // no new connections or calls
   bool exiting_ = false;                              // the I/O thread flushes and ends
-  bool shut_down_ = false;
+  bool shutdown_started_ = false;
+  bool shutdown_done_ = false;
 };
 
 }  // namespace vfio_dra::kubeletplugin
