@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -173,7 +175,23 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--functions") == 0) functions = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--dir") == 0) base = argv[i + 1];
   }
-  testing::FakeApiServer server;
+  // As on a node: TLS, verified against the server's CA, with a bearer token; the daemon's
+  // footprint includes OpenSSL's handshake and its watch connections' TLS state.
+  std::filesystem::create_directories(base);
+  const std::string make_cert =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=fake-apiserver "
+      "-addext subjectAltName=IP:127.0.0.1 -keyout " +
+      base + "/apiserver.key -out " + base + "/apiserver.crt 2>/dev/null";
+  if (std::system(make_cert.c_str()) != 0) {
+    std::fprintf(stderr,
+                 "daemon_bench: openssl could not make a certificate (hack/install-deps.sh)\n");
+    return 1;
+  }
+  testing::FakeApiServerOptions server_options;
+  server_options.tls_cert_file = base + "/apiserver.crt";
+  server_options.tls_key_file = base + "/apiserver.key";
+  server_options.token = "daemon-bench-token";
+  testing::FakeApiServer server(server_options);
   server.Start();
   server.PutNode("node1", "6a0a1d47-0000-4000-8000-0000000000aa");
   nlohmann::json out;

@@ -700,8 +700,12 @@ std::string FakeApiServer::WriteKubeconfig(const std::string& dir,
   std::string path = dir + "/kubeconfig";
   std::ofstream out(path);
   out << "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
-      << "clusters:\n- name: fake\n  cluster:\n    server: " << url() << "\n"
-      << "contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n"
+      << "clusters:\n- name: fake\n  cluster:\n    server: " << url() << "\n";
+  // A TLS server's certificate is self-signed: it is its own CA.
+  if (!options_.tls_cert_file.empty()) {
+    out << "    certificate-authority: " << options_.tls_cert_file << "\n";
+  }
+  out << "contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n"
       << "users:\n- name: fake\n  user:\n";
   if (!token_file.empty()) {
     out << "    tokenFile: " << token_file << "\n";
