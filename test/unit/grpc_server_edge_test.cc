@@ -328,7 +328,13 @@ TEST(ServerCallTest, TheBufferOfAStreamThatIsNeverFullyDrainedStaysBounded) {
 // I/O thread must pause accepting, not spin (it used a whole core before).
 TEST_F(GrpcServerEdgeTest, AcceptFailingForWantOfDescriptorsDoesNotSpin) {
   Serve({});
-  const int stat_fd = OpenStatOfThread("edge-grpc");
+  // The I/O thread names itself as it starts, which may be a moment after Start returns.
+  int stat_fd = OpenStatOfThread("edge-grpc");
+  for (const auto until = std::chrono::steady_clock::now() + kPatience;
+       stat_fd < 0 && std::chrono::steady_clock::now() < until;
+       stat_fd = OpenStatOfThread("edge-grpc")) {
+    std::this_thread::yield();
+  }
   ASSERT_GE(stat_fd, 0);
   std::vector<int> clients(3);
   for (int& fd : clients) fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
