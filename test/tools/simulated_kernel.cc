@@ -17,6 +17,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "base/file_io.h"
 #include "sysfs/sysfs_parse.h"
 #include "sysfs_fixture.h"
 
@@ -28,17 +29,26 @@ namespace {
 constexpr int kVfioGroupMajor = 241;
 constexpr int kVfioDevMajor = 511;
 
+// "" when the file cannot be read, as the stream-based reading this replaced gave.
 std::string ReadText(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
+  auto content = ReadFileToString(path.string());
+  return content.ok() ? std::move(*content) : std::string();
 }
 
 void WriteText(const fs::path& path, const std::string& content) {
-  fs::create_directories(path.parent_path());
-  std::ofstream out(path, std::ios::trunc | std::ios::binary);
-  out << content;
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0 && errno == ENOENT) {
+    fs::create_directories(path.parent_path());
+    fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  }
+  if (fd < 0) {
+    throw std::runtime_error("simulated kernel: cannot write " + path.string() + ": " +
+                             std::strerror(errno));
+  }
+  const bool written =
+      ::write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size());
+  ::close(fd);
+  if (!written) throw std::runtime_error("simulated kernel: short write to " + path.string());
 }
 
 std::string Trim(std::string text) {
@@ -193,10 +203,17 @@ void SimulatedKernel::HangUnbind(const std::string& address) {
   released_ = false;
 }
 
+void SimulatedKernel::HangVfioBind(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  hang_bind_.insert(address);
+  released_ = false;
+}
+
 void SimulatedKernel::ReleaseHangs() {
   std::lock_guard<std::mutex> lock(mu_);
   released_ = true;
   hang_unbind_.clear();
+  hang_bind_.clear();
   cv_.notify_all();
 }
 
@@ -221,7 +238,7 @@ std::vector<SimWrite> SimulatedKernel::Writes() const {
 }
 
 void SimulatedKernel::RemoveDevice(const std::string& address) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::shared_mutex> tree(tree_mu_);
   const std::string dir = DeviceDir(address);
   const std::string driver = DriverOf(address);
   if (!driver.empty()) DoUnbind(driver, address);
@@ -295,19 +312,36 @@ void SimulatedKernel::RemoveNode(const std::string& dev_relative) const {
 }
 
 int SimulatedKernel::Write(const std::string& path, std::string_view value) {
-  std::unique_lock<std::mutex> lock(mu_);
-  ++in_flight_;
-  std::string rel = path;
+  const bool inside = path.rfind(root_ + "/", 0) == 0;
+  const std::string rel = inside ? path.substr(root_.size() + 1) : path;
+  const std::vector<std::string> parts = Split(rel);
+  const std::string arg = Trim(std::string(value));
+  // The device lock as this process keeps it: writes that act on the same device wait for each
+  // other; those on other devices go on.
+  const std::string device = inside ? TargetDevice(parts, rel, arg) : "";
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++in_flight_;
+    cv_.wait(lock, [&] { return device.empty() || busy_.count(device) == 0; });
+    if (!device.empty()) busy_.insert(device);
+  }
   int result = EACCES;
-  if (rel.rfind(root_ + "/", 0) == 0) {
-    rel = rel.substr(root_.size() + 1);
+  std::string simulation_error;
+  if (inside) {
     try {
-      result = Apply(rel, std::string(value), lock);
+      WaitWhileLocked(device);
+      result = Apply(parts, rel, arg);
     } catch (const std::exception& e) {
       // A broken fixture must fail the test, not the daemon under test.
       result = EIO;
-      writes_.push_back({rel + " (simulation error: " + e.what() + ")", std::string(value), EIO});
+      simulation_error = e.what();
     }
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!device.empty()) busy_.erase(device);
+  if (!simulation_error.empty()) {
+    writes_.push_back(
+        {rel + " (simulation error: " + simulation_error + ")", std::string(value), EIO});
   }
   writes_.push_back({rel, std::string(value), result});
   if (!log_file_.empty()) {
@@ -379,11 +413,22 @@ void SimulatedKernel::UnlockDevice(const std::string& address) {
   locked_.erase(it);
 }
 
-void SimulatedKernel::WaitWhileLocked(const std::string& address,
-                                      std::unique_lock<std::mutex>& lock) {
+void SimulatedKernel::HoldUntilReleased(const std::string& address, TreeLock& tree) {
+  std::unique_lock<std::mutex> lock(mu_);
+  LockDevice(address);
+  ++hanging_;
+  cv_.notify_all();
+  tree.unlock();  // the kernel holds this device only
+  cv_.wait(lock, [&] { return released_; });
+  --hanging_;
+  UnlockDevice(address);
+  lock.unlock();
+  tree.lock();
+}
+
+void SimulatedKernel::WaitWhileLocked(const std::string& address) {
   while (DeviceLocked(address)) {
     const std::string path = Abs("bus/pci/devices/" + address + "/driver_override");
-    lock.unlock();
     // Blocks until the holder (here or in another process) lets go: it writes and closes. A
     // FIFO nobody holds any more (its holder was killed) reads end of file at once.
     const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -394,36 +439,26 @@ void SimulatedKernel::WaitWhileLocked(const std::string& address,
       n = ::read(fd, buffer, sizeof buffer);
       ::close(fd);
     }
-    lock.lock();
+    std::lock_guard<std::mutex> lock(mu_);
     // A holder that lets go puts the file back before it writes and closes; a FIFO still there
     // after end of file, held by no one here, was left by a holder that was killed.
     if (n <= 0 && DeviceLocked(address) && locked_.count(address) == 0) return;
   }
 }
 
-int SimulatedKernel::Apply(const std::string& rel, const std::string& value,
-                           std::unique_lock<std::mutex>& lock) {
-  const std::vector<std::string> parts = Split(rel);
-  const std::string arg = Trim(value);
-  WaitWhileLocked(TargetDevice(parts, rel, arg), lock);
-  if (rel == "bus/pci/drivers_probe") return Probe(arg);
-  if (parts.size() == 5 && parts[0] == "bus" && parts[1] == "pci" && parts[2] == "drivers") {
-    if (!fs::exists(Abs(rel))) return ENOENT;
-    if (parts[4] == "bind") return Bind(parts[3], arg);
-    if (parts[4] == "unbind") return Unbind(parts[3], arg, lock);
-    return EACCES;
+int SimulatedKernel::Apply(const std::vector<std::string>& parts, const std::string& rel,
+                           const std::string& arg) {
+  const bool device_attribute =
+      parts.size() >= 5 && parts[0] == "bus" && parts[1] == "pci" && parts[2] == "devices";
+  if (rel == "bus/pci/drivers_probe" ||
+      (parts.size() == 5 && parts[0] == "bus" && parts[1] == "pci" && parts[2] == "drivers") ||
+      (device_attribute && !(parts.size() == 5 && parts[4] == "sriov_numvfs"))) {
+    return ApplyToOneDevice(parts, rel, arg);
   }
-  if (parts.size() >= 5 && parts[0] == "bus" && parts[1] == "pci" && parts[2] == "devices") {
-    const std::string& address = parts[3];
-    if (DeviceDir(address).empty()) return ENOENT;
-    if (parts.size() == 6 && parts[4] == "driver" && parts[5] == "unbind") {
-      const std::string driver = DriverOf(address);
-      if (driver.empty()) return ENOENT;
-      if (arg != address) return ENODEV;
-      return Unbind(driver, address, lock);
-    }
-    if (parts.size() == 5) return WriteDeviceAttribute(address, parts[4], value);
-    return EACCES;
+  std::unique_lock<std::shared_mutex> tree(tree_mu_);
+  if (device_attribute) {
+    if (DeviceDir(parts[3]).empty()) return ENOENT;
+    return SetNumVfs(parts[3], arg);
   }
   if (parts.size() == 5 && parts[0] == "bus" && parts[1] == "mdev" && parts[2] == "devices" &&
       parts[4] == "remove") {
@@ -441,24 +476,45 @@ int SimulatedKernel::Apply(const std::string& rel, const std::string& value,
   return EACCES;
 }
 
-int SimulatedKernel::WriteDeviceAttribute(const std::string& address, const std::string& attr,
-                                          const std::string& value) {
-  if (attr == "driver_override") {
-    const std::string name = Trim(value);
+int SimulatedKernel::ApplyToOneDevice(const std::vector<std::string>& parts, const std::string& rel,
+                                      const std::string& arg) {
+  TreeLock tree(tree_mu_);
+  if (rel == "bus/pci/drivers_probe") return Probe(arg, tree);
+  if (parts[2] == "drivers") {
+    if (!fs::exists(Abs(rel))) return ENOENT;
+    if (parts[4] == "bind") return Bind(parts[3], arg, tree);
+    if (parts[4] == "unbind") return Unbind(parts[3], arg, tree);
+    return EACCES;
+  }
+  const std::string& address = parts[3];
+  if (DeviceDir(address).empty()) return ENOENT;
+  if (parts.size() == 6 && parts[4] == "driver" && parts[5] == "unbind") {
+    const std::string driver = DriverOf(address);
+    if (driver.empty()) return ENOENT;
+    if (arg != address) return ENODEV;
+    return Unbind(driver, address, tree);
+  }
+  if (parts.size() == 5 && parts[4] == "driver_override") {
     WriteText(Abs("bus/pci/devices/" + address + "/driver_override"),
-              (name.empty() ? std::string("(null)") : name) + "\n");
+              (arg.empty() ? std::string("(null)") : arg) + "\n");
     return 0;
   }
-  if (attr == "sriov_numvfs") return SetNumVfs(address, Trim(value));
   return EACCES;
 }
 
-int SimulatedKernel::Bind(const std::string& driver, const std::string& address) {
+int SimulatedKernel::Bind(const std::string& driver, const std::string& address, TreeLock& tree) {
   const std::string dir = DeviceDir(address);
   if (dir.empty()) return ENODEV;
-  if (auto fault = fail_bind_.find(address); fault != fail_bind_.end() && IsVfioDriver(driver)) {
-    return fault->second;
+  int fault = 0;
+  bool hang = false;
+  std::string host_driver;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = fail_bind_.find(address); it != fail_bind_.end()) fault = it->second;
+    hang = hang_bind_.count(address) != 0 && !released_;
+    if (auto it = host_driver_.find(address); it != host_driver_.end()) host_driver = it->second;
   }
+  if (fault != 0 && IsVfioDriver(driver)) return fault;
   if (!DriverOf(address).empty()) return EBUSY;
   const std::string override = OverrideOf(address);
   if (!override.empty() && override != driver) return ENODEV;
@@ -468,64 +524,80 @@ int SimulatedKernel::Bind(const std::string& driver, const std::string& address)
     if (override != driver) return ENODEV;
     if (ParseInt(ReadText(Abs(dir + "/sriov_numvfs")), 0) > 0) return EBUSY;
     if (ReadText(Abs(dir + "/class")).rfind("0x06", 0) == 0) return EINVAL;
-  } else {
-    auto host = host_driver_.find(address);
-    if (host == host_driver_.end() || host->second != driver) return ENODEV;
+    if (hang) {
+      HoldUntilReleased(address, tree);
+      if (DeviceDir(address).empty()) return ENODEV;
+    }
+  } else if (host_driver != driver) {
+    return ENODEV;
   }
   DoBind(driver, address);
   return 0;
 }
 
-int SimulatedKernel::Probe(const std::string& address) {
+int SimulatedKernel::Probe(const std::string& address, TreeLock& tree) {
   const std::string dir = DeviceDir(address);
   if (dir.empty()) return ENODEV;
   if (!DriverOf(address).empty()) return 0;
   const std::string override = OverrideOf(address);
   std::string candidate = override;
   if (candidate.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
     auto host = host_driver_.find(address);
     if (host != host_driver_.end()) candidate = host->second;
   }
   if (candidate.empty() || !fs::exists(Abs("bus/pci/drivers/" + candidate))) return 0;
   // A refused probe still reports success, as the kernel does.
-  Bind(candidate, address);
+  Bind(candidate, address, tree);
   return 0;
 }
 
-int SimulatedKernel::Unbind(const std::string& driver, const std::string& address,
-                            std::unique_lock<std::mutex>& lock) {
+int SimulatedKernel::Unbind(const std::string& driver, const std::string& address, TreeLock& tree) {
   if (DeviceDir(address).empty() || DriverOf(address) != driver) return ENODEV;
-  if (hang_unbind_.count(address) != 0 && !released_) {
+  bool hang = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    hang = hang_unbind_.count(address) != 0 && !released_;
+  }
+  if (hang) {
     // As __device_release_driver: the driver links go, then the driver's remove() waits for the
     // VFIO user with the device lock held.
     const std::string dir = DeviceDir(address);
     fs::remove(Abs(dir + "/driver"));
     fs::remove(Abs("bus/pci/drivers/" + driver + "/" + address));
-    LockDevice(address);
-    ++hanging_;
-    cv_.notify_all();
-    cv_.wait(lock, [&] { return released_; });
-    --hanging_;
-    UnlockDevice(address);
+    HoldUntilReleased(address, tree);
     if (DeviceDir(address).empty()) return 0;
   }
   DoUnbind(driver, address);
   return 0;
 }
 
+int SimulatedKernel::FreeVfioDevIndex() const {
+  std::set<int> used;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(Abs("class/vfio-dev"), ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("vfio", 0) == 0) used.insert(ParseInt(name.substr(4), -1));
+  }
+  int index = 0;
+  while (used.count(index) != 0) ++index;
+  return index;
+}
+
 void SimulatedKernel::DoBind(const std::string& driver, const std::string& address) {
   const std::string dir = DeviceDir(address);
-  SysfsFixture links(root_);
-  links.Symlink(dir + "/driver", "bus/pci/drivers/" + driver);
-  links.Symlink("bus/pci/drivers/" + driver + "/" + address, dir);
+  MakeRelativeSymlink(root_, dir + "/driver", "bus/pci/drivers/" + driver);
+  MakeRelativeSymlink(root_, "bus/pci/drivers/" + driver + "/" + address, dir);
   SetUeventDriver(dir, driver);
   if (!IsVfioDriver(driver)) return;
-  int index = 0;
-  while (fs::exists(Abs("class/vfio-dev/vfio" + std::to_string(index)))) ++index;
+  // Numbers and group nodes are shared by all devices: handed out one binder at a time, as the
+  // kernel's IDA and group lock do.
+  std::lock_guard<std::mutex> nodes(nodes_mu_);
+  const int index = FreeVfioDevIndex();
   const std::string cdev = "vfio" + std::to_string(index);
   WriteText(Abs(dir + "/vfio-dev/" + cdev + "/dev"),
             std::to_string(kVfioDevMajor) + ":" + std::to_string(index) + "\n");
-  links.Symlink("class/vfio-dev/" + cdev, dir + "/vfio-dev/" + cdev);
+  MakeRelativeSymlink(root_, "class/vfio-dev/" + cdev, dir + "/vfio-dev/" + cdev);
   MakeNode("vfio/devices/" + cdev, kVfioDevMajor, index);
   const int group = GroupOf(dir);
   if (group < 0) return;
@@ -543,6 +615,7 @@ void SimulatedKernel::DoUnbind(const std::string& driver, const std::string& add
   fs::remove(Abs("bus/pci/drivers/" + driver + "/" + address));
   SetUeventDriver(dir, "");
   if (!IsVfioDriver(driver)) return;
+  std::lock_guard<std::mutex> nodes(nodes_mu_);
   if (fs::exists(Abs(dir + "/vfio-dev"))) {
     for (const auto& entry : fs::directory_iterator(Abs(dir + "/vfio-dev"))) {
       const std::string cdev = entry.path().filename().string();
@@ -566,10 +639,13 @@ int SimulatedKernel::CreateMdev(const std::string& parent_dir, const std::string
                                 const std::string& uuid) {
   if (!sysfs::IsMdevUuid(uuid)) return EINVAL;
   if (fs::exists(Abs("bus/mdev/devices/" + uuid))) return EEXIST;
-  if (fail_mdev_create_ != 0) {
-    const int err = fail_mdev_create_;
-    fail_mdev_create_ = 0;
-    return err;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fail_mdev_create_ != 0) {
+      const int err = fail_mdev_create_;
+      fail_mdev_create_ = 0;
+      return err;
+    }
   }
   const std::string type_dir = parent_dir + "/mdev_supported_types/" + type;
   const int available = ParseInt(ReadText(Abs(type_dir + "/available_instances")), 0);

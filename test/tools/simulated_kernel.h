@@ -19,12 +19,19 @@
 // waits; on release the files come back and a blocked reader gets the value (or, when several
 // wait, end of file: the one difference from the kernel, which gives each the value). A FIFO at
 // driver_override is the lock as other simulated kernels (other processes) see it.
+//
+// Concurrency, as the kernel's: writes that act on one device (its driver_override, a bind,
+// unbind or probe of it) wait for each other and run beside writes to other devices; the nodes
+// every device shares (vfio-dev numbers, a group's /dev/vfio node) are handed out one binder at
+// a time. Writes that add or remove devices (sriov_numvfs, mdev create and remove) run alone.
+// A write blocked in a hang holds only its device.
 #pragma once
 
 #include <condition_variable>
 #include <map>
 #include <mutex>
 #include <set>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -61,6 +68,10 @@ class SimulatedKernel final : public sysfs::SysfsWriter {
   // Faults.
   void FailVfioBind(const std::string& address, int err);  // every bind to vfio-pci
   void HangUnbind(const std::string& address);             // unbinds block until ReleaseHangs
+  // Binds of the function to a VFIO driver block, with the device locked, until ReleaseHangs: a
+  // probe that waits (for a reset, say). Its driver links appear once it returns (the kernel
+  // makes them just before the probe).
+  void HangVfioBind(const std::string& address);
   void ReleaseHangs();
   void FailMdevCreate(int err);                   // the next mdev create
   void RemoveDevice(const std::string& address);  // hot-unplug: the function vanishes
@@ -81,13 +92,15 @@ class SimulatedKernel final : public sysfs::SysfsWriter {
   static std::vector<SimWrite> ReadWriteLog(const std::string& path);
 
  private:
-  int Apply(const std::string& rel, const std::string& value, std::unique_lock<std::mutex>& lock);
-  int WriteDeviceAttribute(const std::string& address, const std::string& attr,
-                           const std::string& value);
-  int Bind(const std::string& driver, const std::string& address);
-  int Unbind(const std::string& driver, const std::string& address,
-             std::unique_lock<std::mutex>& lock);
-  int Probe(const std::string& address);
+  // Writes that act on one device hold the tree shared; writes that add or remove devices hold
+  // it alone.
+  using TreeLock = std::shared_lock<std::shared_mutex>;
+  int Apply(const std::vector<std::string>& parts, const std::string& rel, const std::string& arg);
+  int ApplyToOneDevice(const std::vector<std::string>& parts, const std::string& rel,
+                       const std::string& arg);
+  int Bind(const std::string& driver, const std::string& address, TreeLock& tree);
+  int Unbind(const std::string& driver, const std::string& address, TreeLock& tree);
+  int Probe(const std::string& address, TreeLock& tree);
   int CreateMdev(const std::string& parent_dir, const std::string& type, const std::string& uuid);
   int RemoveMdev(const std::string& uuid);
   int SetNumVfs(const std::string& address, const std::string& value);
@@ -96,8 +109,10 @@ class SimulatedKernel final : public sysfs::SysfsWriter {
   void LockDevice(const std::string& address);
   void UnlockDevice(const std::string& address);
   bool DeviceLocked(const std::string& address) const;
-  // Waits, with mu_ released, until `address` is not locked (by this or another process).
-  void WaitWhileLocked(const std::string& address, std::unique_lock<std::mutex>& lock);
+  // Holds `address` locked until ReleaseHangs, with `tree` let go meanwhile.
+  void HoldUntilReleased(const std::string& address, TreeLock& tree);
+  // Waits, holding nothing, until `address` is not locked by another process.
+  void WaitWhileLocked(const std::string& address);
   // The PCI device a write to `rel` with `arg` acts on ("" when none).
   std::string TargetDevice(const std::vector<std::string>& parts, const std::string& rel,
                            const std::string& arg) const;
@@ -110,6 +125,7 @@ class SimulatedKernel final : public sysfs::SysfsWriter {
   std::string OverrideOf(const std::string& address) const;
   int GroupOf(const std::string& rel_device_link) const;
   int NextGroup() const;
+  int FreeVfioDevIndex() const;  // the lowest vfioN not in /sys/class/vfio-dev; nodes_mu_ held
   void SetUeventDriver(const std::string& dir, const std::string& driver);
   void MakeNode(const std::string& dev_relative, int major, int minor) const;
   void RemoveNode(const std::string& dev_relative) const;
@@ -122,15 +138,19 @@ class SimulatedKernel final : public sysfs::SysfsWriter {
   std::string state_file_;
   std::string log_file_;
 
-  mutable std::mutex mu_;
+  std::shared_mutex tree_mu_;  // taken before mu_ when both are held
+  std::mutex nodes_mu_;        // vfio-dev numbers and group nodes; taken last
+  mutable std::mutex mu_;      // what follows, and the counts
   mutable std::condition_variable cv_;
-  std::map<std::string, std::string> host_driver_;              // address -> matching host driver
+  std::set<std::string> busy_;                      // devices a write of this process acts on
+  std::map<std::string, std::string> host_driver_;  // address -> matching host driver
   std::map<std::string, std::map<std::string, int>> mdev_max_;  // parent dir -> type -> max
   std::set<std::string> mdev_mixed_;  // NVIDIA parents in heterogeneous mode (count space)
   // Rewrites every type's available_instances of a parent from what exists on it.
   void RecomputeAvailable(const std::string& parent_dir);
   std::map<std::string, int> fail_bind_;
   std::set<std::string> hang_unbind_;
+  std::set<std::string> hang_bind_;
   bool released_ = false;
   int hanging_ = 0;
   int in_flight_ = 0;

@@ -9,6 +9,10 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <set>
+#include <thread>
+#include <vector>
 
 #include "unit/fixture_node.h"
 
@@ -110,6 +114,62 @@ TEST_F(SimulatedKernelTest, SriovVfsAreCreatedAndRemovedThroughSriovNumvfs) {
   EXPECT_EQ(Write("bus/pci/devices/0000:5e:00.0/sriov_numvfs", "6"), 0);
   EXPECT_TRUE(fs::exists(node_->sysfs_root() + "/bus/pci/devices/0000:5e:02.5/physfn"));
   EXPECT_TRUE(fs::exists(node_->sysfs_root() + "/bus/pci/devices/0000:5e:00.0/virtfn5"));
+}
+
+// The kernel locks one device per bind: a probe that waits (for a reset, say) holds its own
+// device only, and a bind of another device goes through meanwhile. The simulation once ran every
+// write under one lock, so work on one device delayed all others and benchmarks measured that.
+TEST_F(SimulatedKernelTest, AWaitingProbeHoldsOnlyItsOwnDevice) {
+  for (const std::string f : {"0000:06:00.0", "0000:04:00.0"}) {
+    ASSERT_EQ(Write("bus/pci/devices/" + f + "/driver_override", "vfio-pci"), 0);
+    ASSERT_EQ(Write("bus/pci/drivers/nvme/unbind", f), 0);
+  }
+  kernel_->HangVfioBind("0000:06:00.0");
+  std::future<int> waiting = std::async(
+      std::launch::async, [&] { return Write("bus/pci/drivers/vfio-pci/bind", "0000:06:00.0"); });
+  ASSERT_TRUE(kernel_->WaitUntilHanging(1, std::chrono::seconds(60)));
+  EXPECT_EQ(Write("bus/pci/drivers/vfio-pci/bind", "0000:04:00.0"), 0);
+  EXPECT_EQ(Driver("0000:04:00.0"), "vfio-pci");
+  EXPECT_TRUE(IsCharDevice("vfio/13"));
+  EXPECT_EQ(kernel_->Hanging(), 1) << "the other bind returned while this probe still waits";
+  struct stat st {};
+  ASSERT_EQ(
+      ::lstat((node_->sysfs_root() + "/bus/pci/devices/0000:06:00.0/driver_override").c_str(), &st),
+      0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "the waiting device is locked: its driver_override blocks";
+  kernel_->ReleaseHangs();
+  EXPECT_EQ(waiting.get(), 0);
+  EXPECT_EQ(Driver("0000:06:00.0"), "vfio-pci");
+  EXPECT_TRUE(IsCharDevice("vfio/60"));
+}
+
+// Binds of different devices run at once, and the numbers every device shares (vfio-dev cdevs)
+// are still handed out once each.
+TEST_F(SimulatedKernelTest, ConcurrentBindsOfDifferentDevicesGetDistinctNodes) {
+  ASSERT_EQ(Write("bus/pci/devices/0000:5e:00.0/sriov_numvfs", "0"), 0);
+  ASSERT_EQ(Write("bus/pci/devices/0000:5e:00.0/sriov_numvfs", "6"), 0);
+  std::vector<std::future<int>> binds;
+  for (int i = 0; i < 6; ++i) {
+    binds.push_back(std::async(std::launch::async, [this, i] {
+      const std::string vf = "0000:5e:02." + std::to_string(i);
+      if (int err = Write("bus/pci/devices/" + vf + "/driver_override", "vfio-pci"); err != 0) {
+        return err;
+      }
+      return Write("bus/pci/drivers/vfio-pci/bind", vf);
+    }));
+  }
+  for (auto& bind : binds) EXPECT_EQ(bind.get(), 0);
+  std::set<std::string> cdevs;
+  for (int i = 0; i < 6; ++i) {
+    const std::string vf = "0000:5e:02." + std::to_string(i);
+    EXPECT_EQ(Driver(vf), "vfio-pci") << vf;
+    for (const auto& entry :
+         fs::directory_iterator(node_->sysfs_root() + "/bus/pci/devices/" + vf + "/vfio-dev")) {
+      cdevs.insert(entry.path().filename().string());
+    }
+  }
+  EXPECT_EQ(cdevs.size(), 6u);
+  for (const std::string& cdev : cdevs) EXPECT_TRUE(IsCharDevice("vfio/devices/" + cdev)) << cdev;
 }
 
 TEST_F(SimulatedKernelTest, MdevCreateCountsInstancesAndAppliesNvidiasOneTypeRule) {
