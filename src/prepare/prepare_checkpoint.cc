@@ -374,10 +374,7 @@ Result<std::shared_ptr<const ClaimRecord>> PrepareCheckpoint::Read(const std::st
     if (::unlink(path.c_str()) == 0 && dropped_empty != nullptr) *dropped_empty = true;
     return Shared();
   }
-  const FileVersion version{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
-                            static_cast<uint64_t>(st.st_size),
-                            st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec,
-                            st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec};
+  const FileVersion version = FileVersion::Of(st);
   {
     std::lock_guard<std::mutex> lock(parsed_->mu);
     auto it = parsed_->by_uid.find(uid);
@@ -469,9 +466,19 @@ Status PrepareCheckpoint::Write(const ClaimRecord& record, Durability durability
   }
   ClaimRecord stamped = record;
   stamped.boot_id = boot_id_;
-  Status status =
-      WriteFileAtomically(PathOf(record.uid), RecordJson(stamped).dump(1) + "\n", 0600, durability);
-  if (status.ok() && durability == Durability::kDataOnly) status = dir_sync_->Sync();
+  const std::string path = PathOf(record.uid);
+  Status status = WriteFileAtomically(path, RecordJson(stamped).dump(1) + "\n", 0600, durability);
+  if (!status.ok()) return status.error().Wrap("cannot write the prepare checkpoint");
+  // What was written needs no parsing when the next Load meets it. A claim's record is written
+  // only by the holder of its devices' locks, so the file now at `path` is this one; if it is
+  // replaced later, its version differs and it is parsed then.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    std::lock_guard<std::mutex> lock(parsed_->mu);
+    parsed_->by_uid[record.uid] = {FileVersion::Of(st),
+                                   std::make_shared<const ClaimRecord>(std::move(stamped))};
+  }
+  if (durability == Durability::kDataOnly) status = dir_sync_->Sync();
   if (!status.ok()) return status.error().Wrap("cannot write the prepare checkpoint");
   return Status::Ok();
 }

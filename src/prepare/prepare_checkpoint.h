@@ -20,6 +20,8 @@
 // - Version 1 (one checkpoint.json for all claims) is upgraded explicitly by Upgrade().
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -153,8 +155,8 @@ class PrepareCheckpoint {
   const std::string& directory() const { return dir_; }
 
   // Reads every record. Call under the node-wide lock before acting on what it says. A record
-  // whose file is unchanged since it was last parsed (same inode, size and timestamps) is not
-  // parsed again.
+  // whose file is unchanged since it was last parsed or written here (same inode, size and
+  // timestamps) is not parsed again.
   CheckpointView Load() const;
   // Reads one claim's record: nullopt when there is none; an error when it cannot be read.
   Result<std::optional<ClaimRecord>> Find(const std::string& uid) const;
@@ -194,6 +196,12 @@ class PrepareCheckpoint {
   struct FileVersion {
     uint64_t device = 0, inode = 0, size = 0;
     int64_t mtime_ns = 0, ctime_ns = 0;
+    static FileVersion Of(const struct stat& st) {
+      return {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+              static_cast<uint64_t>(st.st_size),
+              st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec,
+              st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec};
+    }
     bool operator==(const FileVersion&) const = default;
   };
   struct ParsedRecords {

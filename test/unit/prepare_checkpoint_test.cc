@@ -86,6 +86,10 @@ TEST_F(PrepareCheckpointTest, EveryFieldRoundTripsAndTheTwoPhasesSurviveARestart
   const CheckpointView reloaded = Open().Load();
   ASSERT_NE(reloaded.Find(kUid), nullptr);
   EXPECT_EQ(*reloaded.Find(kUid), record);
+  // The writer keeps what it wrote instead of parsing it again: the same record as parsed.
+  const CheckpointView own = checkpoint.Load();
+  ASSERT_NE(own.Find(kUid), nullptr);
+  EXPECT_EQ(*own.Find(kUid), record);
 
   record.state = PrepareState::kPrepareCompleted;
   record.devices[0].cdi_device_ids = {"vfio.dra.io/vfio=" + std::string(kUid) + "-gpu"};
