@@ -129,7 +129,11 @@ why = {
     "the machine: in one session, six runs of one build gave the floor's p99 at 32 between 35 "
     "and 94 ms and the ratio between 1.1x and 1.9x, so read it over several runs. Claims on "
     "distinct groups decide and bind in parallel; the kubelet keeps one connection to the plugin, "
-    "and so does the benchmark's.",
+    "and so does the benchmark's. The simulated kernel ran every sysfs write under one lock until "
+    "bffdbc7 (now per device, as the kernel); a profile of the 32-pod rounds before that put a "
+    "quarter of the daemon's CPU in the simulation and a tenth in checkpoint writes, and showed "
+    "the 32 handler threads queueing on glibc's two malloc arenas (MALLOC_ARENA_MAX=2 keeps the "
+    "idle heap smaller).",
     "Idle RSS": "Most of it is fixed by the libraries: pages of the binary, of the C and C++ "
     "runtimes and of OpenSSL touched at start-up and by the API client's TLS; the table below "
     "lists them. Measured apart on this machine: a C++ program holds 3.2 MiB; OpenSSL's "
