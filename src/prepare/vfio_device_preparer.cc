@@ -127,7 +127,7 @@ void VfioDevicePreparer::Note(const CheckpointView& view, uint64_t loaded_after)
     ++it;
   }
   noted_.claims = std::move(claims);
-  PublishSnapshotsLocked();
+  snapshots_stale_ = true;
 }
 
 uint64_t VfioDevicePreparer::NoteGeneration() const {
@@ -144,7 +144,7 @@ void VfioDevicePreparer::NoteClaim(const std::string& uid,
   } else {
     noted_.claims.erase(uid);
   }
-  PublishSnapshotsLocked();
+  snapshots_stale_ = true;
 }
 
 void VfioDevicePreparer::NoteClaimOnDisk(const std::string& uid) {
@@ -154,7 +154,8 @@ void VfioDevicePreparer::NoteClaimOnDisk(const std::string& uid) {
   NoteClaim(uid, *record ? std::make_shared<const ClaimRecord>(std::move(**record)) : nullptr);
 }
 
-void VfioDevicePreparer::PublishSnapshotsLocked() {
+void VfioDevicePreparer::BuildSnapshotsLocked() const {
+  if (!snapshots_stale_) return;
   CheckpointCounts counts;
   for (const auto& [uid, record] : noted_.claims) {
     (record->state == PrepareState::kPrepareCompleted ? counts.completed : counts.started) += 1;
@@ -163,6 +164,7 @@ void VfioDevicePreparer::PublishSnapshotsLocked() {
   prepared_ = std::make_shared<const std::vector<PreparedTarget>>(PreparedTargets(noted_));
   managed_ = std::make_shared<const std::map<std::string, discovery::ManagedFunction>>(
       prepare::ManagedFunctions(noted_));
+  snapshots_stale_ = false;
 }
 
 CheckpointView VfioDevicePreparer::LoadView() {
@@ -182,17 +184,20 @@ void VfioDevicePreparer::Refresh() {
 
 CheckpointCounts VfioDevicePreparer::Counts() const {
   std::lock_guard<std::mutex> lock(snapshot_mu_);
+  BuildSnapshotsLocked();
   return counts_;
 }
 
 std::shared_ptr<const std::vector<PreparedTarget>> VfioDevicePreparer::Prepared() const {
   std::lock_guard<std::mutex> lock(snapshot_mu_);
+  BuildSnapshotsLocked();
   return prepared_;
 }
 
 std::shared_ptr<const std::map<std::string, discovery::ManagedFunction>>
 VfioDevicePreparer::ManagedFunctions() const {
   std::lock_guard<std::mutex> lock(snapshot_mu_);
+  BuildSnapshotsLocked();
   return managed_;
 }
 

@@ -152,7 +152,11 @@ class VfioDevicePreparer final : public DevicePreparer {
   void NoteClaim(const std::string& uid, std::shared_ptr<const ClaimRecord> record);
   // NoteClaim with the claim's record as it is on disk now.
   void NoteClaimOnDisk(const std::string& uid);
-  void PublishSnapshotsLocked();
+  // The snapshots (counts, prepared targets, managed functions) are rebuilt from noted_ when
+  // next asked for, not at every note: a burst of prepares notes a claim each, and rebuilding
+  // from every claim at each would cost the burst the square of its size. Called with
+  // snapshot_mu_ held.
+  void BuildSnapshotsLocked() const;
   // Adds what `plan` needs to `record`; sets `changed` when something was added.
   Status RecordStart(const kube::ResourceClaim& claim, const std::vector<PlannedDevice>& plan,
                      ClaimRecord& record, bool& changed, Deadline deadline);
@@ -203,10 +207,11 @@ class VfioDevicePreparer final : public DevicePreparer {
   CheckpointView noted_;                      // the records the snapshots below are made from
   uint64_t note_generation_ = 0;              // NoteClaim calls so far
   std::map<std::string, uint64_t> noted_at_;  // claim uid -> generation of its last NoteClaim
-  CheckpointCounts counts_;
-  std::shared_ptr<const std::vector<PreparedTarget>> prepared_ =
+  mutable bool snapshots_stale_ = false;      // noted_ changed since the snapshots were built
+  mutable CheckpointCounts counts_;
+  mutable std::shared_ptr<const std::vector<PreparedTarget>> prepared_ =
       std::make_shared<const std::vector<PreparedTarget>>();
-  std::shared_ptr<const std::map<std::string, discovery::ManagedFunction>> managed_ =
+  mutable std::shared_ptr<const std::map<std::string, discovery::ManagedFunction>> managed_ =
       std::make_shared<const std::map<std::string, discovery::ManagedFunction>>();
 };
 
