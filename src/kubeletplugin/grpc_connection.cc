@@ -24,6 +24,23 @@ nghttp2_nv Header(std::string_view name, std::string_view value) {
                     value.size(), NGHTTP2_NV_FLAG_NONE};
 }
 
+// A status as its grpc-status and grpc-message fields, in trailers or in a trailers-only
+// response. Holds the text the fields point to until the frame is submitted.
+class StatusFields {
+ public:
+  explicit StatusFields(const GrpcStatus& status)
+      : code_(std::to_string(static_cast<int>(status.code))),
+        message_(PercentEncodeGrpcMessage(status.message)) {}
+  void AppendTo(std::vector<nghttp2_nv>& fields) const {
+    fields.push_back(Header("grpc-status", code_));
+    if (!message_.empty()) fields.push_back(Header("grpc-message", message_));
+  }
+
+ private:
+  std::string code_;
+  std::string message_;
+};
+
 std::string PeerOf(int fd) {
   ucred cred{};
   socklen_t len = sizeof(cred);
@@ -323,20 +340,17 @@ void GrpcConnection::RespondHttpError(int32_t stream_id, const char* http_status
 }
 
 void GrpcConnection::RespondTrailersOnly(int32_t stream_id, const GrpcStatus& status) {
-  const std::string code = std::to_string(static_cast<int>(status.code));
-  const std::string message = PercentEncodeGrpcMessage(status.message);
+  const StatusFields fields(status);
   std::vector<nghttp2_nv> headers = {Header(":status", "200"),
-                                     Header("content-type", "application/grpc"),
-                                     Header("grpc-status", code)};
-  if (!message.empty()) headers.push_back(Header("grpc-message", message));
+                                     Header("content-type", "application/grpc")};
+  fields.AppendTo(headers);
   nghttp2_submit_response(session_, stream_id, headers.data(), headers.size(), nullptr);
 }
 
 bool GrpcConnection::SubmitTrailers(int32_t stream_id, const GrpcStatus& status) {
-  const std::string code = std::to_string(static_cast<int>(status.code));
-  const std::string message = PercentEncodeGrpcMessage(status.message);
-  std::vector<nghttp2_nv> trailers = {Header("grpc-status", code)};
-  if (!message.empty()) trailers.push_back(Header("grpc-message", message));
+  const StatusFields fields(status);
+  std::vector<nghttp2_nv> trailers;
+  fields.AppendTo(trailers);
   return nghttp2_submit_trailer(session_, stream_id, trailers.data(), trailers.size()) == 0;
 }
 

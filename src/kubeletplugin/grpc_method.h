@@ -71,6 +71,15 @@ struct GrpcMethod {
   ServerStreaming server_streaming;
 };
 
+// A unary method whose handler takes the serialized request and gives the serialized response
+// (for methods without generated messages, and for tests of the server itself).
+inline GrpcMethod RawUnaryMethod(std::string path, GrpcMethod::Unary handler) {
+  GrpcMethod method;
+  method.path = std::move(path);
+  method.unary = std::move(handler);
+  return method;
+}
+
 // How the server answers a request body that is not a `Request`: INTERNAL, as gRPC servers do.
 template <typename Request>
 std::optional<GrpcStatus> ParseRequest(std::string_view bytes, Request* request) {

@@ -76,7 +76,7 @@ Result<int> ListenUnix(const std::string& path, mode_t mode) {
 
 Result<std::unique_ptr<UnixGrpcServer>> UnixGrpcServer::Start(
     const std::string& path, mode_t mode, const std::vector<GrpcMethod>& methods,
-    const char* thread_name, Logger log) {
+    const char* thread_name, Logger log, std::chrono::milliseconds handler_idle_lifetime) {
   std::unordered_map<std::string, GrpcMethod> table;
   for (const GrpcMethod& method : methods) {
     if (!table.emplace(method.path, method).second) {
@@ -84,7 +84,7 @@ Result<std::unique_ptr<UnixGrpcServer>> UnixGrpcServer::Start(
     }
   }
   std::unique_ptr<UnixGrpcServer> server(
-      new UnixGrpcServer(path, std::move(table), std::move(log)));
+      new UnixGrpcServer(path, std::move(table), std::move(log), handler_idle_lifetime));
   if (!server->events_.ok()) {
     return MakeError(ErrorKind::kUnavailable, "cannot create the eventfd of the gRPC server for " +
                                                   path + ": " + ErrnoText(errno));
@@ -107,8 +107,12 @@ Result<std::unique_ptr<UnixGrpcServer>> UnixGrpcServer::Start(
 }
 
 UnixGrpcServer::UnixGrpcServer(std::string path,
-                               std::unordered_map<std::string, GrpcMethod> methods, Logger log)
-    : path_(std::move(path)), methods_(std::move(methods)), log_(std::move(log)) {}
+                               std::unordered_map<std::string, GrpcMethod> methods, Logger log,
+                               std::chrono::milliseconds handler_idle_lifetime)
+    : path_(std::move(path)),
+      methods_(std::move(methods)),
+      log_(std::move(log)),
+      handlers_("grpc-call", handler_idle_lifetime) {}
 
 UnixGrpcServer::~UnixGrpcServer() {
   Shutdown(std::chrono::milliseconds(0));
@@ -249,11 +253,10 @@ void UnixGrpcServer::StartCall(const GrpcMethod& method, const std::shared_ptr<S
     running_.push_back(call);
   }
   try {
-    std::thread([this, &method, call, message = std::move(message)] {
-      NameThisThread("grpc-call");
+    handlers_.Run([this, &method, call, message = std::move(message)] {
       RunHandler(method, *call, message);
       HandlerDone(call.get());
-    }).detach();
+    });
   } catch (const std::system_error& e) {
     HandlerDone(call.get());
     call->Finish({GrpcCode::kResourceExhausted,

@@ -2,7 +2,8 @@
 // the kubelet's calls are unary or server-streaming over a local unix socket, and gRPC C++'s
 // runtime (its threads, timers and several MiB of resident code) costs every node more than the
 // protocol needs. One I/O thread polls the listening socket and the connections with no timeout;
-// each call runs its handler on a thread of its own, so device work never holds up other calls.
+// each call runs its handler on a thread of its own (reused from earlier calls when one is idle),
+// so device work never holds up other calls.
 // Invariants: the socket file appears only once it accepts connections (bound under a hidden
 // name, then renamed); Shutdown lets running calls finish for the grace period, then cancels
 // them, waits for every handler to return and sends what they answered before closing; at most
@@ -21,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/elastic_thread_pool.h"
 #include "base/log.h"
 #include "base/result.h"
 #include "kubeletplugin/grpc_method.h"
@@ -32,10 +34,12 @@ class GrpcConnection;
 
 class UnixGrpcServer {
  public:
-  // Listens on `path` (mode `mode`) and serves `methods`. `thread_name` names the I/O thread.
-  static Result<std::unique_ptr<UnixGrpcServer>> Start(const std::string& path, mode_t mode,
-                                                       const std::vector<GrpcMethod>& methods,
-                                                       const char* thread_name, Logger log);
+  // Listens on `path` (mode `mode`) and serves `methods`. `thread_name` names the I/O thread;
+  // handler threads ("grpc-call") end after `handler_idle_lifetime` without a call.
+  static Result<std::unique_ptr<UnixGrpcServer>> Start(
+      const std::string& path, mode_t mode, const std::vector<GrpcMethod>& methods,
+      const char* thread_name, Logger log,
+      std::chrono::milliseconds handler_idle_lifetime = std::chrono::seconds(10));
   ~UnixGrpcServer();  // Shutdown with no grace
   UnixGrpcServer(const UnixGrpcServer&) = delete;
   UnixGrpcServer& operator=(const UnixGrpcServer&) = delete;
@@ -47,7 +51,8 @@ class UnixGrpcServer {
   void Shutdown(std::chrono::milliseconds grace);
 
  private:
-  UnixGrpcServer(std::string path, std::unordered_map<std::string, GrpcMethod> methods, Logger log);
+  UnixGrpcServer(std::string path, std::unordered_map<std::string, GrpcMethod> methods, Logger log,
+                 std::chrono::milliseconds handler_idle_lifetime);
   void Run();
   void Accept();
   void Drop(uint64_t id, const char* why);
@@ -62,6 +67,7 @@ class UnixGrpcServer {
   const std::unordered_map<std::string, GrpcMethod> methods_;
   Logger log_;
   CallEvents events_;
+  ElasticThreadPool handlers_;
   std::thread io_thread_;
   // The I/O thread's alone.
   uint64_t next_connection_ = 1;

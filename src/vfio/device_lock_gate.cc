@@ -1,12 +1,10 @@
 #include "vfio/device_lock_gate.h"
 
 #include <condition_variable>
-#include <deque>
 #include <functional>
-#include <thread>
+#include <system_error>
 
 #include "base/file_io.h"
-#include "base/thread_name.h"
 
 namespace vfio_dra::vfio {
 
@@ -19,36 +17,13 @@ struct DeviceLockGate::Registry {
   };
   mutable std::mutex mu;
   std::map<std::string, Blocked> held;  // device -> the operation it waits in
-  // The threads that run operations are reused: creating one per sysfs access cost more than
-  // most accesses. A thread stuck in the kernel simply stops taking work; another is started
-  // whenever there are more queued operations than idle threads.
-  std::deque<std::function<void()>> queued;
-  std::condition_variable work;
-  size_t idle = 0;
-  bool closing = false;
 };
 
 namespace {
 
-// An idle thread ends after this long without work.
+// The threads that run operations are reused (creating one per sysfs access cost more than most
+// accesses); one stuck in the kernel simply stops taking work. An idle one ends after this long.
 constexpr auto kIdleThreadLifetime = std::chrono::seconds(10);
-
-void RunOperations(const std::shared_ptr<DeviceLockGate::Registry>& registry) {
-  NameThisThread("device-ops");
-  std::unique_lock<std::mutex> lock(registry->mu);
-  for (;;) {
-    ++registry->idle;
-    registry->work.wait_for(lock, kIdleThreadLifetime,
-                            [&] { return !registry->queued.empty() || registry->closing; });
-    --registry->idle;
-    if (registry->queued.empty()) return;  // idle too long, or the gate is gone
-    std::function<void()> op = std::move(registry->queued.front());
-    registry->queued.pop_front();
-    lock.unlock();
-    op();
-    lock.lock();
-  }
-}
 
 }  // namespace
 
@@ -64,13 +39,11 @@ struct Completion {
 }  // namespace
 
 DeviceLockGate::DeviceLockGate(sysfs::SysfsWriter& writer)
-    : writer_(writer), registry_(std::make_shared<Registry>()) {}
+    : writer_(writer),
+      registry_(std::make_shared<Registry>()),
+      threads_("device-ops", kIdleThreadLifetime) {}
 
-DeviceLockGate::~DeviceLockGate() {
-  std::lock_guard<std::mutex> lock(registry_->mu);
-  registry_->closing = true;
-  registry_->work.notify_all();
-}
+DeviceLockGate::~DeviceLockGate() = default;
 
 std::optional<std::string> DeviceLockGate::Held(const std::string& device) const {
   std::lock_guard<std::mutex> lock(registry_->mu);
@@ -95,10 +68,8 @@ Status DeviceLockGate::Run(const std::string& device, const std::string& what,
                      what + " was not attempted: the caller's deadline has passed");
   }
   auto completion = std::make_shared<Completion>();
-  bool start_thread = false;
-  {
-    std::lock_guard<std::mutex> queue_lock(registry_->mu);
-    registry_->queued.emplace_back([completion, registry = registry_, device, op = std::move(op)] {
+  try {
+    threads_.Run([completion, registry = registry_, device, op = std::move(op)] {
       op();
       {
         std::lock_guard<std::mutex> done_lock(completion->mu);
@@ -108,10 +79,10 @@ Status DeviceLockGate::Run(const std::string& device, const std::string& what,
       std::lock_guard<std::mutex> held_lock(registry->mu);
       registry->held.erase(device);
     });
-    start_thread = registry_->queued.size() > registry_->idle;
-    if (!start_thread) registry_->work.notify_one();
+  } catch (const std::system_error& e) {
+    return MakeError(ErrorKind::kUnavailable,
+                     what + " was not attempted: no thread could be started for it: " + e.what());
   }
-  if (start_thread) std::thread(RunOperations, registry_).detach();
   std::unique_lock<std::mutex> lock(completion->mu);
   if (completion->cv.wait_for(lock, wait, [&] { return completion->done; })) return Status::Ok();
   lock.unlock();

@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 
+#include "base/elastic_thread_pool.h"
 #include "base/result.h"
 #include "sysfs/sysfs_writer.h"
 
@@ -54,6 +55,7 @@ class DeviceLockGate {
 
   sysfs::SysfsWriter& writer_;
   std::shared_ptr<Registry> registry_;
+  ElasticThreadPool threads_;  // runs the operations; they hold the registry themselves
 };
 
 }  // namespace vfio_dra::vfio

@@ -30,6 +30,7 @@
 
 #include "kubeletplugin/server_call.h"
 #include "kubeletplugin/unix_grpc_server.h"
+#include "unit/own_threads.h"
 
 namespace vfio_dra::kubeletplugin {
 namespace {
@@ -165,13 +166,6 @@ class RawH2Client {
   std::deque<Body> bodies_;  // stable addresses for the data providers
 };
 
-GrpcMethod RawUnary(std::string path, GrpcMethod::Unary handler) {
-  GrpcMethod method;
-  method.path = std::move(path);
-  method.unary = std::move(handler);
-  return method;
-}
-
 // utime + stime of the thread named `name`, read through an fd opened beforehand.
 long TicksOf(int stat_fd) {
   std::array<char, 1024> buffer{};
@@ -185,11 +179,10 @@ long TicksOf(int stat_fd) {
 }
 
 int OpenStatOfThread(const std::string& wanted) {
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string name;
-    std::getline(comm, name);
-    if (name == wanted) return ::open((task.path() / "stat").c_str(), O_RDONLY | O_CLOEXEC);
+  for (const testing::OwnThread& thread : testing::OwnThreads()) {
+    if (thread.name == wanted) {
+      return ::open((thread.task_dir / "stat").c_str(), O_RDONLY | O_CLOEXEC);
+    }
   }
   return -1;
 }
@@ -222,7 +215,7 @@ TEST_F(GrpcServerEdgeTest, AStoppingServerDeliversAnAnswerLargerThanTheClientsWi
   std::promise<void> release;
   auto released = release.get_future().share();
   const size_t size = size_t{512} << 10;
-  Serve({RawUnary("/t.S/Big", [&](std::string_view, CallContext&, std::string* out) {
+  Serve({RawUnaryMethod("/t.S/Big", [&](std::string_view, CallContext&, std::string* out) {
     entered.set_value();
     released.wait();
     *out = std::string(size, 'r');
@@ -246,7 +239,7 @@ TEST_F(GrpcServerEdgeTest, AStoppingServerDeliversAnAnswerLargerThanTheClientsWi
 // taken in whole (32 MiB here).
 TEST_F(GrpcServerEdgeTest, AnOversizedRequestIsRefusedAndItsUploadStopped) {
   std::atomic<bool> ran{false};
-  Serve({RawUnary("/t.S/Echo", [&](std::string_view, CallContext&, std::string*) {
+  Serve({RawUnaryMethod("/t.S/Echo", [&](std::string_view, CallContext&, std::string*) {
     ran = true;
     return GrpcStatus::Ok();
   })});
@@ -268,7 +261,7 @@ TEST_F(GrpcServerEdgeTest, HandlerThreadsAreBoundedWhateverClientsDo) {
   std::condition_variable changed;
   int running = 0;
   bool release = false;
-  Serve({RawUnary("/t.S/Block", [&](std::string_view, CallContext&, std::string*) {
+  Serve({RawUnaryMethod("/t.S/Block", [&](std::string_view, CallContext&, std::string*) {
     std::unique_lock<std::mutex> lock(mu);
     ++running;
     changed.notify_all();

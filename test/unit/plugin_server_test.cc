@@ -13,6 +13,7 @@
 
 #include "grpc_health_v1.grpc.pb.h"
 #include "kubeletplugin/registration_service.h"
+#include "unit/own_threads.h"
 
 namespace vfio_dra::kubeletplugin {
 namespace {
@@ -24,12 +25,7 @@ using grpc::health::v1::HealthCheckResponse;
 // The names of this process's threads.
 std::vector<std::string> ThreadNames() {
   std::vector<std::string> names;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string name;
-    std::getline(comm, name);
-    names.push_back(name);
-  }
+  for (const testing::OwnThread& thread : testing::OwnThreads()) names.push_back(thread.name);
   return names;
 }
 

@@ -17,6 +17,7 @@
 
 #include "grpc_health_v1.grpc.pb.h"
 #include "kubelet_simulator.h"
+#include "unit/own_threads.h"
 
 namespace vfio_dra::kubeletplugin {
 namespace {
@@ -29,23 +30,7 @@ using std::chrono::seconds;
 // Generous: the machine may be busy; every wait below ends early on the event it waits for.
 constexpr auto kPatience = seconds(60);
 
-int CountThreadsNamed(const std::string& wanted) {
-  int count = 0;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string name;
-    std::getline(comm, name);
-    if (name == wanted) ++count;
-  }
-  return count;
-}
-
-GrpcMethod RawUnary(std::string path, GrpcMethod::Unary handler) {
-  GrpcMethod method;
-  method.path = std::move(path);
-  method.unary = std::move(handler);
-  return method;
-}
+using testing::CountOwnThreadsNamed;
 
 class UnixGrpcServerTest : public ::testing::Test {
  protected:
@@ -58,8 +43,10 @@ class UnixGrpcServerTest : public ::testing::Test {
     server_.reset();
     std::filesystem::remove_all(dir_);
   }
-  void Serve(const std::vector<GrpcMethod>& methods) {
-    auto server = UnixGrpcServer::Start(socket_, 0600, methods, "test-grpc", Logger::Discard());
+  void Serve(const std::vector<GrpcMethod>& methods,
+             std::chrono::milliseconds handler_idle_lifetime = seconds(10)) {
+    auto server = UnixGrpcServer::Start(socket_, 0600, methods, "test-grpc", Logger::Discard(),
+                                        handler_idle_lifetime);
     ASSERT_TRUE(server.ok()) << server.error().message;
     server_ = std::move(*server);
   }
@@ -80,7 +67,7 @@ class UnixGrpcServerTest : public ::testing::Test {
 
 TEST_F(UnixGrpcServerTest, TheClientSeesTheHandlersStatusCodeAndMessageVerbatim) {
   const std::string message = "claim vms/vm-a: 100% of \"gpu\" taken; naïve\nsecond line";
-  Serve({RawUnary("/t.S/Fail", [&](std::string_view, CallContext&, std::string*) {
+  Serve({RawUnaryMethod("/t.S/Fail", [&](std::string_view, CallContext&, std::string*) {
     return GrpcStatus{GrpcCode::kFailedPrecondition, message};
   })});
   std::string response;
@@ -138,7 +125,7 @@ TEST_F(UnixGrpcServerTest, AnUnparsableRequestIsInternalAndTheServerGoesOnServin
 
 TEST_F(UnixGrpcServerTest, TheHandlerSeesTheCallersDeadline) {
   std::optional<std::chrono::steady_clock::time_point> seen;
-  Serve({RawUnary("/t.S/Deadline", [&](std::string_view, CallContext& context, std::string*) {
+  Serve({RawUnaryMethod("/t.S/Deadline", [&](std::string_view, CallContext& context, std::string*) {
     seen = context.deadline();
     return GrpcStatus::Ok();
   })});
@@ -157,7 +144,7 @@ TEST_F(UnixGrpcServerTest, CallsOnOneConnectionRunInParallel) {
   std::mutex mu;
   std::condition_variable arrived;
   int running = 0;
-  Serve({RawUnary("/t.S/Meet", [&](std::string_view request, CallContext&, std::string* out) {
+  Serve({RawUnaryMethod("/t.S/Meet", [&](std::string_view request, CallContext&, std::string* out) {
     std::unique_lock<std::mutex> lock(mu);
     ++running;
     arrived.notify_all();
@@ -186,7 +173,7 @@ TEST_F(UnixGrpcServerTest, CallsOnOneConnectionRunInParallel) {
 
 TEST_F(UnixGrpcServerTest, LargeMessagesCrossInBothDirections) {
   const std::string big_request(3 * 1024 * 1024 + 17, 'q');
-  Serve({RawUnary("/t.S/Echo", [&](std::string_view request, CallContext&, std::string* out) {
+  Serve({RawUnaryMethod("/t.S/Echo", [&](std::string_view request, CallContext&, std::string* out) {
     // Past the HTTP/2 windows both ways, under gRPC clients' 4 MiB receive limit.
     *out = std::string(request) + std::string(size_t{512} << 10, 'r');
     return GrpcStatus::Ok();
@@ -199,7 +186,7 @@ TEST_F(UnixGrpcServerTest, LargeMessagesCrossInBothDirections) {
 
 TEST_F(UnixGrpcServerTest, ARequestOverTheLimitIsResourceExhaustedAndTheHandlerNeverRuns) {
   std::atomic<bool> ran{false};
-  Serve({RawUnary("/t.S/Echo", [&](std::string_view, CallContext&, std::string*) {
+  Serve({RawUnaryMethod("/t.S/Echo", [&](std::string_view, CallContext&, std::string*) {
     ran = true;
     return GrpcStatus::Ok();
   })});
@@ -271,7 +258,7 @@ TEST_F(UnixGrpcServerTest, ShutdownLetsARunningCallFinishWithinTheGrace) {
   std::promise<void> entered;
   std::promise<void> release;
   auto released = release.get_future().share();
-  Serve({RawUnary("/t.S/Slow", [&](std::string_view, CallContext&, std::string* out) {
+  Serve({RawUnaryMethod("/t.S/Slow", [&](std::string_view, CallContext&, std::string* out) {
     entered.set_value();
     released.wait();
     *out = "done";
@@ -288,18 +275,21 @@ TEST_F(UnixGrpcServerTest, ShutdownLetsARunningCallFinishWithinTheGrace) {
   EXPECT_EQ(response, "done");
 }
 
+// Handler threads are reused while calls come, and end once none has come for the idle lifetime:
+// an idle plugin keeps no thread per call it answered.
 TEST_F(UnixGrpcServerTest, NoThreadIsLeftPerCallOnceCallsAreAnswered) {
-  Serve({RawUnary("/t.S/Ok",
-                  [](std::string_view, CallContext&, std::string*) { return GrpcStatus::Ok(); })});
+  Serve({RawUnaryMethod("/t.S/Ok", [](std::string_view, CallContext&,
+                                      std::string*) { return GrpcStatus::Ok(); })},
+        std::chrono::milliseconds(50));
   std::string response;
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(Call("/t.S/Ok", "", &response).ok());
-  EXPECT_EQ(CountThreadsNamed("test-grpc"), 1);
-  // A call's thread ends right after it hands over the answer; give it the time to get there.
+  EXPECT_EQ(CountOwnThreadsNamed("test-grpc"), 1);
+  // The idle lifetime is short here; give the threads the time to see it pass.
   const auto until = std::chrono::steady_clock::now() + kPatience;
-  while (CountThreadsNamed("grpc-call") > 0 && std::chrono::steady_clock::now() < until) {
+  while (CountOwnThreadsNamed("grpc-call") > 0 && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  EXPECT_EQ(CountThreadsNamed("grpc-call"), 0);
+  EXPECT_EQ(CountOwnThreadsNamed("grpc-call"), 0);
 }
 
 TEST_F(UnixGrpcServerTest, TheSocketHasTheModeAskedForAndIsNotHiddenUnderATemporaryName) {
