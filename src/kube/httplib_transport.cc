@@ -308,6 +308,12 @@ std::unique_ptr<httplib::ClientImpl> HttplibTransport::NewClient() const {
       X509_STORE* store = X509_STORE_new();
       for (const auto& cert : tls_->ca) X509_STORE_add_cert(store, cert.get());
       ssl->set_ca_cert_store(store);  // the client's SSL_CTX owns it from here
+      // Only the configured CA is trusted, as client-go does. Without a CA path, cpp-httplib adds
+      // the system's default store to the client's own at the first connection, which trusted
+      // every public CA for the API server too, and parsed the whole bundle (some 140
+      // certificates, hundreds of KiB of heap) for each client. A hashed-directory lookup at
+      // /dev/null takes its place: nothing can ever be found under it.
+      ssl->set_ca_cert_path("", "/dev/null");
     }
     ssl->enable_server_certificate_verification(!config_.insecure_skip_tls_verify);
     // An idle connection (a watch waiting for events, a pooled client) gives its 2 x 17 KiB of

@@ -971,6 +971,28 @@ TEST_F(KubeClientTest, TlsIsVerifiedAgainstTheConfiguredCa) {
   EXPECT_TRUE(insecure.ok());
 }
 
+// With a CA configured, only that CA is trusted: not the system's store as well (the stand-in for
+// it here is SSL_CERT_FILE, which names OpenSSL's default store). Without one, the system's store
+// is used, as client-go does.
+TEST_F(KubeClientTest, TlsTrustsOnlyTheConfiguredCaWhenThereIsOne) {
+  ASSERT_EQ(MakeCertificate("server", "IP:127.0.0.1"), 0) << "openssl is needed";
+  ASSERT_EQ(MakeCertificate("other", "DNS:other"), 0);
+  ASSERT_EQ(::setenv("SSL_CERT_FILE", (dir_ + "/server.crt").c_str(), 1), 0);
+  FakeApiServerOptions options;
+  options.tls_cert_file = dir_ + "/server.crt";
+  options.tls_key_file = dir_ + "/server.key";
+  StartServer(options);
+  auto system_store = GetVersionWith("");
+  auto other_ca = GetVersionWith("    certificate-authority: " + dir_ + "/other.crt\n");
+  auto other_ca_data =
+      GetVersionWith("    certificate-authority-data: " + Base64File(dir_ + "/other.crt") + "\n");
+  ::unsetenv("SSL_CERT_FILE");
+  EXPECT_TRUE(system_store.ok()) << system_store.error().message;
+  ASSERT_FALSE(other_ca.ok()) << "the system's store was trusted beside the configured CA";
+  EXPECT_NE(other_ca.error().message.find("SSL"), std::string::npos) << other_ca.error().message;
+  EXPECT_FALSE(other_ca_data.ok()) << "the system's store was trusted beside the configured CA";
+}
+
 // A certificate the CA signed for another address is refused: the chain alone is not enough.
 TEST_F(KubeClientTest, TlsRefusesACertificateForAnotherAddress) {
   ASSERT_EQ(MakeCertificate("server", "IP:127.0.0.2,DNS:api.example.com"), 0);
