@@ -361,6 +361,12 @@ class NetlinkVfNetwork final : public VfNetwork {
   std::optional<std::vector<std::string>> SysfsNetdevs(const std::string& device,
                                                        bool& any_net_directory) const {
     const std::string dir = "bus/pci/devices/" + device;
+    // Most drivers list the function's netdevs in its own net/: then no child needs a look (a PF
+    // has some sixty attribute files and a link per VF, each a failed open on every prepare).
+    if (auto own = sysfs_->List(dir + "/net"); own.ok() && !own->empty()) {
+      any_net_directory = true;
+      return *own;
+    }
     auto entries = sysfs_->List(dir);
     if (!entries.ok()) return std::nullopt;
     std::vector<std::string> names;
