@@ -132,8 +132,8 @@ why = {
     "and so does the benchmark's. The simulated kernel ran every sysfs write under one lock until "
     "bffdbc7 (now per device, as the kernel); a profile of the 32-pod rounds before that put a "
     "quarter of the daemon's CPU in the simulation and a tenth in checkpoint writes, and showed "
-    "the 32 handler threads queueing on glibc's two malloc arenas (MALLOC_ARENA_MAX=2 keeps the "
-    "idle heap smaller).",
+    "the 32 handler threads queueing on glibc's two malloc arenas; handlers now run on reused "
+    "threads and the daemon uses one arena.",
     "Idle RSS": "Most of it is fixed by the libraries: pages of the binary, of the C and C++ "
     "runtimes and of OpenSSL touched at start-up and by the API client's TLS; the table below "
     "lists them. Measured apart on this machine: a C++ program holds 3.2 MiB; OpenSSL's "
@@ -151,7 +151,13 @@ why = {
     "[heap] and [anon] hold more, pages that live and freed chunks of the first publish share, "
     "and thread stacks. Once the node settles "
     "the published devices are repacked and free pages returned (malloc_trim); the peak is the "
-    "first publish.",
+    "first publish. Until f2afbf7 every API client with a kubeconfig CA also loaded the system's "
+    "CA bundle into its store (cpp-httplib adds it unless given a CA path): some 140 certificates "
+    "parsed and kept (about 1.7 MiB of idle RSS in one A/B run), and a trust the kubeconfig did not "
+    "ask for. What is left of the heap at idle (malloc_info) is about 2.8 MiB in use spread over "
+    "pages of the first publish's 25 MiB peak, so the heap holds 5 to 6 MiB. With one malloc "
+    "arena instead of two the idle daemon is about 1.1 MiB smaller (three runs each: 17.9 "
+    "against 19.1 MiB).",
     "Idle CPU": "What remains is the 30 s change probe (a few ms on 3,000 functions) and, once "
     "after a change, the repacking and return of memory; the gRPC server sleeps in poll() with no "
     "timeout, so a node with no kubelet calls costs it nothing. The table of CPU by thread below "
