@@ -150,6 +150,7 @@ ReconcilerStats SliceReconciler::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   ReconcilerStats stats = stats_;
   stats.profile = profile_;
+  stats.adopted_forms = adopted_.size();
   return stats;
 }
 
@@ -407,6 +408,7 @@ Status SliceReconciler::Sync() {
   if (options_.published != nullptr) options_.published->Set(pool);
 
   const WritePlan plan = PlanWrites(pool, cache);
+  ForgetAdoptionsOtherThan(plan.desired);
   if (plan.obsolete.empty() && plan.creates == 0 && plan.changed.empty()) return Status::Ok();
   meta.api_version = profile.api_version;
   meta.driver = options_.driver;
@@ -492,6 +494,13 @@ bool SliceReconciler::HoldsContent(const CachedSlice& current, const Sha256& des
   std::lock_guard<std::mutex> lock(mu_);
   auto it = adopted_.find(desired);
   return it != adopted_.end() && it->second == current.digest.content;
+}
+
+void SliceReconciler::ForgetAdoptionsOtherThan(const std::vector<SliceDigest>& desired) {
+  std::set<Sha256> wanted;
+  for (const SliceDigest& digest : desired) wanted.insert(digest.content);
+  std::lock_guard<std::mutex> lock(mu_);
+  std::erase_if(adopted_, [&](const auto& entry) { return wanted.count(entry.first) == 0; });
 }
 
 // What the server stored differs from what we sent: counters dropped (gate off) or other fields

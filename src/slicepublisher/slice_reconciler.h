@@ -53,6 +53,9 @@ struct ReconcilerStats {
   uint64_t updates = 0;
   uint64_t deletes = 0;
   uint64_t conflicts = 0;
+  // Contents sent whose stored form (the server dropped a field) is taken as theirs: at most one
+  // per desired slice, as adoptions of contents no longer desired are forgotten.
+  size_t adopted_forms = 0;
   bool in_sync = false;  // the last sync succeeded and nothing changed since
   std::string last_error;
   ServerProfile profile;
@@ -138,6 +141,9 @@ class SliceReconciler {
   std::string Selector() const;
   // The cache entry of a server object; an unreadable one is named in a warning.
   CachedSlice ToCached(const nlohmann::json& object, const Result<SliceContent>& content) const;
+  // Drops the adoptions of contents that are not among `desired`: they can never match again,
+  // and kept they would grow with every change of the node for as long as the daemon runs.
+  void ForgetAdoptionsOtherThan(const std::vector<SliceDigest>& desired);
   // Applies a server response to the cache (so the watch echo of our own write is a no-op).
   void Remember(const nlohmann::json& object);
   // Remember for the server's answer to our write of `sent`: the answer is decoded and digested

@@ -286,6 +286,18 @@ TEST_F(SliceReconcilerTest, AFieldTheServerDropsIsAdoptedWithoutALoop) {
   ASSERT_TRUE(reconciler_->WaitInSync(kWait));
   EXPECT_EQ(reconciler_->Stats().updates, 0u);
   EXPECT_EQ(server_->SliceWrites(), writes);
+  EXPECT_EQ(reconciler_->Stats().adopted_forms, 1u);
+  // The node changes: the old content's adoption can never match again and is forgotten, so
+  // adoptions do not pile up over the daemon's life (one per slice whose stored form differs).
+  const int dropped_before = dropped->load();
+  reconciler_->SetScan(*Scan("vgpu"));
+  ASSERT_TRUE(reconciler_->WaitInSync(kWait));
+  ASSERT_GT(dropped->load(), dropped_before) << "the new content lost a field on the server too";
+  size_t with_devices = 0;  // the slices the server altered; counter-set slices have no devices
+  for (const json& slice : server_->Slices()) {
+    with_devices += slice["spec"].contains("devices") && !slice["spec"]["devices"].empty() ? 1 : 0;
+  }
+  EXPECT_EQ(reconciler_->Stats().adopted_forms, with_devices);
 }
 
 // A slice of node-1's pool with an attribute of a value type this plugin does not know (as a newer
