@@ -25,10 +25,6 @@ namespace {
 // accesses); one stuck in the kernel simply stops taking work. An idle one ends after this long.
 constexpr auto kIdleThreadLifetime = std::chrono::seconds(10);
 
-}  // namespace
-
-namespace {
-
 // One operation's completion, shared between the caller and its thread.
 struct Completion {
   std::mutex mu;
