@@ -23,15 +23,12 @@ FROM debian:12-slim AS runtime
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       libcpp-httplib0.11 \
-      libfmt9 \
       libnghttp2-14 \
       libnl-3-200 \
       libnl-route-3-200 \
       libpci3 \
-      libspdlog1.10 \
       libssl3 \
       libudev1 \
-      libyaml-cpp0.7 \
       pci.ids \
  && rm -rf /var/lib/apt/lists/*
 # runtime-packages-end
