@@ -24,8 +24,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       libcpp-httplib0.11 \
       libnghttp2-14 \
-      libnl-3-200 \
-      libnl-route-3-200 \
+      libmnl0 \
       libpci3 \
       libssl3 \
       libudev1 \

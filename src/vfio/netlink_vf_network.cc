@@ -1,16 +1,19 @@
-// The kernel side of VfNetwork: libnl-route-3. Each call opens its own sockets (a prepare touches
-// a VF a few times; shared sockets would need a lock and a reconnect path for no gain), in the
-// configured network namespace: a socket stays in the namespace it was created in, so only the
+// The kernel side of VfNetwork: rtnetlink over libmnl. Each call opens its own sockets (a prepare
+// touches a VF a few times; shared sockets would need a lock and a reconnect path for no gain), in
+// the configured network namespace: a socket stays in the namespace it was created in, so only the
 // creation runs on this thread inside it, and the thread returns to its own at once.
+//
+// Requests are built and answers parsed here, attribute by attribute, against the kernel's UAPI
+// structs (linux/if_link.h): an attribute shorter than its struct is skipped, never read past.
 #include <fcntl.h>
+#include <libmnl/libmnl.h>
 #include <linux/ethtool.h>
 #include <linux/if_ether.h>
+#include <linux/if_link.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <linux/sockios.h>
 #include <net/if.h>
-#include <netlink/errno.h>
-#include <netlink/netlink.h>
-#include <netlink/route/link.h>
-#include <netlink/route/link/sriov.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -20,11 +23,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
 
+#include "base/file_io.h"
 #include "sysfs/sysfs_parse.h"
 #include "sysfs/sysfs_reader.h"
 #include "vfio/vf_network.h"
@@ -32,27 +37,14 @@
 namespace vfio_dra::vfio {
 namespace {
 
-struct SocketFree {
-  void operator()(nl_sock* s) const { nl_socket_free(s); }
+// Room for one request: a link name or one VF setting, with their headers.
+constexpr size_t kRequestBytes = 512;
+using RequestBuffer = std::array<char, kRequestBytes>;
+
+struct SocketClose {
+  void operator()(mnl_socket* s) const { mnl_socket_close(s); }
 };
-struct LinkPut {
-  void operator()(rtnl_link* l) const { rtnl_link_put(l); }
-};
-struct VfPut {
-  void operator()(rtnl_link_vf* v) const { rtnl_link_vf_put(v); }
-};
-struct AddrPut {
-  void operator()(nl_addr* a) const { nl_addr_put(a); }
-};
-struct VlansPut {
-  void operator()(nl_vf_vlans_t* v) const { rtnl_link_vf_vlan_put(v); }
-};
-using Socket = std::unique_ptr<nl_sock, SocketFree>;
-using Link = std::unique_ptr<rtnl_link, LinkPut>;
-struct CachePut {
-  void operator()(nl_cache* c) const { nl_cache_free(c); }
-};
-using Vf = std::unique_ptr<rtnl_link_vf, VfPut>;
+using Socket = std::unique_ptr<mnl_socket, SocketClose>;
 
 class Fd {
  public:
@@ -73,25 +65,28 @@ class Fd {
   int fd_;
 };
 
-ErrorKind KindOf(int nl_error) {
-  switch (-nl_error) {
-    case NLE_OPNOTSUPP:
+ErrorKind KindOf(int err) {
+  switch (err) {
+    case EOPNOTSUPP:
       return ErrorKind::kUnimplemented;
-    case NLE_PERM:
+    case EPERM:
+    case EACCES:
       return ErrorKind::kPermissionDenied;
-    case NLE_NODEV:
-    case NLE_OBJ_NOTFOUND:
+    case ENODEV:
+    case ENOENT:
       return ErrorKind::kNotFound;
-    case NLE_RANGE:
-    case NLE_INVAL:
+    case ERANGE:
+    case EINVAL:
       return ErrorKind::kInvalidArgument;
     default:
       return ErrorKind::kUnavailable;
   }
 }
 
-Error NetlinkError(int nl_error, const std::string& what) {
-  return MakeError(KindOf(nl_error), what + ": " + nl_geterror(nl_error));
+// `detail` is the kernel's extended acknowledgement, when it gave one (why a driver refused).
+Error NetlinkError(int err, const std::string& what, const std::string& detail = "") {
+  return MakeError(KindOf(err),
+                   what + ": " + ErrnoText(err) + (detail.empty() ? "" : ": " + detail));
 }
 
 // A route socket and an ioctl socket (for ethtool), both in the target namespace.
@@ -101,11 +96,14 @@ struct Connection {
 };
 
 Status CreateSockets(Connection& out) {
-  out.route.reset(nl_socket_alloc());
-  if (!out.route) return MakeError(ErrorKind::kUnavailable, "cannot allocate a netlink socket");
-  if (int err = nl_connect(out.route.get(), NETLINK_ROUTE); err < 0) {
-    return NetlinkError(err, "cannot open a NETLINK_ROUTE socket");
+  out.route.reset(mnl_socket_open2(NETLINK_ROUTE, SOCK_CLOEXEC));
+  if (!out.route || mnl_socket_bind(out.route.get(), 0, MNL_SOCKET_AUTOPID) < 0) {
+    return NetlinkError(errno, "cannot open a NETLINK_ROUTE socket");
   }
+  // The kernel then says why a driver refused a setting, where it knows (best effort: kernels
+  // before 4.12 answer with the errno alone).
+  int on = 1;
+  (void)mnl_socket_setsockopt(out.route.get(), NETLINK_EXT_ACK, &on, sizeof on);
   out.ioctl = Fd(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   if (out.ioctl.get() < 0) {
     return MakeError(ErrorKind::kUnavailable, "cannot open a socket for ethtool requests: " +
@@ -156,36 +154,43 @@ std::string BusInfoOf(int ioctl_fd, const char* name) {
   return std::string(info.bus_info, strnlen(info.bus_info, sizeof(info.bus_info)));
 }
 
-// The netdev of `device`: the link whose ethtool bus_info names it. Several netdevs on one
-// device (switchdev representors) all report it; the first with a VF list is the PF uplink.
-Result<std::string> NetdevOf(const Connection& connection, const std::string& device) {
-  nl_cache* raw = nullptr;
-  if (int err = rtnl_link_alloc_cache(connection.route.get(), AF_UNSPEC, &raw); err < 0) {
-    return NetlinkError(err, "cannot list network interfaces");
+// One link as RTM_GETLINK reports it, with its VFs' settings (RTEXT_FILTER_VF).
+struct LinkInfo {
+  int index = 0;
+  std::string name;
+  // The kernel lists the VFs when the device has some and its driver reports their settings.
+  bool has_vf_list = false;
+  std::optional<uint32_t> num_vfs;
+  std::vector<std::pair<uint32_t, VfNetSettings>> vfs;  // by VF index, in the kernel's order
+
+  const VfNetSettings* Vf(uint32_t vf) const {
+    for (const auto& [number, settings] : vfs) {
+      if (number == vf) return &settings;
+    }
+    return nullptr;
   }
-  std::unique_ptr<nl_cache, CachePut> cache(raw);
-  std::string fallback;
-  for (nl_object* object = nl_cache_get_first(cache.get()); object != nullptr;
-       object = nl_cache_get_next(object)) {
-    auto* link = reinterpret_cast<rtnl_link*>(object);  // NOLINT: libnl's object model
-    const char* name = rtnl_link_get_name(link);
-    if (name == nullptr || BusInfoOf(connection.ioctl.get(), name) != device) continue;
-    if (rtnl_link_has_vf_list(link)) return std::string(name);
-    if (fallback.empty()) fallback = name;
-  }
-  if (!fallback.empty()) return fallback;
-  return MakeError(ErrorKind::kNotFound,
-                   "no network interface belongs to " + device +
-                       " (is its network driver loaded, and is the PF up in the host's network "
-                       "namespace?)");
+};
+
+// The payload of `attr` as a UAPI struct, or null when the attribute is too short for it.
+template <typename T>
+const T* PayloadAs(const nlattr* attr) {
+  if (mnl_attr_get_payload_len(attr) < sizeof(T)) return nullptr;
+  return static_cast<const T*>(mnl_attr_get_payload(attr));
 }
 
-Result<Link> GetLink(nl_sock* socket, const std::string& netdev) {
-  rtnl_link* raw = nullptr;
-  if (int err = rtnl_link_get_kernel(socket, 0, netdev.c_str(), &raw); err < 0) {
-    return NetlinkError(err, "cannot read network interface " + netdev);
-  }
-  return Link(raw);
+// Calls `each` with every attribute of a nest, or of a message from `offset` into its payload
+// (libmnl's for-each macros only compile as C).
+using AttributeVisitor = std::function<void(const nlattr*)>;
+int Visit(const nlattr* attr, void* data) {
+  (*static_cast<const AttributeVisitor*>(data))(attr);
+  return MNL_CB_OK;
+}
+void ForEachNested(const nlattr* nest, const AttributeVisitor& each) {
+  (void)mnl_attr_parse_nested(nest, Visit, const_cast<AttributeVisitor*>(&each));  // NOLINT
+}
+void ForEachAttribute(const nlmsghdr* message, size_t offset, const AttributeVisitor& each) {
+  (void)mnl_attr_parse(message, static_cast<unsigned int>(offset), Visit,
+                       const_cast<AttributeVisitor*>(&each));  // NOLINT
 }
 
 std::string FormatMac(const unsigned char* bytes) {
@@ -195,29 +200,249 @@ std::string FormatMac(const unsigned char* bytes) {
   return text.data();
 }
 
-VfNetSettings SettingsOf(rtnl_link_vf* vf) {
+// One IFLA_VF_INFO. The kernel sends every field; one the driver does not report comes as -1
+// (spoofchk, trust) and is left unset.
+std::optional<std::pair<uint32_t, VfNetSettings>> ParseVfInfo(const nlattr* info) {
+  std::optional<uint32_t> index;
   VfNetSettings out;
-  // libnl 3.7 hands out the VF's own address without a reference (unlike the VLAN list below,
-  // which it references): it must not be put here.
-  nl_addr* addr = nullptr;
-  if (rtnl_link_vf_get_addr(vf, &addr) == 0 && addr != nullptr && nl_addr_get_len(addr) >= 6) {
-    out.mac = FormatMac(static_cast<const unsigned char*>(nl_addr_get_binary_addr(addr)));
-  }
-  // The kernel always sends the VLAN list; libnl drops a single VLAN 0 from the old attribute.
   out.vlan = 0;
   out.qos = 0;
-  nl_vf_vlans_t* raw_vlans = nullptr;
-  if (rtnl_link_vf_get_vlans(vf, &raw_vlans) == 0 && raw_vlans != nullptr) {
-    std::unique_ptr<nl_vf_vlans_t, VlansPut> vlans(raw_vlans);
-    if (vlans->size > 0) {
-      out.vlan = static_cast<int>(vlans->vlans[0].vf_vlan);
-      out.qos = static_cast<int>(vlans->vlans[0].vf_vlan_qos);
+  bool vlan_from_list = false;
+  const auto set_vlan = [&](uint32_t vf, uint32_t vlan, uint32_t qos) {
+    index = vf;
+    out.vlan = static_cast<int>(vlan);
+    out.qos = static_cast<int>(qos);
+  };
+  const auto toggle = [&](uint32_t vf, uint32_t setting, std::optional<bool>& field) {
+    index = vf;
+    if (setting != static_cast<uint32_t>(-1)) field = setting != 0;
+  };
+  ForEachNested(info, [&](const nlattr* attr) {
+    switch (mnl_attr_get_type(attr)) {
+      case IFLA_VF_MAC:
+        if (const auto* mac = PayloadAs<ifla_vf_mac>(attr)) {
+          index = mac->vf;
+          out.mac = FormatMac(mac->mac);
+        }
+        break;
+      case IFLA_VF_VLAN:
+        if (const auto* vlan = PayloadAs<ifla_vf_vlan>(attr); vlan && !vlan_from_list) {
+          set_vlan(vlan->vf, vlan->vlan, vlan->qos);
+        }
+        break;
+      case IFLA_VF_VLAN_LIST:
+        // Newer than IFLA_VF_VLAN and authoritative when present: its first entry is the tag.
+        ForEachNested(attr, [&](const nlattr* entry) {
+          const auto* vlan = mnl_attr_get_type(entry) == IFLA_VF_VLAN_INFO
+                                 ? PayloadAs<ifla_vf_vlan_info>(entry)
+                                 : nullptr;
+          if (vlan == nullptr || vlan_from_list) return;
+          set_vlan(vlan->vf, vlan->vlan, vlan->qos);
+          vlan_from_list = true;
+        });
+        break;
+      case IFLA_VF_SPOOFCHK:
+        if (const auto* spoofchk = PayloadAs<ifla_vf_spoofchk>(attr)) {
+          toggle(spoofchk->vf, spoofchk->setting, out.spoof_check);
+        }
+        break;
+      case IFLA_VF_TRUST:
+        if (const auto* trust = PayloadAs<ifla_vf_trust>(attr)) {
+          toggle(trust->vf, trust->setting, out.trust);
+        }
+        break;
+      default:
+        break;
+    }
+  });
+  if (!index) return std::nullopt;
+  return std::pair(*index, std::move(out));
+}
+
+// A link message; one too short to be one comes back without a name (and is skipped).
+LinkInfo ParseLink(const nlmsghdr* message) {
+  LinkInfo link;
+  if (mnl_nlmsg_get_payload_len(message) < sizeof(ifinfomsg)) return link;
+  const auto* header = static_cast<const ifinfomsg*>(mnl_nlmsg_get_payload(message));
+  link.index = header->ifi_index;
+  ForEachAttribute(message, sizeof(ifinfomsg), [&](const nlattr* attr) {
+    switch (mnl_attr_get_type(attr)) {
+      case IFLA_IFNAME:
+        if (mnl_attr_validate(attr, MNL_TYPE_NUL_STRING) == 0) link.name = mnl_attr_get_str(attr);
+        break;
+      case IFLA_NUM_VF:
+        if (mnl_attr_validate(attr, MNL_TYPE_U32) == 0) link.num_vfs = mnl_attr_get_u32(attr);
+        break;
+      case IFLA_VFINFO_LIST:
+        link.has_vf_list = true;
+        ForEachNested(attr, [&](const nlattr* info) {
+          if (mnl_attr_get_type(info) != IFLA_VF_INFO) return;
+          if (auto vf = ParseVfInfo(info)) link.vfs.push_back(std::move(*vf));
+        });
+        break;
+      default:
+        break;
+    }
+  });
+  return link;
+}
+
+// What one request got back: the kernel's errno (0: none) and its extended acknowledgement.
+struct Answer {
+  int error = 0;
+  std::string detail;
+};
+
+int OnError(const nlmsghdr* message, void* data) {
+  auto* answer = static_cast<Answer*>(data);
+  if (message->nlmsg_len < mnl_nlmsg_size(sizeof(nlmsgerr))) {
+    answer->error = EBADMSG;
+    return MNL_CB_ERROR;
+  }
+  const auto* error = static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(message));
+  if (error->error == 0) return MNL_CB_STOP;  // the acknowledgement of a request that worked
+  answer->error = -error->error;
+  if ((message->nlmsg_flags & NLM_F_ACK_TLVS) != 0) {
+    // After the error comes the request it answers (unless capped), then the attributes.
+    const size_t offset =
+        sizeof(nlmsgerr) + ((message->nlmsg_flags & NLM_F_CAPPED) != 0
+                                ? 0
+                                : MNL_ALIGN(error->msg.nlmsg_len) - sizeof(nlmsghdr));
+    if (offset <= mnl_nlmsg_get_payload_len(message)) {
+      ForEachAttribute(message, offset, [&](const nlattr* attr) {
+        if (mnl_attr_get_type(attr) == NLMSGERR_ATTR_MSG &&
+            mnl_attr_validate(attr, MNL_TYPE_NUL_STRING) == 0) {
+          answer->detail = mnl_attr_get_str(attr);
+        }
+      });
     }
   }
-  uint32_t value = 0;
-  if (rtnl_link_vf_get_spoofchk(vf, &value) == 0) out.spoof_check = value != 0;
-  if (rtnl_link_vf_get_trust(vf, &value) == 0) out.trust = value != 0;
-  return out;
+  return MNL_CB_ERROR;
+}
+
+// Sends `request` (NLM_F_ACK is added unless it is a dump) and hands each message of the answer
+// to `each`, until the acknowledgement, the end of the dump or the kernel's error.
+Status Transact(mnl_socket* socket, nlmsghdr* request, const std::string& what,
+                const std::function<void(const nlmsghdr*)>& each) {
+  static constexpr uint32_t kSeq = 1;  // one request per socket at a time
+  if ((request->nlmsg_flags & NLM_F_DUMP) != NLM_F_DUMP) request->nlmsg_flags |= NLM_F_ACK;
+  request->nlmsg_seq = kSeq;
+  if (mnl_socket_sendto(socket, request, request->nlmsg_len) < 0) {
+    return NetlinkError(errno, what);
+  }
+  struct Context {
+    const std::function<void(const nlmsghdr*)>* each;
+    Answer answer;
+  } context{&each, {}};
+  const auto on_data = [](const nlmsghdr* message, void* data) -> int {
+    auto* c = static_cast<Context*>(data);
+    (*c->each)(message);
+    return MNL_CB_OK;
+  };
+  // Every control message type has its handler: libmnl ignores one left null in the array.
+  std::array<mnl_cb_t, NLMSG_MIN_TYPE> control{};
+  control[NLMSG_NOOP] = [](const nlmsghdr*, void*) -> int { return MNL_CB_OK; };
+  control[NLMSG_ERROR] = [](const nlmsghdr* message, void* data) -> int {
+    return OnError(message, &static_cast<Context*>(data)->answer);
+  };
+  control[NLMSG_DONE] = [](const nlmsghdr* message, void* data) -> int {
+    // A dump that failed part way says so here.
+    if (mnl_nlmsg_get_payload_len(message) >= sizeof(int)) {
+      int error = 0;
+      std::memcpy(&error, mnl_nlmsg_get_payload(message), sizeof error);
+      if (error < 0) {
+        static_cast<Context*>(data)->answer.error = -error;
+        return MNL_CB_ERROR;
+      }
+    }
+    return MNL_CB_STOP;
+  };
+  control[NLMSG_OVERRUN] = [](const nlmsghdr*, void* data) -> int {
+    static_cast<Context*>(data)->answer.error = ENOBUFS;
+    return MNL_CB_ERROR;
+  };
+  const unsigned int port = mnl_socket_get_portid(socket);
+  std::vector<char> buffer(MNL_SOCKET_BUFFER_SIZE);
+  for (;;) {
+    // One link with many VFs is a single message larger than any fixed buffer: the next
+    // datagram's size is asked first.
+    const ssize_t size = recv(mnl_socket_get_fd(socket), nullptr, 0, MSG_PEEK | MSG_TRUNC);
+    if (size < 0) {
+      if (errno == EINTR) continue;
+      return NetlinkError(errno, what);
+    }
+    if (static_cast<size_t>(size) > buffer.size()) buffer.resize(static_cast<size_t>(size));
+    const ssize_t got = mnl_socket_recvfrom(socket, buffer.data(), buffer.size());
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return NetlinkError(errno, what);
+    }
+    const int run = mnl_cb_run2(buffer.data(), static_cast<size_t>(got), kSeq, port, on_data,
+                                &context, control.data(), control.size());
+    if (run == MNL_CB_STOP) return Status::Ok();
+    if (run == MNL_CB_ERROR) {
+      return NetlinkError(context.answer.error != 0 ? context.answer.error : errno, what,
+                          context.answer.detail);
+    }
+  }
+}
+
+// A request for link messages with their VFs' settings (no statistics).
+nlmsghdr* PutGetLink(char* buffer, uint16_t flags) {
+  nlmsghdr* request = mnl_nlmsg_put_header(buffer);
+  request->nlmsg_type = RTM_GETLINK;
+  request->nlmsg_flags = NLM_F_REQUEST | flags;
+  auto* header = static_cast<ifinfomsg*>(mnl_nlmsg_put_extra_header(request, sizeof(ifinfomsg)));
+  header->ifi_family = AF_UNSPEC;
+  mnl_attr_put_u32(request, IFLA_EXT_MASK, RTEXT_FILTER_VF | RTEXT_FILTER_SKIP_STATS);
+  return request;
+}
+
+// The netdev of `device`: the link whose ethtool bus_info names it. Several netdevs on one
+// device (switchdev representors) all report it; the first with a VF list is the PF uplink.
+Result<LinkInfo> NetdevOf(const Connection& connection, const std::string& device) {
+  alignas(nlmsghdr) RequestBuffer buffer{};
+  nlmsghdr* request = PutGetLink(buffer.data(), NLM_F_DUMP);
+  std::optional<LinkInfo> uplink;
+  std::optional<LinkInfo> fallback;
+  Status listed = Transact(
+      connection.route.get(), request, "cannot list network interfaces",
+      [&](const nlmsghdr* message) {
+        if (uplink || message->nlmsg_type != RTM_NEWLINK) return;
+        LinkInfo link = ParseLink(message);
+        if (link.name.empty() || BusInfoOf(connection.ioctl.get(), link.name.c_str()) != device) {
+          return;
+        }
+        if (link.has_vf_list) {
+          uplink = std::move(link);
+        } else if (!fallback) {
+          fallback = std::move(link);
+        }
+      });
+  if (!listed.ok()) return listed.error();
+  if (uplink) return std::move(*uplink);
+  if (fallback) return std::move(*fallback);
+  return MakeError(ErrorKind::kNotFound,
+                   "no network interface belongs to " + device +
+                       " (is its network driver loaded, and is the PF up in the host's network "
+                       "namespace?)");
+}
+
+Result<LinkInfo> GetLink(mnl_socket* socket, const std::string& netdev) {
+  alignas(nlmsghdr) RequestBuffer buffer{};
+  nlmsghdr* request = PutGetLink(buffer.data(), 0);
+  mnl_attr_put_strz(request, IFLA_IFNAME, netdev.c_str());
+  std::optional<LinkInfo> link;
+  Status got = Transact(socket, request, "cannot read network interface " + netdev,
+                        [&](const nlmsghdr* message) {
+                          if (message->nlmsg_type == RTM_NEWLINK) link = ParseLink(message);
+                        });
+  if (!got.ok()) return got.error();
+  if (!link) {
+    return MakeError(ErrorKind::kUnavailable,
+                     "cannot read network interface " + netdev + ": the kernel sent no link");
+  }
+  return std::move(*link);
 }
 
 class NetlinkVfNetwork final : public VfNetwork {
@@ -236,72 +461,69 @@ class NetlinkVfNetwork final : public VfNetwork {
   Result<VfNetSettings> Read(const VfLink& target) override {
     auto pf = OpenPf(target);
     if (!pf.ok()) return pf.error();
-    rtnl_link* link = pf->link.get();
-    uint32_t num_vfs = 0;
-    if (!rtnl_link_has_vf_list(link) || rtnl_link_get_num_vf(link, &num_vfs) < 0) {
+    const LinkInfo& link = pf->link;
+    if (!link.has_vf_list) {
       return MakeError(ErrorKind::kNotFound, "network interface " + pf->netdev + " of " +
                                                  target.pf_device + " reports no SR-IOV VFs");
     }
-    Vf vf(rtnl_link_vf_get(link, static_cast<uint32_t>(target.vf_index)));
-    if (!vf) {
-      return MakeError(ErrorKind::kNotFound, "network interface " + pf->netdev + " of " +
-                                                 target.pf_device + " has no VF " +
-                                                 std::to_string(target.vf_index) + " (it reports " +
-                                                 std::to_string(num_vfs) + ")");
+    const VfNetSettings* vf = link.Vf(static_cast<uint32_t>(target.vf_index));
+    if (vf == nullptr) {
+      return MakeError(ErrorKind::kNotFound,
+                       "network interface " + pf->netdev + " of " + target.pf_device +
+                           " has no VF " + std::to_string(target.vf_index) + " (it reports " +
+                           std::to_string(link.num_vfs.value_or(link.vfs.size())) + ")");
     }
-    return SettingsOf(vf.get());
+    return *vf;
   }
 
   Status Write(const VfLink& target, const VfNetSettings& settings) override {
     auto pf = OpenPf(target);
     if (!pf.ok()) return pf.error();
-    nl_sock* socket = pf->connection.route.get();
-    Link* link = &pf->link;
+    mnl_socket* socket = pf->connection.route.get();
+    const int ifindex = pf->link.index;
+    const auto vf = static_cast<uint32_t>(target.vf_index);
     // One request per setting: the kernel applies the attributes of one request in turn and stops
     // at the first the driver refuses, so a combined request could not say which one failed.
     if (settings.mac) {
       auto mac = NormalizeMac(*settings.mac);
       if (!mac) return MakeError(ErrorKind::kInvalidArgument, "bad MAC " + *settings.mac);
-      std::array<unsigned char, ETH_ALEN> bytes{};
-      for (size_t i = 0; i < bytes.size(); ++i) {
-        bytes[i] = static_cast<unsigned char>(std::stoi(mac->substr(i * 3, 2), nullptr, 16));
+      ifla_vf_mac value{};
+      value.vf = vf;
+      for (size_t i = 0; i < ETH_ALEN; ++i) {
+        value.mac[i] = static_cast<unsigned char>(std::stoi(mac->substr(i * 3, 2), nullptr, 16));
       }
-      std::unique_ptr<nl_addr, AddrPut> addr(nl_addr_build(AF_LLC, bytes.data(), bytes.size()));
-      if (!addr) return MakeError(ErrorKind::kInternal, "cannot build a netlink address");
-      if (Status s = Change(socket, link->get(), target, "mac " + *mac,
-                            [&](rtnl_link_vf* vf) { rtnl_link_vf_set_addr(vf, addr.get()); });
-          !s.ok()) {
+      if (Status s = Change(socket, ifindex, target, "mac " + *mac, IFLA_VF_MAC, value); !s.ok()) {
         return s;
       }
     }
     if (settings.vlan || settings.qos) {
-      nl_vf_vlans_t* raw = nullptr;
-      if (rtnl_link_vf_vlan_alloc(&raw, 1) < 0) {
-        return MakeError(ErrorKind::kInternal, "cannot allocate a netlink VLAN list");
-      }
-      std::unique_ptr<nl_vf_vlans_t, VlansPut> vlans(raw);
-      vlans->vlans[0].vf_vlan = static_cast<uint32_t>(settings.vlan.value_or(0));
-      vlans->vlans[0].vf_vlan_qos = static_cast<uint32_t>(settings.qos.value_or(0));
-      vlans->vlans[0].vf_vlan_proto = ETH_P_8021Q;
+      // IFLA_VF_VLAN tags with 802.1Q, as `ip link set ... vf N vlan V qos Q` does.
+      ifla_vf_vlan value{};
+      value.vf = vf;
+      value.vlan = static_cast<uint32_t>(settings.vlan.value_or(0));
+      value.qos = static_cast<uint32_t>(settings.qos.value_or(0));
       const std::string what = "vlan " + std::to_string(settings.vlan.value_or(0)) + " qos " +
                                std::to_string(settings.qos.value_or(0));
-      if (Status s = Change(socket, link->get(), target, what,
-                            [&](rtnl_link_vf* vf) { rtnl_link_vf_set_vlans(vf, vlans.get()); });
+      if (Status s = Change(socket, ifindex, target, what, IFLA_VF_VLAN, value); !s.ok()) return s;
+    }
+    if (settings.spoof_check) {
+      const ifla_vf_spoofchk value{vf, *settings.spoof_check ? 1U : 0U};
+      if (Status s = Change(socket, ifindex, target,
+                            std::string("spoofchk ") + (*settings.spoof_check ? "on" : "off"),
+                            IFLA_VF_SPOOFCHK, value);
           !s.ok()) {
         return s;
       }
     }
-    const auto toggle = [&](const std::optional<bool>& value, const char* name,
-                            void (*set)(rtnl_link_vf*, uint32_t)) -> Status {
-      if (!value) return Status::Ok();
-      const uint32_t on = *value ? 1 : 0;
-      return Change(socket, link->get(), target, std::string(name) + (on ? " on" : " off"),
-                    [&](rtnl_link_vf* vf) { set(vf, on); });
-    };
-    if (Status s = toggle(settings.spoof_check, "spoofchk", rtnl_link_vf_set_spoofchk); !s.ok()) {
-      return s;
+    if (settings.trust) {
+      const ifla_vf_trust value{vf, *settings.trust ? 1U : 0U};
+      if (Status s = Change(socket, ifindex, target,
+                            std::string("trust ") + (*settings.trust ? "on" : "off"), IFLA_VF_TRUST,
+                            value);
+          !s.ok()) {
+        return s;
+      }
     }
-    if (Status s = toggle(settings.trust, "trust", rtnl_link_vf_set_trust); !s.ok()) return s;
     return Status::Ok();
   }
 
@@ -310,7 +532,7 @@ class NetlinkVfNetwork final : public VfNetwork {
   struct OpenedPf {
     Connection connection;
     std::string netdev;
-    Link link;
+    LinkInfo link;
   };
   Result<OpenedPf> OpenPf(const VfLink& target) const {
     auto connection = Connect(netns_path_);
@@ -326,8 +548,8 @@ class NetlinkVfNetwork final : public VfNetwork {
   // ethtool confirms in the target namespace spares listing every link of the node (one veth per
   // pod). Anything else (a name renamed since, a sysfs of another namespace, a device that is not
   // PCI) falls back to the full listing.
-  Result<std::pair<std::string, Link>> FindNetdev(const Connection& connection,
-                                                  const std::string& device) const {
+  Result<std::pair<std::string, LinkInfo>> FindNetdev(const Connection& connection,
+                                                      const std::string& device) const {
     if (sysfs_ != nullptr && sysfs::CanonicalBdf(device).ok()) {
       bool any_net_directory = false;
       auto names = SysfsNetdevs(device, any_net_directory);
@@ -336,22 +558,21 @@ class NetlinkVfNetwork final : public VfNetwork {
                                                    " has no network interface (is its network "
                                                    "driver loaded?)");
       }
-      std::optional<std::pair<std::string, Link>> fallback;
+      std::optional<std::pair<std::string, LinkInfo>> fallback;
       for (const std::string& name : names.value_or(std::vector<std::string>{})) {
         if (BusInfoOf(connection.ioctl.get(), name.c_str()) != device) continue;
         auto link = GetLink(connection.route.get(), name);
         if (!link.ok()) continue;
         // Switchdev representors sit on the PF too: the uplink is the one with the VF list.
-        if (rtnl_link_has_vf_list(link->get())) return std::pair(name, std::move(*link));
+        if (link->has_vf_list) return std::pair(name, std::move(*link));
         if (!fallback) fallback.emplace(name, std::move(*link));
       }
       if (fallback) return std::move(*fallback);
     }
-    auto netdev = NetdevOf(connection, device);
-    if (!netdev.ok()) return netdev.error();
-    auto link = GetLink(connection.route.get(), *netdev);
+    auto link = NetdevOf(connection, device);
     if (!link.ok()) return link.error();
-    return std::pair(std::move(*netdev), std::move(*link));
+    std::string name = link->name;
+    return std::pair(std::move(name), std::move(*link));
   }
 
   // The netdev names sysfs shows under the PCI function and its child devices; nullopt when the
@@ -388,26 +609,30 @@ class NetlinkVfNetwork final : public VfNetwork {
   std::string netns_path_;
   const sysfs::SysfsReader* sysfs_;  // may be null: every lookup lists the links
 
-  template <typename SetField>
-  static Status Change(nl_sock* socket, rtnl_link* orig, const VfLink& target,
-                       const std::string& what, SetField set_field) {
-    Link change(rtnl_link_alloc());
-    Vf vf(rtnl_link_vf_alloc());
-    if (!change || !vf) return MakeError(ErrorKind::kInternal, "out of memory building netlink");
-    rtnl_link_set_ifindex(change.get(), rtnl_link_get_ifindex(orig));
-    rtnl_link_vf_set_index(vf.get(), static_cast<uint32_t>(target.vf_index));
-    set_field(vf.get());
-    if (int err = rtnl_link_vf_add(change.get(), vf.get()); err < 0) {
-      return NetlinkError(err, "cannot build the change of " + target.Display());
-    }
-    if (int err = rtnl_link_change(socket, orig, change.get(), 0); err < 0) {
-      Error error = NetlinkError(err, "cannot set " + what + " on " + target.Display());
-      if (error.kind == ErrorKind::kUnimplemented) {
-        error.message += " (the PF's driver does not support this VF setting)";
-      }
+  // Sets one field of one VF: RTM_SETLINK with IFLA_VFINFO_LIST { IFLA_VF_INFO { `type` } }.
+  template <typename Value>
+  static Status Change(mnl_socket* socket, int ifindex, const VfLink& target,
+                       const std::string& what, uint16_t type, const Value& value) {
+    alignas(nlmsghdr) RequestBuffer buffer{};
+    nlmsghdr* request = mnl_nlmsg_put_header(buffer.data());
+    request->nlmsg_type = RTM_SETLINK;
+    request->nlmsg_flags = NLM_F_REQUEST;
+    auto* header = static_cast<ifinfomsg*>(mnl_nlmsg_put_extra_header(request, sizeof(ifinfomsg)));
+    header->ifi_family = AF_UNSPEC;
+    header->ifi_index = ifindex;
+    nlattr* list = mnl_attr_nest_start(request, IFLA_VFINFO_LIST);
+    nlattr* info = mnl_attr_nest_start(request, IFLA_VF_INFO);
+    mnl_attr_put(request, type, sizeof value, &value);
+    mnl_attr_nest_end(request, info);
+    mnl_attr_nest_end(request, list);
+    Status set = Transact(socket, request, "cannot set " + what + " on " + target.Display(),
+                          [](const nlmsghdr*) {});
+    if (!set.ok() && set.error().kind == ErrorKind::kUnimplemented) {
+      Error error = set.error();
+      error.message += " (the PF's driver does not support this VF setting)";
       return error;
     }
-    return Status::Ok();
+    return set;
   }
 };
 

@@ -3,7 +3,7 @@
 // PF's netdev as `ip link set <pf> vf <n> ...` does. A VF handed to a VM keeps these settings
 // while vfio-pci holds it, so they are set before binding and restored after unbinding.
 //
-// The kernel implementation speaks rtnetlink through libnl-route-3; the file-backed one stands in
+// The kernel implementation speaks rtnetlink through libmnl; the file-backed one stands in
 // for it where the node is a simulated sysfs tree (tests), so that the daemon's whole prepare and
 // crash-recovery path runs there too.
 //

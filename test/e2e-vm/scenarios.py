@@ -800,7 +800,7 @@ def ethtool_bus_info(netdev):
 
 def ip_vfs(port, show=False):
     """The port's VFs as iproute2 reports them: an observer that shares no code with the one
-    under test (libnl). 6.1's ip leaves out a VLAN or QoS of 0."""
+    under test (rtnetlink over libmnl). 6.1's ip leaves out a VLAN or QoS of 0."""
     link = json.loads(subprocess.run(["ip", "-j", "-d", "link", "show", "dev", port], check=True,
                                      capture_output=True, text=True).stdout)[0]
     if show:
@@ -898,7 +898,7 @@ def scenario_vf_netlink():
     # The MAC is set before the VLAN is refused: the printed previous settings undo it.
     result = vf_net_check("write", 1, "--mac", "02:00:00:00:be:ef", "--vlan", "5000")
     check(result.returncode != 0 and "vlan 5000" in result.stderr and
-          "Invalid input data" in result.stderr,
+          "Invalid argument" in result.stderr,
           f"the driver's refusal of VLAN 5000 is carried: {result.stderr.strip()}")
     check(ip_vfs(port)[1] == dict(vf1, mac="02:00:00:00:be:ef"),
           f"the MAC before the refused VLAN stays set: {ip_vfs(port)[1]}")
