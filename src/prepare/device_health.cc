@@ -100,17 +100,17 @@ std::vector<DeviceHealthStatus> CheckDeviceHealth(
 
   std::vector<DeviceHealthStatus> out;
   std::set<std::pair<std::string, std::string>> reported;
-  for (const auto& [name, device] : *published.devices) {
-    DeviceHealthStatus status{published.pool, name, true, ""};
+  published.devices->ForEach([&](const SliceDevice& device) {
+    DeviceHealthStatus status{published.pool, device.name, true, ""};
     std::optional<std::string> problem = PublishedProblem(sysfs, device);
-    if (!problem) problem = prepared_problem(published.pool, name);
+    if (!problem) problem = prepared_problem(published.pool, device.name);
     if (problem) {
       status.healthy = false;
       status.message = *problem;
     }
-    reported.insert({published.pool, name});
+    reported.insert({published.pool, device.name});
     out.push_back(std::move(status));
-  }
+  });
   for (const auto& [key, targets] : by_device) {
     if (reported.count(key) != 0) continue;
     DeviceHealthStatus status{key.first, key.second, true,

@@ -6,14 +6,20 @@
 namespace vfio_dra::slicepublisher {
 
 void PublishedDevices::Set(const DesiredPool& pool) {
-  auto devices = std::make_shared<std::map<std::string, SliceDevice>>();
+  std::vector<const SliceDevice*> all;
+  std::map<std::string, int> counts;
   for (const SliceContent& slice : pool.slices) {
-    for (const SliceDevice& device : slice.devices) (*devices)[device.name] = device;
+    for (const SliceDevice& device : slice.devices) {
+      all.push_back(&device);
+      counts[StringAttribute(device, attribute::kType).value_or("unknown")] += 1;
+    }
   }
+  auto devices = std::make_shared<const PackedDeviceTable>(all);
   {
     std::lock_guard<std::mutex> lock(mu_);
     pool_ = pool.name;
     devices_ = std::move(devices);
+    count_by_type_ = std::move(counts);
   }
   known_.notify_all();
 }
@@ -25,39 +31,26 @@ bool PublishedDevices::WaitForFirstPublish(std::chrono::milliseconds grace) cons
 
 std::optional<SliceDevice> PublishedDevices::Find(const std::string& pool,
                                                   const std::string& device) const {
-  std::shared_ptr<const std::map<std::string, SliceDevice>> devices;
+  std::shared_ptr<const PackedDeviceTable> devices;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (pool != pool_) return std::nullopt;
     devices = devices_;
   }
   if (devices == nullptr) return std::nullopt;
-  auto it = devices->find(device);
-  if (it == devices->end()) return std::nullopt;
-  return it->second;
+  return devices->Find(device);
 }
 
 std::map<std::string, int> PublishedDevices::CountByType() const {
-  std::shared_ptr<const std::map<std::string, SliceDevice>> devices;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    devices = devices_;
-  }
-  std::map<std::string, int> counts;
-  if (devices == nullptr) return counts;
-  for (const auto& [name, device] : *devices) {
-    counts[StringAttribute(device, attribute::kType).value_or("unknown")] += 1;
-  }
-  return counts;
+  std::lock_guard<std::mutex> lock(mu_);
+  return count_by_type_;
 }
 
 void PublishedDevices::Compact() { RepackShared(mu_, devices_); }
 
 PublishedDevices::Snapshot PublishedDevices::Current() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (devices_ == nullptr) {
-    return Snapshot{"", std::make_shared<const std::map<std::string, SliceDevice>>()};
-  }
+  if (devices_ == nullptr) return Snapshot{"", std::make_shared<const PackedDeviceTable>()};
   return Snapshot{pool_, devices_};
 }
 

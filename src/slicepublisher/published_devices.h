@@ -1,7 +1,8 @@
 // PublishedDevices: the devices this node offers right now, by name, as the publisher last built
 // them. Device preparation looks allocated devices up here: the scheduler allocated what was
 // published, so what was published (PCI address, IDs, IOMMU group, mdev UUID) is what prepare
-// re-checks against sysfs. Thread-safe; readers get a snapshot.
+// re-checks against sysfs. Thread-safe; readers get a snapshot. The devices are kept packed (see
+// PackedDeviceTable): they live as long as the daemon.
 #pragma once
 
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include "slicepublisher/packed_device_table.h"
 #include "slicepublisher/slice_model.h"
 
 namespace vfio_dra::slicepublisher {
@@ -29,14 +31,14 @@ class PublishedDevices {
   std::map<std::string, int> CountByType() const;
 
   struct Snapshot {
-    std::string pool;  // empty before the first publish
-    std::shared_ptr<const std::map<std::string, SliceDevice>> devices;  // never null
+    std::string pool;                                  // empty before the first publish
+    std::shared_ptr<const PackedDeviceTable> devices;  // never null
   };
   Snapshot Current() const;
-  // Copies the devices anew and drops the old copy (readers holding a snapshot keep theirs). The
-  // copy Set made sits in pages shared with the publish's short-lived data; once the node has
-  // settled and that data is gone, a fresh copy packs into fewer pages and the old ones can go
-  // back to the system (malloc_trim). Content is unchanged.
+  // Copies the table anew and drops the old copy (readers holding a snapshot keep theirs). The
+  // table Set made sits among the publish's short-lived data; once the node has settled and that
+  // data is gone, a fresh copy can sit where the old one does not pin those pages (malloc_trim).
+  // Content is unchanged.
   void Compact();
 
  private:
@@ -44,7 +46,8 @@ class PublishedDevices {
   mutable std::condition_variable known_;
   const std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
   std::string pool_;
-  std::shared_ptr<const std::map<std::string, SliceDevice>> devices_;
+  std::shared_ptr<const PackedDeviceTable> devices_;
+  std::map<std::string, int> count_by_type_;
 };
 
 }  // namespace vfio_dra::slicepublisher

@@ -42,5 +42,18 @@ TEST(PublishedDevices, CompactKeepsTheContentAndSnapshotsTaken) {
   EXPECT_EQ(before.devices->size(), 2u);
 }
 
+// Counted when set, for the metrics; a device without a type counts as "unknown".
+TEST(PublishedDevices, CountsDevicesByType) {
+  PublishedDevices published;
+  EXPECT_TRUE(published.CountByType().empty());
+  DesiredPool pool = PoolOf({"a", "b"});
+  SliceDevice untyped;
+  untyped.name = "c";
+  pool.slices.push_back(SliceContent{{untyped}, {}});
+  published.Set(pool);
+  EXPECT_EQ(published.CountByType(), (std::map<std::string, int>{{"vf", 2}, {"unknown", 1}}));
+  EXPECT_EQ(published.Current().devices->size(), 3u);
+}
+
 }  // namespace
 }  // namespace vfio_dra::slicepublisher
