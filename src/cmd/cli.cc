@@ -79,6 +79,12 @@ void AddServeFlags(CLI::App& serve, ServeOptions& o) {
       .add_option("--health-interval", o.health_interval_seconds,
                   "seconds between full device lists on the kubelet's health stream")
       ->capture_default_str();
+  serve
+      .add_option("--close-idle-connections", o.close_idle_connections_seconds,
+                  "seconds without a call after which the kubelet's connection to the DRA socket "
+                  "is closed (it reconnects on its next call; below 1800 this avoids kubelet "
+                  "1.34.0's deadlock on idle connections); 0: never")
+      ->capture_default_str();
   serve.add_option("-v,--v", o.verbosity, "log verbosity (0: info; 2: API retries; 4: gRPC calls)")
       ->capture_default_str();
 }

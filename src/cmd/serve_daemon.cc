@@ -230,8 +230,9 @@ Status ServeDaemon::Start() {
   for (const auto& more : {v1beta1_->Methods(), health_->Methods()}) {
     dra_methods.insert(dra_methods.end(), more.begin(), more.end());
   }
-  auto server = kubeletplugin::PluginServer::Start(layout_, dra_methods, registration_->Methods(),
-                                                   root_.WithComponent("server"));
+  auto server = kubeletplugin::PluginServer::Start(
+      layout_, dra_methods, registration_->Methods(), root_.WithComponent("server"),
+      std::chrono::seconds(options_.close_idle_connections_seconds));
   if (!server.ok()) return server.error();
   server_ = std::move(*server);
   // The sockets come first, so the kubelet sees the plugin as soon as it can answer; the first

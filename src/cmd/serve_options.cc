@@ -83,6 +83,12 @@ Status FinalizeServeOptions(ServeOptions& options) {
                      "must be between 1 and 10 seconds (the kubelet forgets a device's health "
                      "after 30 s without news)");
   }
+  if (options.close_idle_connections_seconds < 0 ||
+      options.close_idle_connections_seconds > 86400) {
+    return FlagError("--close-idle-connections",
+                     "must be between 0 (never) and 86400 seconds; to work around kubelet "
+                     "1.34.0's idle-connection deadlock it must be below 1800");
+  }
   if (options.rescan_interval_seconds < 1 || options.rescan_interval_seconds > 3600) {
     return FlagError("--rescan-interval", "must be between 1 and 3600 seconds");
   }

@@ -34,6 +34,9 @@ struct ServeOptions {
   int unbind_timeout_seconds = 20;
   // How often the device health stream re-sends the full list (the kubelet's timeout is 30 s).
   int health_interval_seconds = 5;
+  // The kubelet's connection to the DRA socket is closed after this long without a call (0:
+  // never): before the kubelet's own 30-minute idle timer, which deadlocks kubelet 1.34.0.
+  int close_idle_connections_seconds = 1200;
   std::string metrics_address = ":8080";  // empty: no metrics and health endpoint
   // The network namespace whose netdevs SR-IOV VFs are configured through; empty: the process's
   // own. The DaemonSet uses /proc/1/ns/net (hostPID): the host's, without hostNetwork.

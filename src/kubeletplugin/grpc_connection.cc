@@ -140,9 +140,15 @@ bool GrpcConnection::Quiet() const {
 }
 
 void GrpcConnection::GoAway() {
+  going_away_ = true;
   nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
                         nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
                         nullptr, 0);
+}
+
+std::optional<std::chrono::steady_clock::time_point> GrpcConnection::IdleSince() const {
+  if (going_away_ || !streams_.empty()) return std::nullopt;
+  return idle_since_;
 }
 
 GrpcConnection::Stream* GrpcConnection::Find(int32_t stream_id) {
@@ -231,6 +237,7 @@ int GrpcConnection::OnStreamClose(nghttp2_session* /*session*/, int32_t stream_i
   // Closed before the handler finished (RST_STREAM from the client): nobody reads the answer.
   if (it->second.call) it->second.call->Cancel();
   connection->streams_.erase(it);
+  if (connection->streams_.empty()) connection->idle_since_ = std::chrono::steady_clock::now();
   return 0;
 }
 

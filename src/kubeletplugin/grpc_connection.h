@@ -9,10 +9,12 @@
 
 #include <nghttp2/nghttp2.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -50,8 +52,11 @@ class GrpcConnection {
   const std::string& failure() const { return failure_; }
   // A call of this connection has new output or finished.
   void OnCallEvent(int32_t stream);
-  // Tells the client to open no new streams (the server stops).
+  // Tells the client to open no new streams (the server stops, or closes an idle connection).
   void GoAway();
+  // Since when no call has been open on this connection; nullopt while one is, or once GoAway
+  // was sent (nothing more to decide about it).
+  std::optional<std::chrono::steady_clock::time_point> IdleSince() const;
 
  private:
   struct Stream {
@@ -97,8 +102,10 @@ class GrpcConnection {
   CallStarter start_;
   nghttp2_session* session_ = nullptr;
   bool blocked_ = false;
+  bool going_away_ = false;
   std::string failure_;
   std::map<int32_t, Stream> streams_;
+  std::chrono::steady_clock::time_point idle_since_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace vfio_dra::kubeletplugin

@@ -23,14 +23,15 @@ constexpr std::chrono::seconds kStopGrace{5};
 Result<std::unique_ptr<UnixGrpcServer>> StartUnixServer(const std::string& path,
                                                         std::vector<GrpcMethod> methods,
                                                         ServingStatusService& health,
-                                                        const char* thread_name,
-                                                        const Logger& log) {
+                                                        const char* thread_name, const Logger& log,
+                                                        std::chrono::milliseconds close_idle) {
   if (Status s = EnsureDirectory(std::filesystem::path(path).parent_path().string()); !s.ok()) {
     return s.error();
   }
   if (Status s = RemoveStaleSocket(path); !s.ok()) return s.error();
   for (GrpcMethod& method : health.Methods()) methods.push_back(std::move(method));
-  return UnixGrpcServer::Start(path, kSocketMode, methods, thread_name, log);
+  return UnixGrpcServer::Start(path, kSocketMode, methods, thread_name, log,
+                               std::chrono::seconds(10), close_idle);
 }
 
 void ShutdownAndUnlink(std::unique_ptr<UnixGrpcServer>& server, ServingStatusService& health,
@@ -77,18 +78,20 @@ Status RemoveStaleSocket(const std::string& path) {
 
 Result<std::unique_ptr<PluginServer>> PluginServer::Start(
     const SocketLayout& layout, const std::vector<GrpcMethod>& dra_methods,
-    const std::vector<GrpcMethod>& registration_methods, Logger log) {
+    const std::vector<GrpcMethod>& registration_methods, Logger log,
+    std::chrono::milliseconds close_idle_dra_connections) {
   std::unique_ptr<PluginServer> server(new PluginServer(layout, std::move(log)));
   // The standard grpc.health.v1 service on both sockets: probes and tools that speak it see the
   // plugin SERVING while it listens and NOT_SERVING while it stops.
   auto dra = StartUnixServer(layout.dra_socket, dra_methods, *server->dra_health_, "dra-grpc",
-                             server->log_);
+                             server->log_, close_idle_dra_connections);
   if (!dra.ok()) return dra.error().Wrap("cannot start the DRA service");
   server->dra_server_ = std::move(*dra);
   server->log_.Info("DRA service listening", {{"socket", layout.dra_socket}});
   // Only now, with the DRA socket accepting connections, may the kubelet learn about us.
   auto reg = StartUnixServer(layout.registration_socket, registration_methods,
-                             *server->registration_health_, "registration", server->log_);
+                             *server->registration_health_, "registration", server->log_,
+                             std::chrono::milliseconds(0));
   if (!reg.ok()) {
     server->Stop();
     return reg.error().Wrap("cannot start the registration service");

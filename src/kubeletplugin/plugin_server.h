@@ -5,6 +5,7 @@
 // stop.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,10 +36,12 @@ Status RemoveStaleSocket(const std::string& path);
 class PluginServer {
  public:
   // `dra_methods` are served on the DRA socket, `registration_methods` on the registration
-  // socket; both also serve grpc.health.v1.
+  // socket; both also serve grpc.health.v1. DRA connections with no call open for
+  // `close_idle_dra_connections` are closed (zero: never; see UnixGrpcServer).
   static Result<std::unique_ptr<PluginServer>> Start(
       const SocketLayout& layout, const std::vector<GrpcMethod>& dra_methods,
-      const std::vector<GrpcMethod>& registration_methods, Logger log);
+      const std::vector<GrpcMethod>& registration_methods, Logger log,
+      std::chrono::milliseconds close_idle_dra_connections = std::chrono::milliseconds(0));
   ~PluginServer();
   PluginServer(const PluginServer&) = delete;
   PluginServer& operator=(const PluginServer&) = delete;

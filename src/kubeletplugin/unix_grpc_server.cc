@@ -76,15 +76,16 @@ Result<int> ListenUnix(const std::string& path, mode_t mode) {
 
 Result<std::unique_ptr<UnixGrpcServer>> UnixGrpcServer::Start(
     const std::string& path, mode_t mode, const std::vector<GrpcMethod>& methods,
-    const char* thread_name, Logger log, std::chrono::milliseconds handler_idle_lifetime) {
+    const char* thread_name, Logger log, std::chrono::milliseconds handler_idle_lifetime,
+    std::chrono::milliseconds close_idle_after) {
   std::unordered_map<std::string, GrpcMethod> table;
   for (const GrpcMethod& method : methods) {
     if (!table.emplace(method.path, method).second) {
       return MakeError(ErrorKind::kInternal, "gRPC method " + method.path + " registered twice");
     }
   }
-  std::unique_ptr<UnixGrpcServer> server(
-      new UnixGrpcServer(path, std::move(table), std::move(log), handler_idle_lifetime));
+  std::unique_ptr<UnixGrpcServer> server(new UnixGrpcServer(
+      path, std::move(table), std::move(log), handler_idle_lifetime, close_idle_after));
   if (!server->events_.ok()) {
     return MakeError(ErrorKind::kUnavailable, "cannot create the eventfd of the gRPC server for " +
                                                   path + ": " + ErrnoText(errno));
@@ -108,10 +109,12 @@ Result<std::unique_ptr<UnixGrpcServer>> UnixGrpcServer::Start(
 
 UnixGrpcServer::UnixGrpcServer(std::string path,
                                std::unordered_map<std::string, GrpcMethod> methods, Logger log,
-                               std::chrono::milliseconds handler_idle_lifetime)
+                               std::chrono::milliseconds handler_idle_lifetime,
+                               std::chrono::milliseconds close_idle_after)
     : path_(std::move(path)),
       methods_(std::move(methods)),
       log_(std::move(log)),
+      close_idle_after_(close_idle_after),
       handlers_("grpc-call", handler_idle_lifetime) {}
 
 UnixGrpcServer::~UnixGrpcServer() {
@@ -136,13 +139,15 @@ void UnixGrpcServer::Run() {
       fds.push_back({connection->fd(), want, 0});
       polled.push_back(id);
     }
-    // No timeout unless accepting is paused or the last answers are being handed over.
-    int timeout = -1;
+    // No timeout unless accepting is paused, the last answers are being handed over, or a
+    // connection is idle.
+    std::optional<std::chrono::steady_clock::time_point> wake_at = CloseIdleConnections(stopping);
     if (flush_until) {
-      timeout = PollTimeoutMs(*flush_until);
+      wake_at = flush_until;
     } else if (listen_fd_ >= 0 && !stopping && !accepting) {
-      timeout = PollTimeoutMs(accept_paused_until_);
+      wake_at = std::min(wake_at.value_or(accept_paused_until_), accept_paused_until_);
     }
+    const int timeout = wake_at ? PollTimeoutMs(*wake_at) : -1;
     if (::poll(fds.data(), fds.size(), timeout) < 0) {
       if (errno == EINTR) continue;
       log_.Error("gRPC server poll failed; the socket stops serving",
@@ -195,6 +200,36 @@ void UnixGrpcServer::Run() {
               {{"socket", path_}, {"peer", connection->peer()}});
   }
   connections_.clear();
+}
+
+std::optional<std::chrono::steady_clock::time_point> UnixGrpcServer::CloseIdleConnections(
+    bool stopping) {
+  if (close_idle_after_.count() <= 0 || stopping) return std::nullopt;
+  const auto now = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> next;
+  std::vector<uint64_t> due;
+  for (const auto& [id, connection] : connections_) {
+    const auto since = connection->IdleSince();
+    if (!since) continue;
+    if (now >= *since + close_idle_after_) {
+      due.push_back(id);
+    } else {
+      next = std::min(next.value_or(*since + close_idle_after_), *since + close_idle_after_);
+    }
+  }
+  for (uint64_t id : due) {
+    GrpcConnection& connection = *connections_.at(id);
+    log_.Info("closing an idle gRPC connection; the client reconnects on its next call",
+              {{"socket", path_},
+               {"peer", connection.peer()},
+               {"idle_after_s",
+                std::to_string(
+                    std::chrono::duration_cast<std::chrono::seconds>(close_idle_after_).count())}});
+    connection.GoAway();
+    if (!connection.Flush()) Drop(id, "the connection ended");
+  }
+  // Once the GOAWAY is out the connection is finished: the loop's next pass closes it.
+  return due.empty() ? next : now;
 }
 
 void UnixGrpcServer::Drop(uint64_t id, const char* why) {

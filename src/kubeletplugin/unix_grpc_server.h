@@ -3,7 +3,10 @@
 // runtime (its threads, timers and several MiB of resident code) costs every node more than the
 // protocol needs. One I/O thread polls the listening socket and the connections with no timeout;
 // each call runs its handler on a thread of its own (reused from earlier calls when one is idle),
-// so device work never holds up other calls.
+// so device work never holds up other calls. A connection with no call open for
+// `close_idle_after` is sent GOAWAY and closed; its client reconnects on its next call. (Kubelet
+// 1.34.0 deadlocks when its own 30-minute idle timer takes the connection to the plugin idle;
+// a connection the server ends is an ordinary reconnect for it.)
 // Invariants: the socket file appears only once it accepts connections (bound under a hidden
 // name, then renamed); Shutdown lets running calls finish for the grace period, then cancels
 // them, waits for every handler to return and sends what they answered before closing; at most
@@ -17,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -35,11 +39,13 @@ class GrpcConnection;
 class UnixGrpcServer {
  public:
   // Listens on `path` (mode `mode`) and serves `methods`. `thread_name` names the I/O thread;
-  // handler threads ("grpc-call") end after `handler_idle_lifetime` without a call.
+  // handler threads ("grpc-call") end after `handler_idle_lifetime` without a call. Connections
+  // idle for `close_idle_after` are closed (zero: never).
   static Result<std::unique_ptr<UnixGrpcServer>> Start(
       const std::string& path, mode_t mode, const std::vector<GrpcMethod>& methods,
       const char* thread_name, Logger log,
-      std::chrono::milliseconds handler_idle_lifetime = std::chrono::seconds(10));
+      std::chrono::milliseconds handler_idle_lifetime = std::chrono::seconds(10),
+      std::chrono::milliseconds close_idle_after = std::chrono::milliseconds(0));
   ~UnixGrpcServer();  // Shutdown with no grace
   UnixGrpcServer(const UnixGrpcServer&) = delete;
   UnixGrpcServer& operator=(const UnixGrpcServer&) = delete;
@@ -52,7 +58,8 @@ class UnixGrpcServer {
 
  private:
   UnixGrpcServer(std::string path, std::unordered_map<std::string, GrpcMethod> methods, Logger log,
-                 std::chrono::milliseconds handler_idle_lifetime);
+                 std::chrono::milliseconds handler_idle_lifetime,
+                 std::chrono::milliseconds close_idle_after);
   void Run();
   void Accept();
   void Drop(uint64_t id, const char* why);
@@ -61,11 +68,14 @@ class UnixGrpcServer {
   void RunHandler(const GrpcMethod& method, ServerCall& call, const std::string& message);
   void HandlerDone(const ServerCall* call);
   void CancelAllCalls();
+  // Sends GOAWAY to connections idle for close_idle_after_; returns when the next one will be.
+  std::optional<std::chrono::steady_clock::time_point> CloseIdleConnections(bool stopping);
 
   const std::string path_;
   int listen_fd_ = -1;
   const std::unordered_map<std::string, GrpcMethod> methods_;
   Logger log_;
+  const std::chrono::milliseconds close_idle_after_;
   CallEvents events_;
   ElasticThreadPool handlers_;
   std::thread io_thread_;

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -411,6 +412,7 @@ type client struct {
 	registrationSocket string
 	claims             []claimRef
 	pause              bool
+	idleCloseWait      time.Duration
 	stdin              *bufio.Reader
 }
 
@@ -625,6 +627,9 @@ func (c *client) run() error {
 	}
 	defer conn.Close()
 	c.healthCheck(ctx, conn, "first")
+	if c.idleCloseWait > 0 {
+		return c.acrossIdleClose(ctx, conn)
+	}
 
 	for _, api := range []struct{ service, prefix string }{
 		{"v1.DRAPlugin", draV1}, {"v1beta1.DRAPlugin", draV1beta1}} {
@@ -641,6 +646,24 @@ func (c *client) run() error {
 	c.oddCalls(ctx, conn)
 	// Still serving after all of the above.
 	c.healthCheck(ctx, conn, "last")
+	emit(step{"step": "Done"})
+	return nil
+}
+
+// acrossIdleClose waits, with no call open, for the plugin to close the idle connection (the
+// ClientConn leaves READY), then prepares and unprepares the claims on the same ClientConn, as
+// the kubelet would on its next pod: grpc-go reconnects by itself.
+func (c *client) acrossIdleClose(ctx context.Context, conn *grpc.ClientConn) error {
+	start := time.Now()
+	before := conn.GetState()
+	waitCtx, cancel := context.WithTimeout(ctx, c.idleCloseWait)
+	left := conn.WaitForStateChange(waitCtx, connectivity.Ready)
+	cancel()
+	emit(step{"step": "IdleClose", "state_before": before.String(), "left_ready": left,
+		"state_after": conn.GetState().String(), "elapsed_ms": time.Since(start).Milliseconds()})
+	c.healthCheck(ctx, conn, "after-idle-close")
+	c.prepareRound(ctx, conn, "v1.DRAPlugin", draV1, "NodePrepareResources")
+	c.prepareRound(ctx, conn, "v1.DRAPlugin", draV1, "NodeUnprepareResources")
 	emit(step{"step": "Done"})
 	return nil
 }
@@ -666,6 +689,9 @@ func main() {
 	flag.Var(&claims, "claim", "namespace/name/uid of an allocated claim to prepare (repeatable)")
 	flag.BoolVar(&c.pause, "pause", false,
 		"after each prepare and unprepare round, print a Paused step and wait for a line on stdin")
+	flag.DurationVar(&c.idleCloseWait, "idle-close-wait", 0,
+		"instead of the full run: after the first health check, wait up to this long for the "+
+			"plugin to close the idle connection, then prepare and unprepare the claims")
 	flag.Parse()
 	if c.registrationSocket == "" {
 		fmt.Fprintln(os.Stderr, "--registration-socket is required")

@@ -214,30 +214,31 @@ class GrpcGoClientTest : public ::testing::Test {
     if (!HasFailure()) fs::remove_all(dir_);
   }
 
-  void StartDaemon() {
-    daemon_ = std::make_unique<DaemonProcess>(std::vector<std::string>{VFIO_DRA_SIM_DAEMON_BINARY,
-                                                                       "serve",
-                                                                       "--node-name",
-                                                                       "node1",
-                                                                       "--kubeconfig",
-                                                                       kubeconfig_,
-                                                                       "--registrar-dir",
-                                                                       dir_ + "/registry",
-                                                                       "--plugin-data-dir",
-                                                                       dir_ + "/data",
-                                                                       "--cdi-dir",
-                                                                       dir_ + "/cdi",
-                                                                       "--sysfs-root",
-                                                                       dir_ + "/sys",
-                                                                       "--dev-root",
-                                                                       dir_ + "/dev",
-                                                                       "--config",
-                                                                       dir_ + "/policy.yaml",
-                                                                       "--metrics-address",
-                                                                       "127.0.0.1:0",
-                                                                       "-v",
-                                                                       "4"},
-                                              dir_ + "/daemon.log");
+  void StartDaemon(const std::vector<std::string>& more_flags = {}) {
+    std::vector<std::string> command{VFIO_DRA_SIM_DAEMON_BINARY,
+                                     "serve",
+                                     "--node-name",
+                                     "node1",
+                                     "--kubeconfig",
+                                     kubeconfig_,
+                                     "--registrar-dir",
+                                     dir_ + "/registry",
+                                     "--plugin-data-dir",
+                                     dir_ + "/data",
+                                     "--cdi-dir",
+                                     dir_ + "/cdi",
+                                     "--sysfs-root",
+                                     dir_ + "/sys",
+                                     "--dev-root",
+                                     dir_ + "/dev",
+                                     "--config",
+                                     dir_ + "/policy.yaml",
+                                     "--metrics-address",
+                                     "127.0.0.1:0",
+                                     "-v",
+                                     "4"};
+    command.insert(command.end(), more_flags.begin(), more_flags.end());
+    daemon_ = std::make_unique<DaemonProcess>(command, dir_ + "/daemon.log");
   }
   std::string Driver(const std::string& address) const {
     std::error_code ec;
@@ -433,6 +434,61 @@ TEST_F(GrpcGoClientTest, AKubeletsGrpcGoClientRegistersPreparesWatchesAndIsRefus
   EXPECT_EQ(unprepare[0]["claims"][Cases()[0].uid]["error"], "");
   ExpectNode(false);
   for (const auto& [address, host] : HostDrivers()) EXPECT_EQ(Driver(address), host) << address;
+}
+
+// With --close-idle-connections, the plugin closes the kubelet's connection once no call has
+// been open for that long (the kubelet 1.34.0 idle-deadlock mitigation): grpc-go's ClientConn
+// leaves READY without any call, and its next calls (health, prepare, unprepare) reconnect and are
+// answered as before.
+TEST_F(GrpcGoClientTest, AKubeletsGrpcGoClientReconnectsAfterThePluginClosesItsIdleConnection) {
+  for (const ClaimCase& c : Cases()) server_->PutClaim(AllocatedClaim(c));
+  StartDaemon({"--close-idle-connections", "1"});
+  KubeletSimulator watcher;
+  auto socket = watcher.WaitForRegistrationSocket(dir_ + "/registry", std::chrono::seconds(30));
+  ASSERT_TRUE(socket.ok()) << socket.error().message << daemon_->Log();
+  std::vector<std::string> args = {VFIO_DRA_GRPCGO_CLIENT, "--registration-socket", *socket,
+                                   "--idle-close-wait", "60s"};
+  for (const ClaimCase& c : Cases()) {
+    args.push_back("--claim");
+    args.push_back("vms/" + c.name + "/" + c.uid);
+  }
+  ClientProcess client(args, dir_ + "/client.stderr");
+  ASSERT_TRUE(client.started());
+  std::vector<json> steps;
+  std::string transcript;
+  bool done = false;
+  while (!done) {
+    auto line = client.ReadLine(std::chrono::seconds(90));
+    if (!line) break;
+    transcript += *line + "\n";
+    json step = json::parse(*line, nullptr, false);
+    ASSERT_FALSE(step.is_discarded()) << "not JSON: " << *line;
+    steps.push_back(step);
+    done = step["step"] == "Done";
+  }
+  ASSERT_TRUE(done) << "the client stopped or hung:\n"
+                    << transcript << client.Stderr() << "\n"
+                    << daemon_->Log();
+  ASSERT_EQ(client.WaitForExit(std::chrono::seconds(30)), 0) << client.Stderr();
+  SCOPED_TRACE(transcript);
+  const auto idle = StepsNamed(steps, "IdleClose");
+  ASSERT_EQ(idle.size(), 1u);
+  EXPECT_EQ(idle[0]["state_before"], "READY");
+  EXPECT_EQ(idle[0]["left_ready"], true) << "the plugin never closed the idle connection";
+  const auto health = StepsNamed(steps, "HealthCheck");
+  ASSERT_EQ(health.size(), 2u);
+  for (const json& h : health) EXPECT_EQ(h["code"], "OK") << h["label"];
+  for (const std::string method : {"NodePrepareResources", "NodeUnprepareResources"}) {
+    const auto calls = StepsNamed(steps, method);
+    ASSERT_EQ(calls.size(), Cases().size()) << method;
+    for (const json& call : calls) {
+      ASSERT_EQ(call["code"], "OK") << method << ": " << call["message"];
+      EXPECT_EQ(call["claims"][call["uid"].get<std::string>()]["error"], "") << method;
+    }
+  }
+  ExpectNode(false);
+  EXPECT_NE(daemon_->Log().find("closing an idle gRPC connection"), std::string::npos)
+      << daemon_->Log();
 }
 
 }  // namespace

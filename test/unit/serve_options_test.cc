@@ -36,6 +36,9 @@ TEST(ServeOptions, RejectsBadValuesNamingTheFlag) {
       {[](ServeOptions& o) { o.cdi_dir = ""; }, "--cdi-dir"},
       {[](ServeOptions& o) { o.kube_api_burst = 0; }, "--kube-api-burst"},
       {[](ServeOptions& o) { o.verbosity = 11; }, "-v"},
+      {[](ServeOptions& o) { o.close_idle_connections_seconds = -1; }, "--close-idle-connections"},
+      {[](ServeOptions& o) { o.close_idle_connections_seconds = 86401; },
+       "--close-idle-connections"},
   };
   for (const Case& c : cases) {
     ServeOptions o = Valid();
@@ -44,6 +47,17 @@ TEST(ServeOptions, RejectsBadValuesNamingTheFlag) {
     ASSERT_FALSE(s.ok()) << c.flag;
     EXPECT_EQ(s.error().message.rfind(std::string(c.flag) + ":", 0), 0u) << s.error().message;
   }
+}
+
+// By default the kubelet's idle connection is closed well before its own 30-minute idle timer;
+// zero (never) is allowed.
+TEST(ServeOptions, ClosesIdleConnectionsBeforeTheKubeletsIdleTimerByDefault) {
+  ServeOptions o = Valid();
+  ASSERT_TRUE(FinalizeServeOptions(o).ok());
+  EXPECT_GT(o.close_idle_connections_seconds, 0);
+  EXPECT_LT(o.close_idle_connections_seconds, 30 * 60);
+  o.close_idle_connections_seconds = 0;
+  EXPECT_TRUE(FinalizeServeOptions(o).ok());
 }
 
 TEST(SocketLayout, UsesPodUidForRollingUpdates) {

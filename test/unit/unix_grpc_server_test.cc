@@ -1,7 +1,7 @@
 // UnixGrpcServer against an independent client (gRPC C++): status codes and messages as the
 // client sees them, deadlines, calls running in parallel on one connection, cancellation of a
 // stream by the client and by Shutdown, large messages both ways, requests it must refuse, and
-// that an idle server keeps no thread per call.
+// that an idle server keeps no thread per call and closes connections left idle.
 #include "kubeletplugin/unix_grpc_server.h"
 
 #include <grpcpp/grpcpp.h>
@@ -44,9 +44,10 @@ class UnixGrpcServerTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
   void Serve(const std::vector<GrpcMethod>& methods,
-             std::chrono::milliseconds handler_idle_lifetime = seconds(10)) {
+             std::chrono::milliseconds handler_idle_lifetime = seconds(10),
+             std::chrono::milliseconds close_idle_after = std::chrono::milliseconds(0)) {
     auto server = UnixGrpcServer::Start(socket_, 0600, methods, "test-grpc", Logger::Discard(),
-                                        handler_idle_lifetime);
+                                        handler_idle_lifetime, close_idle_after);
     ASSERT_TRUE(server.ok()) << server.error().message;
     server_ = std::move(*server);
   }
@@ -301,6 +302,68 @@ TEST_F(UnixGrpcServerTest, TheSocketHasTheModeAskedForAndIsNotHiddenUnderATempor
   for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
     EXPECT_EQ(entry.path().filename().string(), "test.sock");
   }
+}
+
+// Health/Check that waits for `gate` (when set) before answering SERVING.
+GrpcMethod GatedCheck(std::shared_future<void>* gate, std::promise<void>* entered) {
+  return UnaryMethod<HealthCheckRequest, HealthCheckResponse>(
+      "/grpc.health.v1.Health/Check",
+      [gate, entered](const HealthCheckRequest&, CallContext&, HealthCheckResponse* response) {
+        if (gate != nullptr) {
+          entered->set_value();
+          gate->wait();
+        }
+        response->set_status(HealthCheckResponse::SERVING);
+        return GrpcStatus::Ok();
+      });
+}
+
+grpc::Status Check(Health::Stub& stub) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kPatience);
+  HealthCheckResponse answer;
+  return stub.Check(&context, HealthCheckRequest(), &answer);
+}
+
+// A connection with no call for the limit gets GOAWAY and is closed (the client's channel leaves
+// READY on its own); the same channel's next call reconnects and is answered.
+TEST_F(UnixGrpcServerTest, AConnectionIdleForTheLimitIsClosedAndTheClientReconnects) {
+  Serve({GatedCheck(nullptr, nullptr)}, seconds(10), std::chrono::milliseconds(200));
+  auto channel = grpc::CreateChannel("unix:" + socket_, grpc::InsecureChannelCredentials());
+  auto stub = Health::NewStub(channel);
+  ASSERT_TRUE(Check(*stub).ok());
+  ASSERT_EQ(channel->GetState(false), GRPC_CHANNEL_READY);
+  ASSERT_TRUE(
+      channel->WaitForStateChange(GRPC_CHANNEL_READY, std::chrono::system_clock::now() + kPatience))
+      << "the server never closed the idle connection";
+  EXPECT_NE(channel->GetState(false), GRPC_CHANNEL_READY);
+  const grpc::Status again = Check(*stub);
+  EXPECT_TRUE(again.ok()) << again.error_message();
+}
+
+// A call open longer than the limit keeps its connection: the channel stays READY for three
+// times the limit while the call runs, and the connection is closed only once it has been idle.
+TEST_F(UnixGrpcServerTest, AConnectionWithACallOpenIsNotClosedAsIdle) {
+  constexpr auto kLimit = std::chrono::milliseconds(300);
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  std::promise<void> entered;
+  Serve({GatedCheck(&gate, &entered)}, seconds(10), kLimit);
+  auto channel = grpc::CreateChannel("unix:" + socket_, grpc::InsecureChannelCredentials());
+  auto stub = Health::NewStub(channel);
+  auto call = std::async(std::launch::async, [&] { return Check(*stub); });
+  entered.get_future().wait();
+  ASSERT_EQ(channel->GetState(false), GRPC_CHANNEL_READY);
+  // The expected outcome is that nothing happens: the wait runs out.
+  EXPECT_FALSE(channel->WaitForStateChange(GRPC_CHANNEL_READY,
+                                           std::chrono::system_clock::now() + 3 * kLimit))
+      << "the server closed a connection with a call open";
+  release.set_value();
+  const grpc::Status status = call.get();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_TRUE(
+      channel->WaitForStateChange(GRPC_CHANNEL_READY, std::chrono::system_clock::now() + kPatience))
+      << "the connection, idle once the call ended, was never closed";
 }
 
 }  // namespace
