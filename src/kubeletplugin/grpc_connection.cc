@@ -146,9 +146,23 @@ void GrpcConnection::GoAway() {
                         nullptr, 0);
 }
 
+void GrpcConnection::NoticeGoAway() {
+  if (going_away_ || noticed_at_) return;
+  if (nghttp2_submit_shutdown_notice(session_) == 0) {
+    noticed_at_ = std::chrono::steady_clock::now();
+  } else {
+    GoAway();
+  }
+}
+
 std::optional<std::chrono::steady_clock::time_point> GrpcConnection::IdleSince() const {
-  if (going_away_ || !streams_.empty()) return std::nullopt;
+  if (going_away_ || noticed_at_ || !streams_.empty()) return std::nullopt;
   return idle_since_;
+}
+
+std::optional<std::chrono::steady_clock::time_point> GrpcConnection::NoticedAt() const {
+  if (going_away_) return std::nullopt;
+  return noticed_at_;
 }
 
 GrpcConnection::Stream* GrpcConnection::Find(int32_t stream_id) {

@@ -52,11 +52,18 @@ class GrpcConnection {
   const std::string& failure() const { return failure_; }
   // A call of this connection has new output or finished.
   void OnCallEvent(int32_t stream);
-  // Tells the client to open no new streams (the server stops, or closes an idle connection).
+  // Tells the client to open no new streams, for good: the streams it opened so far are served,
+  // and once they end the connection is finished (the server stops, or closes it as idle).
   void GoAway();
-  // Since when no call has been open on this connection; nullopt while one is, or once GoAway
-  // was sent (nothing more to decide about it).
+  // The first step of closing an idle connection, as HTTP/2 advises: a GOAWAY that announces the
+  // end but still takes the streams the client opens meanwhile; GoAway follows a round trip
+  // later.
+  void NoticeGoAway();
+  // Since when no call has been open on this connection; nullopt while one is, or once either
+  // GOAWAY was sent (nothing more to decide about it).
   std::optional<std::chrono::steady_clock::time_point> IdleSince() const;
+  // When NoticeGoAway was sent, until GoAway follows.
+  std::optional<std::chrono::steady_clock::time_point> NoticedAt() const;
 
  private:
   struct Stream {
@@ -103,6 +110,7 @@ class GrpcConnection {
   nghttp2_session* session_ = nullptr;
   bool blocked_ = false;
   bool going_away_ = false;
+  std::optional<std::chrono::steady_clock::time_point> noticed_at_;
   std::string failure_;
   std::map<int32_t, Stream> streams_;
   std::chrono::steady_clock::time_point idle_since_ = std::chrono::steady_clock::now();

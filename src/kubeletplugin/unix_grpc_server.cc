@@ -27,6 +27,9 @@ constexpr auto kFinalFlush = std::chrono::seconds(2);
 // run cannot make the plugin start threads without end.
 constexpr size_t kMaxRunningCalls = 256;
 constexpr auto kAcceptPause = std::chrono::seconds(1);
+// Between the GOAWAY notice to an idle connection's client and the final GOAWAY: the round trip
+// in which a call the client had already sent still reaches the server and is served.
+constexpr auto kGoAwayNoticeGrace = std::chrono::seconds(1);
 
 int PollTimeoutMs(std::chrono::steady_clock::time_point until) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -128,6 +131,8 @@ void UnixGrpcServer::Run() {
   while (true) {
     const auto now = std::chrono::steady_clock::now();
     const bool accepting = listen_fd_ >= 0 && !stopping && now >= accept_paused_until_;
+    // Before the poll set is made: closing may drop a connection.
+    std::optional<std::chrono::steady_clock::time_point> wake_at = CloseIdleConnections(stopping);
     std::vector<pollfd> fds;
     std::vector<uint64_t> polled;
     fds.push_back({events_.fd(), POLLIN, 0});
@@ -141,7 +146,6 @@ void UnixGrpcServer::Run() {
     }
     // No timeout unless accepting is paused, the last answers are being handed over, or a
     // connection is idle.
-    std::optional<std::chrono::steady_clock::time_point> wake_at = CloseIdleConnections(stopping);
     if (flush_until) {
       wake_at = flush_until;
     } else if (listen_fd_ >= 0 && !stopping && !accepting) {
@@ -169,7 +173,9 @@ void UnixGrpcServer::Run() {
     }
     for (size_t i = 0; i < polled.size(); ++i) {
       const short revents = fds[first_connection + i].revents;
-      GrpcConnection& connection = *connections_.at(polled[i]);
+      auto found = connections_.find(polled[i]);
+      if (found == connections_.end()) continue;
+      GrpcConnection& connection = *found->second;
       bool alive = true;
       if ((revents & (POLLIN | POLLHUP | POLLERR)) != 0) alive = connection.OnReadable();
       if (alive && (revents & POLLOUT) != 0) alive = connection.Flush();
@@ -207,17 +213,27 @@ std::optional<std::chrono::steady_clock::time_point> UnixGrpcServer::CloseIdleCo
   if (close_idle_after_.count() <= 0 || stopping) return std::nullopt;
   const auto now = std::chrono::steady_clock::now();
   std::optional<std::chrono::steady_clock::time_point> next;
-  std::vector<uint64_t> due;
+  const auto wake_by = [&](std::chrono::steady_clock::time_point at) {
+    next = std::min(next.value_or(at), at);
+  };
+  std::vector<uint64_t> notice;
+  std::vector<uint64_t> final_goaway;
   for (const auto& [id, connection] : connections_) {
-    const auto since = connection->IdleSince();
-    if (!since) continue;
-    if (now >= *since + close_idle_after_) {
-      due.push_back(id);
-    } else {
-      next = std::min(next.value_or(*since + close_idle_after_), *since + close_idle_after_);
+    if (const auto noticed = connection->NoticedAt()) {
+      if (now >= *noticed + kGoAwayNoticeGrace) {
+        final_goaway.push_back(id);
+      } else {
+        wake_by(*noticed + kGoAwayNoticeGrace);
+      }
+    } else if (const auto since = connection->IdleSince()) {
+      if (now >= *since + close_idle_after_) {
+        notice.push_back(id);
+      } else {
+        wake_by(*since + close_idle_after_);
+      }
     }
   }
-  for (uint64_t id : due) {
+  for (uint64_t id : notice) {
     GrpcConnection& connection = *connections_.at(id);
     log_.Info("closing an idle gRPC connection; the client reconnects on its next call",
               {{"socket", path_},
@@ -225,11 +241,25 @@ std::optional<std::chrono::steady_clock::time_point> UnixGrpcServer::CloseIdleCo
                {"idle_after_s",
                 std::to_string(
                     std::chrono::duration_cast<std::chrono::seconds>(close_idle_after_).count())}});
-    connection.GoAway();
-    if (!connection.Flush()) Drop(id, "the connection ended");
+    connection.NoticeGoAway();
+    if (connection.Flush()) {
+      wake_by(now + kGoAwayNoticeGrace);
+    } else {
+      Drop(id, "the connection ended");
+    }
   }
-  // Once the GOAWAY is out the connection is finished: the loop's next pass closes it.
-  return due.empty() ? next : now;
+  for (uint64_t id : final_goaway) {
+    GrpcConnection& connection = *connections_.at(id);
+    connection.GoAway();
+    if (connection.Flush()) {
+      // Once it is out and no call is open the connection is finished: the loop's next pass,
+      // right away, closes it.
+      wake_by(now);
+    } else {
+      Drop(id, "the connection ended");
+    }
+  }
+  return next;
 }
 
 void UnixGrpcServer::Drop(uint64_t id, const char* why) {

@@ -132,15 +132,13 @@ PackedDeviceTable::PackedDeviceTable(const std::vector<const SliceDevice*>& devi
   std::vector<const SliceDevice*> sorted = devices;
   std::stable_sort(sorted.begin(), sorted.end(),
                    [](const SliceDevice* a, const SliceDevice* b) { return a->name < b->name; });
-  sorted.erase(
-      std::unique(sorted.begin(), sorted.end(),
-                  [](const SliceDevice* a, const SliceDevice* b) { return a->name == b->name; }),
-      sorted.end());
   std::string bytes;
   starts_.reserve(sorted.size());
-  for (const SliceDevice* device : sorted) {
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    // The sort is stable: the last of a run of one name is the last given.
+    if (i + 1 < sorted.size() && sorted[i + 1]->name == sorted[i]->name) continue;
     starts_.push_back(static_cast<uint32_t>(bytes.size()));
-    Pack(bytes, *device);
+    Pack(bytes, *sorted[i]);
   }
   bytes_.assign(bytes);  // exactly sized: the table lives as long as the publish
 }

@@ -3,8 +3,9 @@
 // held over a MiB of small allocations for the life of the daemon, scattered among the pages of a
 // publish's short-lived data; packed, they are a few hundred bytes each in one allocation.
 //
-// Invariants: immutable once built; devices are unique by name (the first of a name wins, as
-// for a map) and sorted by it; Find and ForEach hand out devices equal to the ones packed.
+// Invariants: immutable once built; devices are unique by name (of several devices of one name,
+// the last given wins, as assigning them to a map in turn would) and sorted by it; Find and
+// ForEach hand out devices equal to the ones packed.
 #pragma once
 
 #include <cstdint>

@@ -7,14 +7,15 @@ namespace vfio_dra::slicepublisher {
 
 void PublishedDevices::Set(const DesiredPool& pool) {
   std::vector<const SliceDevice*> all;
-  std::map<std::string, int> counts;
   for (const SliceContent& slice : pool.slices) {
-    for (const SliceDevice& device : slice.devices) {
-      all.push_back(&device);
-      counts[StringAttribute(device, attribute::kType).value_or("unknown")] += 1;
-    }
+    for (const SliceDevice& device : slice.devices) all.push_back(&device);
   }
   auto devices = std::make_shared<const PackedDeviceTable>(all);
+  // Counted from the table, where a name appears once.
+  std::map<std::string, int> counts;
+  devices->ForEach([&](const SliceDevice& device) {
+    counts[StringAttribute(device, attribute::kType).value_or("unknown")] += 1;
+  });
   {
     std::lock_guard<std::mutex> lock(mu_);
     pool_ = pool.name;

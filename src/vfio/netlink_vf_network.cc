@@ -93,6 +93,9 @@ Error NetlinkError(int err, const std::string& what, const std::string& detail =
 struct Connection {
   Socket route;
   Fd ioctl;
+  // Each request its own sequence number: an answer to an earlier request is never taken for
+  // the next one's.
+  uint32_t last_seq = 0;
 };
 
 Status CreateSockets(Connection& out) {
@@ -320,13 +323,27 @@ int OnError(const nlmsghdr* message, void* data) {
   return MNL_CB_ERROR;
 }
 
+// Whether the `length` bytes at `buffer` hold the end of an answer (NLMSG_DONE or NLMSG_ERROR).
+bool EndsAnswer(const char* buffer, size_t length) {
+  auto left = static_cast<int>(length);
+  for (const auto* message = reinterpret_cast<const nlmsghdr*>(buffer);  // NOLINT: netlink ABI
+       mnl_nlmsg_ok(message, left); message = mnl_nlmsg_next(message, &left)) {
+    if (message->nlmsg_type == NLMSG_DONE || message->nlmsg_type == NLMSG_ERROR) return true;
+  }
+  return false;
+}
+
 // Sends `request` (NLM_F_ACK is added unless it is a dump) and hands each message of the answer
-// to `each`, until the acknowledgement, the end of the dump or the kernel's error.
-Status Transact(mnl_socket* socket, nlmsghdr* request, const std::string& what,
-                const std::function<void(const nlmsghdr*)>& each) {
-  static constexpr uint32_t kSeq = 1;  // one request per socket at a time
-  if ((request->nlmsg_flags & NLM_F_DUMP) != NLM_F_DUMP) request->nlmsg_flags |= NLM_F_ACK;
-  request->nlmsg_seq = kSeq;
+// to `each`, until the acknowledgement, the end of the dump or the kernel's error. A dump the
+// kernel marks interrupted (NLM_F_DUMP_INTR: links came or went meanwhile) is read to its end,
+// so the socket can be used again, and fails with EINTR with `*interrupted` set.
+Status Transact(Connection& connection, nlmsghdr* request, const std::string& what,
+                const std::function<void(const nlmsghdr*)>& each, bool* interrupted = nullptr) {
+  mnl_socket* socket = connection.route.get();
+  const bool dump = (request->nlmsg_flags & NLM_F_DUMP) == NLM_F_DUMP;
+  if (!dump) request->nlmsg_flags |= NLM_F_ACK;
+  const uint32_t seq = ++connection.last_seq;
+  request->nlmsg_seq = seq;
   if (mnl_socket_sendto(socket, request, request->nlmsg_len) < 0) {
     return NetlinkError(errno, what);
   }
@@ -363,23 +380,35 @@ Status Transact(mnl_socket* socket, nlmsghdr* request, const std::string& what,
   };
   const unsigned int port = mnl_socket_get_portid(socket);
   std::vector<char> buffer(MNL_SOCKET_BUFFER_SIZE);
+  // One link with many VFs is a single message larger than any fixed buffer: the next
+  // datagram's size is asked first.
+  const auto receive = [&]() -> ssize_t {
+    for (;;) {
+      const ssize_t size = recv(mnl_socket_get_fd(socket), nullptr, 0, MSG_PEEK | MSG_TRUNC);
+      if (size < 0 && errno == EINTR) continue;
+      if (size < 0) return size;
+      if (static_cast<size_t>(size) > buffer.size()) buffer.resize(static_cast<size_t>(size));
+      const ssize_t got = mnl_socket_recvfrom(socket, buffer.data(), buffer.size());
+      if (got < 0 && errno == EINTR) continue;
+      return got;
+    }
+  };
   for (;;) {
-    // One link with many VFs is a single message larger than any fixed buffer: the next
-    // datagram's size is asked first.
-    const ssize_t size = recv(mnl_socket_get_fd(socket), nullptr, 0, MSG_PEEK | MSG_TRUNC);
-    if (size < 0) {
-      if (errno == EINTR) continue;
-      return NetlinkError(errno, what);
-    }
-    if (static_cast<size_t>(size) > buffer.size()) buffer.resize(static_cast<size_t>(size));
-    const ssize_t got = mnl_socket_recvfrom(socket, buffer.data(), buffer.size());
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      return NetlinkError(errno, what);
-    }
-    const int run = mnl_cb_run2(buffer.data(), static_cast<size_t>(got), kSeq, port, on_data,
+    const ssize_t got = receive();
+    if (got < 0) return NetlinkError(errno, what);
+    const int run = mnl_cb_run2(buffer.data(), static_cast<size_t>(got), seq, port, on_data,
                                 &context, control.data(), control.size());
     if (run == MNL_CB_STOP) return Status::Ok();
+    if (run == MNL_CB_ERROR && dump && context.answer.error == 0 && errno == EINTR) {
+      bool ended = EndsAnswer(buffer.data(), static_cast<size_t>(got));
+      while (!ended) {
+        const ssize_t more = receive();
+        if (more < 0) return NetlinkError(errno, what);
+        ended = EndsAnswer(buffer.data(), static_cast<size_t>(more));
+      }
+      if (interrupted != nullptr) *interrupted = true;
+      return NetlinkError(EINTR, what, "the links changed while they were listed");
+    }
     if (run == MNL_CB_ERROR) {
       return NetlinkError(context.answer.error != 0 ? context.answer.error : errno, what,
                           context.answer.detail);
@@ -400,26 +429,35 @@ nlmsghdr* PutGetLink(char* buffer, uint16_t flags) {
 
 // The netdev of `device`: the link whose ethtool bus_info names it. Several netdevs on one
 // device (switchdev representors) all report it; the first with a VF list is the PF uplink.
-Result<LinkInfo> NetdevOf(const Connection& connection, const std::string& device) {
-  alignas(nlmsghdr) RequestBuffer buffer{};
-  nlmsghdr* request = PutGetLink(buffer.data(), NLM_F_DUMP);
+Result<LinkInfo> NetdevOf(Connection& connection, const std::string& device) {
+  // Links come and go on a node (a veth per pod): an interrupted listing is listed again.
+  constexpr int kAttempts = 3;
   std::optional<LinkInfo> uplink;
   std::optional<LinkInfo> fallback;
-  Status listed = Transact(
-      connection.route.get(), request, "cannot list network interfaces",
-      [&](const nlmsghdr* message) {
-        if (uplink || message->nlmsg_type != RTM_NEWLINK) return;
-        LinkInfo link = ParseLink(message);
-        if (link.name.empty() || BusInfoOf(connection.ioctl.get(), link.name.c_str()) != device) {
-          return;
-        }
-        if (link.has_vf_list) {
-          uplink = std::move(link);
-        } else if (!fallback) {
-          fallback = std::move(link);
-        }
-      });
-  if (!listed.ok()) return listed.error();
+  for (int attempt = 1;; ++attempt) {
+    alignas(nlmsghdr) RequestBuffer buffer{};
+    nlmsghdr* request = PutGetLink(buffer.data(), NLM_F_DUMP);
+    uplink.reset();
+    fallback.reset();
+    bool interrupted = false;
+    Status listed = Transact(
+        connection, request, "cannot list network interfaces",
+        [&](const nlmsghdr* message) {
+          if (uplink || message->nlmsg_type != RTM_NEWLINK) return;
+          LinkInfo link = ParseLink(message);
+          if (link.name.empty() || BusInfoOf(connection.ioctl.get(), link.name.c_str()) != device) {
+            return;
+          }
+          if (link.has_vf_list) {
+            uplink = std::move(link);
+          } else if (!fallback) {
+            fallback = std::move(link);
+          }
+        },
+        &interrupted);
+    if (listed.ok()) break;
+    if (!interrupted || attempt == kAttempts) return listed.error();
+  }
   if (uplink) return std::move(*uplink);
   if (fallback) return std::move(*fallback);
   return MakeError(ErrorKind::kNotFound,
@@ -428,12 +466,12 @@ Result<LinkInfo> NetdevOf(const Connection& connection, const std::string& devic
                        "namespace?)");
 }
 
-Result<LinkInfo> GetLink(mnl_socket* socket, const std::string& netdev) {
+Result<LinkInfo> GetLink(Connection& connection, const std::string& netdev) {
   alignas(nlmsghdr) RequestBuffer buffer{};
   nlmsghdr* request = PutGetLink(buffer.data(), 0);
   mnl_attr_put_strz(request, IFLA_IFNAME, netdev.c_str());
   std::optional<LinkInfo> link;
-  Status got = Transact(socket, request, "cannot read network interface " + netdev,
+  Status got = Transact(connection, request, "cannot read network interface " + netdev,
                         [&](const nlmsghdr* message) {
                           if (message->nlmsg_type == RTM_NEWLINK) link = ParseLink(message);
                         });
@@ -479,7 +517,7 @@ class NetlinkVfNetwork final : public VfNetwork {
   Status Write(const VfLink& target, const VfNetSettings& settings) override {
     auto pf = OpenPf(target);
     if (!pf.ok()) return pf.error();
-    mnl_socket* socket = pf->connection.route.get();
+    Connection& connection = pf->connection;
     const int ifindex = pf->link.index;
     const auto vf = static_cast<uint32_t>(target.vf_index);
     // One request per setting: the kernel applies the attributes of one request in turn and stops
@@ -492,7 +530,8 @@ class NetlinkVfNetwork final : public VfNetwork {
       for (size_t i = 0; i < ETH_ALEN; ++i) {
         value.mac[i] = static_cast<unsigned char>(std::stoi(mac->substr(i * 3, 2), nullptr, 16));
       }
-      if (Status s = Change(socket, ifindex, target, "mac " + *mac, IFLA_VF_MAC, value); !s.ok()) {
+      if (Status s = Change(connection, ifindex, target, "mac " + *mac, IFLA_VF_MAC, value);
+          !s.ok()) {
         return s;
       }
     }
@@ -504,11 +543,13 @@ class NetlinkVfNetwork final : public VfNetwork {
       value.qos = static_cast<uint32_t>(settings.qos.value_or(0));
       const std::string what = "vlan " + std::to_string(settings.vlan.value_or(0)) + " qos " +
                                std::to_string(settings.qos.value_or(0));
-      if (Status s = Change(socket, ifindex, target, what, IFLA_VF_VLAN, value); !s.ok()) return s;
+      if (Status s = Change(connection, ifindex, target, what, IFLA_VF_VLAN, value); !s.ok()) {
+        return s;
+      }
     }
     if (settings.spoof_check) {
       const ifla_vf_spoofchk value{vf, *settings.spoof_check ? 1U : 0U};
-      if (Status s = Change(socket, ifindex, target,
+      if (Status s = Change(connection, ifindex, target,
                             std::string("spoofchk ") + (*settings.spoof_check ? "on" : "off"),
                             IFLA_VF_SPOOFCHK, value);
           !s.ok()) {
@@ -517,7 +558,7 @@ class NetlinkVfNetwork final : public VfNetwork {
     }
     if (settings.trust) {
       const ifla_vf_trust value{vf, *settings.trust ? 1U : 0U};
-      if (Status s = Change(socket, ifindex, target,
+      if (Status s = Change(connection, ifindex, target,
                             std::string("trust ") + (*settings.trust ? "on" : "off"), IFLA_VF_TRUST,
                             value);
           !s.ok()) {
@@ -548,7 +589,7 @@ class NetlinkVfNetwork final : public VfNetwork {
   // ethtool confirms in the target namespace spares listing every link of the node (one veth per
   // pod). Anything else (a name renamed since, a sysfs of another namespace, a device that is not
   // PCI) falls back to the full listing.
-  Result<std::pair<std::string, LinkInfo>> FindNetdev(const Connection& connection,
+  Result<std::pair<std::string, LinkInfo>> FindNetdev(Connection& connection,
                                                       const std::string& device) const {
     if (sysfs_ != nullptr && sysfs::CanonicalBdf(device).ok()) {
       bool any_net_directory = false;
@@ -561,7 +602,7 @@ class NetlinkVfNetwork final : public VfNetwork {
       std::optional<std::pair<std::string, LinkInfo>> fallback;
       for (const std::string& name : names.value_or(std::vector<std::string>{})) {
         if (BusInfoOf(connection.ioctl.get(), name.c_str()) != device) continue;
-        auto link = GetLink(connection.route.get(), name);
+        auto link = GetLink(connection, name);
         if (!link.ok()) continue;
         // Switchdev representors sit on the PF too: the uplink is the one with the VF list.
         if (link->has_vf_list) return std::pair(name, std::move(*link));
@@ -611,7 +652,7 @@ class NetlinkVfNetwork final : public VfNetwork {
 
   // Sets one field of one VF: RTM_SETLINK with IFLA_VFINFO_LIST { IFLA_VF_INFO { `type` } }.
   template <typename Value>
-  static Status Change(mnl_socket* socket, int ifindex, const VfLink& target,
+  static Status Change(Connection& connection, int ifindex, const VfLink& target,
                        const std::string& what, uint16_t type, const Value& value) {
     alignas(nlmsghdr) RequestBuffer buffer{};
     nlmsghdr* request = mnl_nlmsg_put_header(buffer.data());
@@ -625,7 +666,7 @@ class NetlinkVfNetwork final : public VfNetwork {
     mnl_attr_put(request, type, sizeof value, &value);
     mnl_attr_nest_end(request, info);
     mnl_attr_nest_end(request, list);
-    Status set = Transact(socket, request, "cannot set " + what + " on " + target.Display(),
+    Status set = Transact(connection, request, "cannot set " + what + " on " + target.Display(),
                           [](const nlmsghdr*) {});
     if (!set.ok() && set.error().kind == ErrorKind::kUnimplemented) {
       Error error = set.error();

@@ -442,7 +442,7 @@ TEST_F(GrpcGoClientTest, AKubeletsGrpcGoClientRegistersPreparesWatchesAndIsRefus
 // answered as before.
 TEST_F(GrpcGoClientTest, AKubeletsGrpcGoClientReconnectsAfterThePluginClosesItsIdleConnection) {
   for (const ClaimCase& c : Cases()) server_->PutClaim(AllocatedClaim(c));
-  StartDaemon({"--close-idle-connections", "1"});
+  StartDaemon({"--close-idle-connections", "3"});
   KubeletSimulator watcher;
   auto socket = watcher.WaitForRegistrationSocket(dir_ + "/registry", std::chrono::seconds(30));
   ASSERT_TRUE(socket.ok()) << socket.error().message << daemon_->Log();

@@ -51,14 +51,17 @@ TEST(PackedDeviceTable, UnpacksEveryDeviceAsPacked) {
   EXPECT_EQ(walked, (std::vector<SliceDevice>{bare, vgpu, plain}));
 }
 
-// As a map filled in order would: the first device of a name stays.
-TEST(PackedDeviceTable, KeepsTheFirstDeviceOfAName) {
+// As a map assigned in turn would: the last device of a name stays.
+TEST(PackedDeviceTable, KeepsTheLastDeviceOfAName) {
   SliceDevice first = Vgpu("d");
   SliceDevice second;
   second.name = "d";
-  const PackedDeviceTable table({&first, &second});
-  ASSERT_EQ(table.size(), 1u);
-  EXPECT_EQ(table.Find("d"), first);
+  SliceDevice other;
+  other.name = "c";
+  const PackedDeviceTable table({&first, &other, &second});
+  ASSERT_EQ(table.size(), 2u);
+  EXPECT_EQ(table.Find("d"), second);
+  EXPECT_EQ(table.Find("c"), other);
 }
 
 TEST(PackedDeviceTable, EmptyTableFindsNothing) {

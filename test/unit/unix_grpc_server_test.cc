@@ -328,11 +328,10 @@ grpc::Status Check(Health::Stub& stub) {
 // A connection with no call for the limit gets GOAWAY and is closed (the client's channel leaves
 // READY on its own); the same channel's next call reconnects and is answered.
 TEST_F(UnixGrpcServerTest, AConnectionIdleForTheLimitIsClosedAndTheClientReconnects) {
-  Serve({GatedCheck(nullptr, nullptr)}, seconds(10), std::chrono::milliseconds(200));
+  Serve({GatedCheck(nullptr, nullptr)}, seconds(10), std::chrono::milliseconds(500));
   auto channel = grpc::CreateChannel("unix:" + socket_, grpc::InsecureChannelCredentials());
   auto stub = Health::NewStub(channel);
-  ASSERT_TRUE(Check(*stub).ok());
-  ASSERT_EQ(channel->GetState(false), GRPC_CHANNEL_READY);
+  ASSERT_TRUE(Check(*stub).ok());  // the channel was READY for it
   ASSERT_TRUE(
       channel->WaitForStateChange(GRPC_CHANNEL_READY, std::chrono::system_clock::now() + kPatience))
       << "the server never closed the idle connection";
@@ -352,13 +351,23 @@ TEST_F(UnixGrpcServerTest, AConnectionWithACallOpenIsNotClosedAsIdle) {
   auto channel = grpc::CreateChannel("unix:" + socket_, grpc::InsecureChannelCredentials());
   auto stub = Health::NewStub(channel);
   auto call = std::async(std::launch::async, [&] { return Check(*stub); });
-  entered.get_future().wait();
+  // The handler is let go however the test ends: before `call`'s destructor waits for the answer.
+  struct Releaser {
+    std::promise<void>& promise;
+    bool done = false;
+    void Release() {
+      if (!done) promise.set_value();
+      done = true;
+    }
+    ~Releaser() { Release(); }
+  } releaser{release};
+  ASSERT_EQ(entered.get_future().wait_for(kPatience), std::future_status::ready);
   ASSERT_EQ(channel->GetState(false), GRPC_CHANNEL_READY);
   // The expected outcome is that nothing happens: the wait runs out.
   EXPECT_FALSE(channel->WaitForStateChange(GRPC_CHANNEL_READY,
                                            std::chrono::system_clock::now() + 3 * kLimit))
       << "the server closed a connection with a call open";
-  release.set_value();
+  releaser.Release();
   const grpc::Status status = call.get();
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_TRUE(
