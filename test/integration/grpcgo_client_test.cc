@@ -17,6 +17,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -263,6 +264,53 @@ class GrpcGoClientTest : public ::testing::Test {
     }
     EXPECT_EQ(fs::is_empty(dir_ + "/sys/bus/mdev/devices"), !prepared);
   }
+  // What one run of the grpc-go client printed.
+  struct ClientRun {
+    std::vector<json> steps;
+    std::string transcript;
+    std::chrono::milliseconds elapsed{0};
+  };
+  // Starts the daemon's claims in the fake API server and the daemon (with `daemon_flags`),
+  // waits for its registration socket as the kubelet's plugin watcher does, then runs the client
+  // with `client_flags` and every claim, reading its steps until Done. `on_step` sees each step
+  // as it comes (and may answer the client).
+  void RunClient(const std::vector<std::string>& daemon_flags,
+                 const std::vector<std::string>& client_flags,
+                 const std::function<void(const json&, ClientProcess&)>& on_step, ClientRun& run) {
+    for (const ClaimCase& c : Cases()) server_->PutClaim(AllocatedClaim(c));
+    StartDaemon(daemon_flags);
+    KubeletSimulator watcher;
+    auto socket = watcher.WaitForRegistrationSocket(dir_ + "/registry", std::chrono::seconds(30));
+    ASSERT_TRUE(socket.ok()) << socket.error().message << daemon_->Log();
+    std::vector<std::string> args = {VFIO_DRA_GRPCGO_CLIENT, "--registration-socket", *socket};
+    args.insert(args.end(), client_flags.begin(), client_flags.end());
+    for (const ClaimCase& c : Cases()) {
+      args.push_back("--claim");
+      args.push_back("vms/" + c.name + "/" + c.uid);
+    }
+    const auto start = Clock::now();
+    ClientProcess client(args, dir_ + "/client.stderr");
+    ASSERT_TRUE(client.started());
+    bool done = false;
+    // No step takes longer than the kubelet's 45 s deadline for a call, even on a busy machine.
+    while (!done) {
+      auto line = client.ReadLine(std::chrono::seconds(60));
+      if (!line) break;
+      run.transcript += *line + "\n";
+      json step = json::parse(*line, nullptr, false);
+      ASSERT_FALSE(step.is_discarded()) << "not JSON: " << *line;
+      run.steps.push_back(step);
+      done = step["step"] == "Done";
+      on_step(step, client);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    ASSERT_TRUE(done) << "the client stopped or hung:\n"
+                      << run.transcript << client.Stderr() << "\n"
+                      << daemon_->Log();
+    run.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    ASSERT_EQ(client.WaitForExit(std::chrono::seconds(30)), 0) << client.Stderr();
+  }
+
   std::string dir_, kubeconfig_;
   std::unique_ptr<FakeApiServer> server_;
   std::unique_ptr<DaemonProcess> daemon_;
@@ -288,53 +336,25 @@ std::vector<json> StepsNamed(const std::vector<json>& steps, const std::string& 
 }
 
 TEST_F(GrpcGoClientTest, AKubeletsGrpcGoClientRegistersPreparesWatchesAndIsRefusedCleanly) {
-  for (const ClaimCase& c : Cases()) server_->PutClaim(AllocatedClaim(c));
-  StartDaemon();
-  KubeletSimulator watcher;  // only to wait for the socket, as the kubelet's plugin watcher does
-  auto socket = watcher.WaitForRegistrationSocket(dir_ + "/registry", std::chrono::seconds(30));
-  ASSERT_TRUE(socket.ok()) << socket.error().message << daemon_->Log();
-  std::vector<std::string> args = {VFIO_DRA_GRPCGO_CLIENT, "--registration-socket", *socket,
-                                   "--pause"};
-  for (const ClaimCase& c : Cases()) {
-    args.push_back("--claim");
-    args.push_back("vms/" + c.name + "/" + c.uid);
-  }
-  const auto start = Clock::now();
-  ClientProcess client(args, dir_ + "/client.stderr");
-  ASSERT_TRUE(client.started());
-
-  std::vector<json> steps;
-  std::string transcript;
   std::set<std::string> pauses;
-  bool done = false;
-  // No step takes longer than the kubelet's 45 s deadline for a call, even on a busy machine.
-  while (!done) {
-    auto line = client.ReadLine(std::chrono::seconds(60));
-    if (!line) break;
-    transcript += *line + "\n";
-    json step = json::parse(*line, nullptr, false);
-    ASSERT_FALSE(step.is_discarded()) << "not JSON: " << *line;
-    steps.push_back(step);
-    done = step["step"] == "Done";
-    if (step["step"] == "Paused") {
-      const std::string after = step["after"];
-      const std::string service = step["service"];
-      SCOPED_TRACE("after " + after + " through " + service);
-      pauses.insert(after + " " + service);
-      ExpectNode(after == "NodePrepareResources");
-      ASSERT_TRUE(client.WriteLine("go on"));
-    }
-  }
-  ASSERT_TRUE(done) << "the client stopped or hung:\n"
-                    << transcript << client.Stderr() << "\n"
-                    << daemon_->Log();
-  const auto elapsed = Clock::now() - start;
-  ASSERT_EQ(client.WaitForExit(std::chrono::seconds(30)), 0) << client.Stderr();
+  ClientRun run;
+  RunClient(
+      {}, {"--pause"},
+      [&](const json& step, ClientProcess& client) {
+        if (step["step"] != "Paused") return;
+        const std::string after = step["after"];
+        const std::string service = step["service"];
+        SCOPED_TRACE("after " + after + " through " + service);
+        pauses.insert(after + " " + service);
+        ExpectNode(after == "NodePrepareResources");
+        ASSERT_TRUE(client.WriteLine("go on"));
+      },
+      run);
+  if (HasFatalFailure()) return;
+  const std::vector<json>& steps = run.steps;
   // The transcript shows how each answer came through to grpc-go (codes, headers, trailers).
-  std::cout << "grpc-go client transcript ("
-            << std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count() << " ms):\n"
-            << transcript;
-  SCOPED_TRACE(transcript);
+  std::cout << "grpc-go client transcript (" << run.elapsed.count() << " ms):\n" << run.transcript;
+  SCOPED_TRACE(run.transcript);
   EXPECT_EQ(pauses, (std::set<std::string>{"NodePrepareResources v1.DRAPlugin",
                                            "NodeUnprepareResources v1.DRAPlugin",
                                            "NodePrepareResources v1beta1.DRAPlugin",
@@ -441,36 +461,13 @@ TEST_F(GrpcGoClientTest, AKubeletsGrpcGoClientRegistersPreparesWatchesAndIsRefus
 // leaves READY without any call, and its next calls (health, prepare, unprepare) reconnect and are
 // answered as before.
 TEST_F(GrpcGoClientTest, AKubeletsGrpcGoClientReconnectsAfterThePluginClosesItsIdleConnection) {
-  for (const ClaimCase& c : Cases()) server_->PutClaim(AllocatedClaim(c));
-  StartDaemon({"--close-idle-connections", "3"});
-  KubeletSimulator watcher;
-  auto socket = watcher.WaitForRegistrationSocket(dir_ + "/registry", std::chrono::seconds(30));
-  ASSERT_TRUE(socket.ok()) << socket.error().message << daemon_->Log();
-  std::vector<std::string> args = {VFIO_DRA_GRPCGO_CLIENT, "--registration-socket", *socket,
-                                   "--idle-close-wait", "60s"};
-  for (const ClaimCase& c : Cases()) {
-    args.push_back("--claim");
-    args.push_back("vms/" + c.name + "/" + c.uid);
-  }
-  ClientProcess client(args, dir_ + "/client.stderr");
-  ASSERT_TRUE(client.started());
-  std::vector<json> steps;
-  std::string transcript;
-  bool done = false;
-  while (!done) {
-    auto line = client.ReadLine(std::chrono::seconds(90));
-    if (!line) break;
-    transcript += *line + "\n";
-    json step = json::parse(*line, nullptr, false);
-    ASSERT_FALSE(step.is_discarded()) << "not JSON: " << *line;
-    steps.push_back(step);
-    done = step["step"] == "Done";
-  }
-  ASSERT_TRUE(done) << "the client stopped or hung:\n"
-                    << transcript << client.Stderr() << "\n"
-                    << daemon_->Log();
-  ASSERT_EQ(client.WaitForExit(std::chrono::seconds(30)), 0) << client.Stderr();
-  SCOPED_TRACE(transcript);
+  ClientRun run;
+  RunClient(
+      {"--close-idle-connections", "3"}, {"--idle-close-wait", "60s"},
+      [](const json&, ClientProcess&) {}, run);
+  if (HasFatalFailure()) return;
+  const std::vector<json>& steps = run.steps;
+  SCOPED_TRACE(run.transcript);
   const auto idle = StepsNamed(steps, "IdleClose");
   ASSERT_EQ(idle.size(), 1u);
   EXPECT_EQ(idle[0]["state_before"], "READY");
