@@ -95,4 +95,26 @@ CommandResult RunCommand(const std::vector<std::string>& args, std::chrono::mill
   return result;
 }
 
+std::vector<std::string> ServeCommand(const std::string& binary, const std::string& kubeconfig,
+                                      const std::string& registrar_dir,
+                                      const std::string& plugin_data_dir,
+                                      const std::string& node_dir) {
+  return {binary,
+          "serve",
+          "--node-name",
+          "node1",
+          "--kubeconfig",
+          kubeconfig,
+          "--registrar-dir",
+          registrar_dir,
+          "--plugin-data-dir",
+          plugin_data_dir,
+          "--cdi-dir",
+          node_dir + "/cdi",
+          "--sysfs-root",
+          node_dir + "/sys",
+          "--dev-root",
+          node_dir + "/dev"};
+}
+
 }  // namespace vfio_dra::testing

@@ -32,6 +32,14 @@ class DaemonProcess {
   std::string log_path_;
 };
 
+// `binary serve` for node "node1" with the given kubeconfig, registration and data directories,
+// and the CDI directory, sysfs and /dev of a simulated node under `node_dir` (<node_dir>/cdi,
+// /sys, /dev): the part of the command line every integration test's daemon shares.
+std::vector<std::string> ServeCommand(const std::string& binary, const std::string& kubeconfig,
+                                      const std::string& registrar_dir,
+                                      const std::string& plugin_data_dir,
+                                      const std::string& node_dir);
+
 // Runs the binary to completion (for CLI tests) and returns its exit code and combined output.
 struct CommandResult {
   int exit_code = -1;

@@ -216,28 +216,10 @@ class GrpcGoClientTest : public ::testing::Test {
   }
 
   void StartDaemon(const std::vector<std::string>& more_flags = {}) {
-    std::vector<std::string> command{VFIO_DRA_SIM_DAEMON_BINARY,
-                                     "serve",
-                                     "--node-name",
-                                     "node1",
-                                     "--kubeconfig",
-                                     kubeconfig_,
-                                     "--registrar-dir",
-                                     dir_ + "/registry",
-                                     "--plugin-data-dir",
-                                     dir_ + "/data",
-                                     "--cdi-dir",
-                                     dir_ + "/cdi",
-                                     "--sysfs-root",
-                                     dir_ + "/sys",
-                                     "--dev-root",
-                                     dir_ + "/dev",
-                                     "--config",
-                                     dir_ + "/policy.yaml",
-                                     "--metrics-address",
-                                     "127.0.0.1:0",
-                                     "-v",
-                                     "4"};
+    std::vector<std::string> command = ServeCommand(VFIO_DRA_SIM_DAEMON_BINARY, kubeconfig_,
+                                                    dir_ + "/registry", dir_ + "/data", dir_);
+    command.insert(command.end(), {"--config", dir_ + "/policy.yaml", "--metrics-address",
+                                   "127.0.0.1:0", "-v", "4"});
     command.insert(command.end(), more_flags.begin(), more_flags.end());
     daemon_ = std::make_unique<DaemonProcess>(command, dir_ + "/daemon.log");
   }

@@ -84,26 +84,9 @@ class PluginDaemonTest : public ::testing::Test {
   }
 
   std::vector<std::string> Args(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> args = {VFIO_DRA_PLUGIN_BINARY,
-                                     "serve",
-                                     "--node-name",
-                                     "node1",
-                                     "--kubeconfig",
-                                     kubeconfig_,
-                                     "--registrar-dir",
-                                     registrar_,
-                                     "--plugin-data-dir",
-                                     data_dir_,
-                                     "--cdi-dir",
-                                     dir_ + "/cdi",
-                                     "--sysfs-root",
-                                     dir_ + "/sys",
-                                     "--dev-root",
-                                     dir_ + "/dev",
-                                     "--metrics-address",
-                                     "127.0.0.1:0",
-                                     "-v",
-                                     "4"};
+    std::vector<std::string> args =
+        ServeCommand(VFIO_DRA_PLUGIN_BINARY, kubeconfig_, registrar_, data_dir_, dir_);
+    args.insert(args.end(), {"--metrics-address", "127.0.0.1:0", "-v", "4"});
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
   }

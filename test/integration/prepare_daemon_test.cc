@@ -122,30 +122,10 @@ class PrepareDaemonTest : public ::testing::Test {
       fs::remove(entry.path());
     }
     const std::string log = dir_ + "/daemon-" + std::to_string(++starts_) + ".log";
-    std::vector<std::string> argv{VFIO_DRA_SIM_DAEMON_BINARY,
-                                  "serve",
-                                  "--node-name",
-                                  "node1",
-                                  "--kubeconfig",
-                                  kubeconfig_,
-                                  "--registrar-dir",
-                                  dir_ + "/" + registry,
-                                  "--plugin-data-dir",
-                                  dir_ + "/data",
-                                  "--cdi-dir",
-                                  dir_ + "/cdi",
-                                  "--sysfs-root",
-                                  dir_ + "/sys",
-                                  "--dev-root",
-                                  dir_ + "/dev",
-                                  "--config",
-                                  dir_ + "/policy.yaml",
-                                  "--unbind-timeout",
-                                  "2",
-                                  "--metrics-address",
-                                  "127.0.0.1:0",
-                                  "--health-interval",
-                                  "1"};
+    std::vector<std::string> argv = ServeCommand(VFIO_DRA_SIM_DAEMON_BINARY, kubeconfig_,
+                                                 dir_ + "/" + registry, dir_ + "/data", dir_);
+    argv.insert(argv.end(), {"--config", dir_ + "/policy.yaml", "--unbind-timeout", "2",
+                             "--metrics-address", "127.0.0.1:0", "--health-interval", "1"});
     argv.insert(argv.end(), extra.begin(), extra.end());
     argv.insert(argv.end(), every_instance_args_.begin(), every_instance_args_.end());
     daemon = std::make_unique<DaemonProcess>(argv, log, env);
