@@ -23,11 +23,23 @@ Error OpenError(int err, const std::string& what, const std::string& path) {
 }
 
 // Reads the entries of an open directory (sorted, without . and ..) and closes it.
-std::vector<std::string> ReadEntries(DIR* dir) {
+// The entries of `dir` (closed here), sorted; with `directories_only`, those that are directories
+// themselves, not links to one.
+std::vector<std::string> ReadEntries(DIR* dir, bool directories_only = false) {
   std::vector<std::string> names;
   while (const dirent* entry = ::readdir(dir)) {
     const std::string name = entry->d_name;
-    if (name != "." && name != "..") names.push_back(name);
+    if (name == "." || name == "..") continue;
+    if (directories_only && entry->d_type != DT_DIR) {
+      struct stat st {};
+      // A file system that does not give the type (DT_UNKNOWN) is asked.
+      if (entry->d_type != DT_UNKNOWN ||
+          ::fstatat(::dirfd(dir), entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+          !S_ISDIR(st.st_mode)) {
+        continue;
+      }
+    }
+    names.push_back(name);
   }
   ::closedir(dir);
   std::sort(names.begin(), names.end());
@@ -157,6 +169,13 @@ Result<std::vector<std::string>> SysfsReader::List(const std::string& relative) 
     return OpenError(errno, "list", path);
   }
   return ReadEntries(dir);
+}
+
+Result<std::vector<std::string>> SysfsReader::ListDirectories(const std::string& relative) const {
+  const std::string path = Path(relative);
+  DIR* dir = ::opendir(path.c_str());
+  if (dir == nullptr) return OpenError(errno, "list", path);
+  return ReadEntries(dir, /*directories_only=*/true);
 }
 
 bool SysfsReader::Exists(const std::string& relative) const {

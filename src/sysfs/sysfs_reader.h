@@ -55,6 +55,8 @@ class SysfsReader {
   Result<std::string> RealPath(const std::string& relative) const;
   // Entry names of a directory, sorted; kNotFound when it does not exist.
   Result<std::vector<std::string>> List(const std::string& relative) const;
+  // The entries that are directories themselves (not links to one), sorted.
+  Result<std::vector<std::string>> ListDirectories(const std::string& relative) const;
   bool Exists(const std::string& relative) const;
   bool IsDirectory(const std::string& relative) const;
   // Opens a directory for attribute reads relative to it.

@@ -489,11 +489,9 @@ class NetlinkVfNetwork final : public VfNetwork {
       : netns_path_(std::move(netns_path)), sysfs_(sysfs) {}
 
   Result<std::string> PfNetdev(const VfLink& target) override {
-    auto connection = Connect(netns_path_);
-    if (!connection.ok()) return connection.error();
-    auto found = FindNetdev(*connection, target.pf_device);
-    if (!found.ok()) return found.error();
-    return found->first;
+    auto pf = OpenPf(target);
+    if (!pf.ok()) return pf.error();
+    return std::move(pf->netdev);
   }
 
   Result<VfNetSettings> Read(const VfLink& target) override {
@@ -576,40 +574,51 @@ class NetlinkVfNetwork final : public VfNetwork {
     LinkInfo link;
   };
   Result<OpenedPf> OpenPf(const VfLink& target) const {
+    // sysfs first: a PF it shows without a netdev needs no sockets at all.
+    auto names = SysfsCandidates(target.pf_device);
+    if (!names.ok()) return names.error();
     auto connection = Connect(netns_path_);
     if (!connection.ok()) return connection.error();
-    auto found = FindNetdev(*connection, target.pf_device);
+    auto found = FindNetdev(*connection, target.pf_device, *names);
     if (!found.ok()) return found.error();
     return OpenedPf{std::move(*connection), std::move(found->first), std::move(found->second)};
   }
 
+  // The netdev names sysfs shows for a PCI device (see SysfsNetdevs); nullopt when sysfs cannot
+  // say (no sysfs given, a device that is not PCI, a function that cannot be read); kNotFound when
+  // it shows that the device has no netdev.
+  Result<std::optional<std::vector<std::string>>> SysfsCandidates(const std::string& device) const {
+    if (sysfs_ == nullptr || !sysfs::CanonicalBdf(device).ok()) {
+      return std::optional<std::vector<std::string>>();
+    }
+    bool any_net_directory = false;
+    auto names = SysfsNetdevs(device, any_net_directory);
+    if (names && !any_net_directory) {
+      return MakeError(ErrorKind::kNotFound, "PCI device " + device +
+                                                 " has no network interface (is its network "
+                                                 "driver loaded?)");
+    }
+    return names;
+  }
+
   // The PF's netdev and its link. sysfs lists a device's netdevs in its net/ directory: that of
   // the PCI function for most drivers, that of a child device for some (virtio-net's virtioN).
-  // A PCI PF with neither directory has no netdev at all (no netlink needed); a listed name that
-  // ethtool confirms in the target namespace spares listing every link of the node (one veth per
-  // pod). Anything else (a name renamed since, a sysfs of another namespace, a device that is not
-  // PCI) falls back to the full listing.
-  Result<std::pair<std::string, LinkInfo>> FindNetdev(Connection& connection,
-                                                      const std::string& device) const {
-    if (sysfs_ != nullptr && sysfs::CanonicalBdf(device).ok()) {
-      bool any_net_directory = false;
-      auto names = SysfsNetdevs(device, any_net_directory);
-      if (names && !any_net_directory) {
-        return MakeError(ErrorKind::kNotFound, "PCI device " + device +
-                                                   " has no network interface (is its network "
-                                                   "driver loaded?)");
-      }
-      std::optional<std::pair<std::string, LinkInfo>> fallback;
-      for (const std::string& name : names.value_or(std::vector<std::string>{})) {
-        if (BusInfoOf(connection.ioctl.get(), name.c_str()) != device) continue;
-        auto link = GetLink(connection, name);
-        if (!link.ok()) continue;
-        // Switchdev representors sit on the PF too: the uplink is the one with the VF list.
-        if (link->has_vf_list) return std::pair(name, std::move(*link));
-        if (!fallback) fallback.emplace(name, std::move(*link));
-      }
-      if (fallback) return std::move(*fallback);
+  // A listed name that ethtool confirms in the target namespace spares listing every link of the
+  // node (one veth per pod). Anything else (no names from sysfs, a name renamed since, a sysfs of
+  // another namespace) falls back to the full listing.
+  Result<std::pair<std::string, LinkInfo>> FindNetdev(
+      Connection& connection, const std::string& device,
+      const std::optional<std::vector<std::string>>& names) const {
+    std::optional<std::pair<std::string, LinkInfo>> fallback;
+    for (const std::string& name : names.value_or(std::vector<std::string>{})) {
+      if (BusInfoOf(connection.ioctl.get(), name.c_str()) != device) continue;
+      auto link = GetLink(connection, name);
+      if (!link.ok()) continue;
+      // Switchdev representors sit on the PF too: the uplink is the one with the VF list.
+      if (link->has_vf_list) return std::pair(name, std::move(*link));
+      if (!fallback) fallback.emplace(name, std::move(*link));
     }
+    if (fallback) return std::move(*fallback);
     auto link = NetdevOf(connection, device);
     if (!link.ok()) return link.error();
     std::string name = link->name;
@@ -623,22 +632,17 @@ class NetlinkVfNetwork final : public VfNetwork {
   std::optional<std::vector<std::string>> SysfsNetdevs(const std::string& device,
                                                        bool& any_net_directory) const {
     const std::string dir = "bus/pci/devices/" + device;
-    // Most drivers list the function's netdevs in its own net/: then no child needs a look (a PF
-    // has some sixty attribute files and a link per VF, each a failed open on every prepare).
+    // Most drivers list the function's netdevs in its own net/: then no child needs a look.
     if (auto own = sysfs_->List(dir + "/net"); own.ok() && !own->empty()) {
       any_net_directory = true;
       return *own;
     }
-    auto entries = sysfs_->List(dir);
+    // Child devices are directories: a PF's sixty-odd attribute files and its link per VF (and to
+    // its driver, group, ...) are passed over without a failed open each, on every prepare.
+    auto entries = sysfs_->ListDirectories(dir);
     if (!entries.ok()) return std::nullopt;
     std::vector<std::string> names;
     for (const std::string& entry : *entries) {
-      // Links to other devices are not children (a VF's netdevs are not the PF's); attribute
-      // files fail at once, not being directories.
-      if (entry == "subsystem" || entry == "driver" || entry == "physfn" ||
-          entry == "iommu_group" || entry == "firmware_node" || entry.rfind("virtfn", 0) == 0) {
-        continue;
-      }
       const std::string net = entry == "net" ? dir + "/net" : dir + "/" + entry + "/net";
       auto listed = sysfs_->List(net);
       if (listed.ok()) names.insert(names.end(), listed->begin(), listed->end());
