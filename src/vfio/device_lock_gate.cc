@@ -34,6 +34,36 @@ struct Completion {
 
 }  // namespace
 
+struct DeviceAccess::Progress {
+  std::mutex mu;
+  std::string purpose;  // of the accesses from here on, when the operation said
+  std::string access;   // the one in flight
+  std::string Describe() {
+    std::lock_guard<std::mutex> lock(mu);
+    return purpose.empty() ? access : purpose + ": " + access;
+  }
+};
+
+void DeviceAccess::Step(std::string purpose) {
+  std::lock_guard<std::mutex> lock(progress_->mu);
+  progress_->purpose = std::move(purpose);
+}
+
+void DeviceAccess::Begin(std::string access) {
+  std::lock_guard<std::mutex> lock(progress_->mu);
+  progress_->access = std::move(access);
+}
+
+int DeviceAccess::Write(const std::string& path, const std::string& value) {
+  Begin("write of \"" + value + "\" to " + path);
+  return writer_.Write(path, value);
+}
+
+Result<std::string> DeviceAccess::Read(const std::string& path) {
+  Begin("read of " + path);
+  return ReadFileToString(path, 64 << 10);
+}
+
 DeviceLockGate::DeviceLockGate(sysfs::SysfsWriter& writer)
     : writer_(writer),
       registry_(std::make_shared<Registry>()),
@@ -50,23 +80,28 @@ std::optional<std::string> DeviceLockGate::Held(const std::string& device) const
   return it->second.what + " (blocked in the kernel for " + std::to_string(seconds.count()) + " s)";
 }
 
-Status DeviceLockGate::Run(const std::string& device, const std::string& what,
-                           std::function<void()> op, std::chrono::milliseconds wait) {
+Status DeviceLockGate::Run(const std::string& device, const std::string& purpose,
+                           std::function<void(DeviceAccess&)> operation,
+                           std::chrono::milliseconds wait) {
   if (auto held = Held(device)) {
     return MakeError(ErrorKind::kUnavailable,
                      "PCI device " + device + " is busy: an earlier " + *held +
                          " has not returned, and the kernel holds the device until it does; " +
-                         what + " is not attempted");
+                         purpose + " is not attempted");
   }
   if (wait.count() <= 0) {
     // The caller's deadline has passed: starting now could only mark a healthy device as held.
     return MakeError(ErrorKind::kDeadlineExceeded,
-                     what + " was not attempted: the caller's deadline has passed");
+                     purpose + " was not attempted: the caller's deadline has passed");
   }
   auto completion = std::make_shared<Completion>();
+  auto progress = std::make_shared<DeviceAccess::Progress>();
+  progress->access = purpose;  // until the operation's first access begins
   try {
-    threads_.Run([completion, registry = registry_, device, op = std::move(op)] {
-      op();
+    threads_.Run([completion, progress, registry = registry_, device, &writer = writer_,
+                  operation = std::move(operation)] {
+      DeviceAccess access(writer, progress);
+      operation(access);
       {
         std::lock_guard<std::mutex> done_lock(completion->mu);
         completion->done = true;
@@ -76,20 +111,23 @@ Status DeviceLockGate::Run(const std::string& device, const std::string& what,
       registry->held.erase(device);
     });
   } catch (const std::system_error& e) {
-    return MakeError(ErrorKind::kUnavailable,
-                     what + " was not attempted: no thread could be started for it: " + e.what());
+    return MakeError(ErrorKind::kUnavailable, purpose +
+                                                  " was not attempted: no thread could be started "
+                                                  "for it: " +
+                                                  e.what());
   }
   std::unique_lock<std::mutex> lock(completion->mu);
   if (completion->cv.wait_for(lock, wait, [&] { return completion->done; })) return Status::Ok();
   lock.unlock();
+  const std::string blocked = progress->Describe();
   // Mark the device held unless the operation finished meanwhile. The thread never holds both
   // locks at once, so taking the registry's and then the completion's cannot deadlock.
   std::lock_guard<std::mutex> registry(registry_->mu);
   std::lock_guard<std::mutex> relock(completion->mu);
   if (completion->done) return Status::Ok();
-  registry_->held[device] = {what, std::chrono::steady_clock::now() - wait};
+  registry_->held[device] = {blocked, std::chrono::steady_clock::now() - wait};
   return MakeError(ErrorKind::kDeadlineExceeded,
-                   what + " did not finish within " + std::to_string(wait.count()) + " ms");
+                   blocked + " did not finish within " + std::to_string(wait.count()) + " ms");
 }
 
 Result<int> DeviceLockGate::Write(const std::string& device, const std::string& path,
@@ -97,7 +135,7 @@ Result<int> DeviceLockGate::Write(const std::string& device, const std::string& 
   auto result = std::make_shared<int>(0);
   Status status = Run(
       device, "write of \"" + value + "\" to " + path,
-      [result, &writer = writer_, path, value] { *result = writer.Write(path, value); }, wait);
+      [result, path, value](DeviceAccess& access) { *result = access.Write(path, value); }, wait);
   if (!status.ok()) return status.error();
   return *result;
 }
@@ -106,8 +144,8 @@ Result<std::string> DeviceLockGate::Read(const std::string& device, const std::s
                                          std::chrono::milliseconds wait) {
   auto result = std::make_shared<Result<std::string>>(std::string());
   Status status = Run(
-      device, "read of " + path, [result, path] { *result = ReadFileToString(path, 64 << 10); },
-      wait);
+      device, "read of " + path,
+      [result, path](DeviceAccess& access) { *result = access.Read(path); }, wait);
   if (!status.ok()) return status.error();
   return *result;
 }

@@ -24,6 +24,29 @@
 
 namespace vfio_dra::vfio {
 
+// The accesses of one gated operation, made on the gate's thread one after the other: a bind
+// that writes driver_override, unbind and bind costs one hand-over to that thread, not three.
+// The operation may outlive its caller (when the kernel blocks it), so it must own what it uses;
+// this object is valid for as long as it runs.
+class DeviceAccess {
+ public:
+  struct Progress;  // shared with the caller, which names the access in flight when it gives up
+
+  DeviceAccess(sysfs::SysfsWriter& writer, std::shared_ptr<Progress> progress)
+      : writer_(writer), progress_(std::move(progress)) {}
+  // What the accesses from here on are for ("unbinding 0000:3b:00.0 from ixgbe"), for messages.
+  void Step(std::string purpose);
+  // Writes `value` to the attribute at `path`: 0, or the write's errno.
+  int Write(const std::string& path, const std::string& value);
+  // Reads the attribute at `path`.
+  Result<std::string> Read(const std::string& path);
+
+ private:
+  void Begin(std::string access);
+  sysfs::SysfsWriter& writer_;
+  std::shared_ptr<Progress> progress_;
+};
+
 class DeviceLockGate {
  public:
   struct Registry;  // shared with the threads that run operations
@@ -44,15 +67,19 @@ class DeviceLockGate {
   // Reads the attribute at `path` on behalf of `device`, with the same rules.
   Result<std::string> Read(const std::string& device, const std::string& path,
                            std::chrono::milliseconds wait);
+  // Runs `operation` (its accesses to `device`, in order) on one thread, with the same rules:
+  // Ok once it has returned; kDeadlineExceeded, naming the access in flight, when it was still
+  // blocked after `wait` (it finishes on its own, and the device is held until it does);
+  // kUnavailable when an earlier operation on the device is still blocked. What the accesses
+  // returned, the operation reports through what it owns.
+  // `purpose` names the operation when it is not attempted at all.
+  Status Run(const std::string& device, const std::string& purpose,
+             std::function<void(DeviceAccess&)> operation, std::chrono::milliseconds wait);
 
   // What holds `device`: "<operation> (blocked for N s)", or nothing.
   std::optional<std::string> Held(const std::string& device) const;
 
  private:
-  // Runs `op` for `device`, waiting at most `wait`; `what` names it in messages.
-  Status Run(const std::string& device, const std::string& what, std::function<void()> op,
-             std::chrono::milliseconds wait);
-
   sysfs::SysfsWriter& writer_;
   std::shared_ptr<Registry> registry_;
   ElasticThreadPool threads_;  // runs the operations; they hold the registry themselves

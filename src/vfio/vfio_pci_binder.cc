@@ -104,36 +104,73 @@ Result<OriginalBinding> VfioPciBinder::Inspect(const std::string& address,
   return binding;
 }
 
-Status VfioPciBinder::WriteAttribute(const std::string& address, const std::string& relative,
-                                     const std::string& value, const std::string& what,
-                                     Deadline deadline) const {
-  auto err = gate_.Write(address, sysfs_.Path(relative), value, Wait(deadline));
-  if (!err.ok()) return InUse(address, err.error().Wrap(what));
-  if (*err != 0) {
-    return MakeError(ErrorKind::kFailedPrecondition, what + ": writing \"" + value + "\" to " +
-                                                         sysfs_.Path(relative) +
-                                                         " failed: " + ErrnoText(*err));
-  }
-  return Status::Ok();
-}
-
-Status VfioPciBinder::Unbind(const std::string& address, const std::string& driver,
-                             Deadline deadline) {
-  const std::string path = sysfs_.Path(DriverFile(driver, "unbind"));
-  auto err = gate_.Write(address, path, address, Wait(deadline));
-  if (!err.ok()) {
-    return InUse(address, MakeError(err.error().kind, "unbinding " + address + " from " + driver +
-                                                          ": " + err.error().message));
-  }
-  if (*err == 0) return Status::Ok();
+Status VfioPciBinder::UnbindFailed(const std::string& address, const std::string& driver,
+                                   int err) const {
   // ENODEV: the driver let go in the meantime, which is what we wanted.
-  if (*err == ENODEV) {
+  if (err == ENODEV) {
     auto now = CurrentDriver(address);
     if (now.ok() && now->empty()) return Status::Ok();
   }
-  return MakeError(
-      ErrorKind::kFailedPrecondition,
-      "unbinding " + address + " from " + driver + " (" + path + ") failed: " + ErrnoText(*err));
+  return MakeError(ErrorKind::kFailedPrecondition,
+                   "unbinding " + address + " from " + driver + " (" +
+                       sysfs_.Path(DriverFile(driver, "unbind")) + ") failed: " + ErrnoText(err));
+}
+
+Result<VfioPciBinder::RebindOutcome> VfioPciBinder::Rebind(const RebindPlan& plan,
+                                                           Deadline deadline) const {
+  // The operation may outlive this call (the kernel blocks it): it owns its plan and outcome.
+  auto outcome = std::make_shared<RebindOutcome>();
+  Status ran = gate_.Run(
+      plan.address, "moving " + plan.address + " to " + plan.target,
+      [plan, outcome](DeviceAccess& access) {
+        outcome->override_read = access.Read(plan.override_path);
+        if (!outcome->override_read->ok()) return;
+        if (sysfs::ParseDriverOverride(**outcome->override_read) != plan.override) {
+          access.Step(plan.override_purpose);
+          // An empty override is cleared by writing a newline.
+          outcome->override_write =
+              access.Write(plan.override_path, plan.override.empty() ? "\n" : plan.override);
+          if (*outcome->override_write != 0) return;
+        }
+        if (!plan.unbind_from.empty()) {
+          access.Step("unbinding " + plan.address + " from " + plan.unbind_from);
+          outcome->unbind = access.Write(plan.unbind_path, plan.address);
+          if (*outcome->unbind != 0) return;
+        }
+        if (!plan.bind_path.empty()) {
+          access.Step("binding " + plan.address + " to " + plan.target);
+          outcome->bind = access.Write(plan.bind_path, plan.address);
+        }
+      },
+      Wait(deadline));
+  if (!ran.ok()) return InUse(plan.address, ran.error());
+  const RebindOutcome& done = *outcome;
+  if (!done.override_read->ok()) {
+    return done.override_read->error().Wrap("cannot read driver_override of " + plan.address);
+  }
+  if (done.override_write && *done.override_write != 0) {
+    const std::string value = plan.override.empty() ? "\n" : plan.override;
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     plan.override_purpose + ": writing \"" + value + "\" to " +
+                         plan.override_path + " failed: " + ErrnoText(*done.override_write));
+  }
+  if (done.unbind && *done.unbind != 0) {
+    if (Status s = UnbindFailed(plan.address, plan.unbind_from, *done.unbind); !s.ok()) {
+      return s.error();
+    }
+    // The driver had let go already: the bind still has to happen.
+    RebindOutcome rest = done;
+    if (!plan.bind_path.empty()) {
+      auto bound = gate_.Write(plan.address, plan.bind_path, plan.address, Wait(deadline));
+      if (!bound.ok()) {
+        return InUse(plan.address,
+                     bound.error().Wrap("binding " + plan.address + " to " + plan.target));
+      }
+      rest.bind = *bound;
+    }
+    return rest;
+  }
+  return done;
 }
 
 Status VfioPciBinder::BindToVfio(const std::string& address, const std::string& vfio_driver,
@@ -151,26 +188,22 @@ Status VfioPciBinder::BindToVfio(const std::string& address, const std::string& 
                          sysfs_.Path("bus/pci/drivers/" + vfio_driver) +
                          " is missing); load it on the node with `modprobe " + vfio_driver + "`");
   }
-  auto override = CurrentOverride(address, deadline);
-  if (!override.ok()) return override.error();
   // VFIO drivers match only through driver_override (vfio-pci has no ID table; variant drivers
   // mark theirs override-only), so the override is what makes the bind below take.
-  if (*override != vfio_driver) {
-    if (Status s = WriteAttribute(address, DeviceAttribute(address, "driver_override"), vfio_driver,
-                                  "cannot reserve " + address + " for " + vfio_driver, deadline);
-        !s.ok()) {
-      return s;
-    }
-  }
+  RebindPlan plan;
+  plan.address = address;
+  plan.target = vfio_driver;
+  plan.override_path = sysfs_.Path(DeviceAttribute(address, "driver_override"));
+  plan.override = vfio_driver;
+  plan.override_purpose = "cannot reserve " + address + " for " + vfio_driver;
   if (!driver->empty()) {
-    if (Status s = Unbind(address, *driver, deadline); !s.ok()) return s;
+    plan.unbind_from = *driver;
+    plan.unbind_path = sysfs_.Path(DriverFile(*driver, "unbind"));
   }
-  auto bound =
-      gate_.Write(address, sysfs_.Path(DriverFile(vfio_driver, "bind")), address, Wait(deadline));
-  if (!bound.ok()) {
-    return InUse(address, bound.error().Wrap("binding " + address + " to " + vfio_driver));
-  }
-  const int err = *bound;
+  plan.bind_path = sysfs_.Path(DriverFile(vfio_driver, "bind"));
+  auto outcome = Rebind(plan, deadline);
+  if (!outcome.ok()) return outcome.error();
+  const int err = outcome->bind.value_or(0);
   auto now = CurrentDriver(address);
   if (!now.ok()) return now.error();
   if (*now == vfio_driver) return Status::Ok();
@@ -208,37 +241,37 @@ Result<std::string> VfioPciBinder::Restore(const OriginalBinding& original, Dead
     }
     return driver.error();
   }
-  auto override = CurrentOverride(address, deadline);
-  if (!override.ok()) return override.error();
-  if (*override != original.override) {
-    // An empty override is cleared by writing a newline.
-    const std::string value = original.override.empty() ? "\n" : original.override;
-    if (Status s = WriteAttribute(address, DeviceAttribute(address, "driver_override"), value,
-                                  "cannot restore driver_override of " + address, deadline);
-        !s.ok()) {
-      return s.error();
-    }
-  }
-  if (*driver == original.driver) return std::string();
-  if (*driver == original.vfio_driver) {
-    if (Status s = Unbind(address, original.vfio_driver, deadline); !s.ok()) return s.error();
-  } else if (!driver->empty()) {
-    return "PCI device " + address + " is now bound to " + *driver + ", not to " +
+  // driver_override goes back first, whatever the driver: then nothing binds the function to a
+  // VFIO driver again behind our back.
+  RebindPlan plan;
+  plan.address = address;
+  plan.target = original.driver.empty() ? std::string("no driver") : original.driver;
+  plan.override_path = sysfs_.Path(DeviceAttribute(address, "driver_override"));
+  plan.override = original.override;
+  plan.override_purpose = "cannot restore driver_override of " + address;
+  std::string left;  // why the function is not on its original driver afterwards
+  const bool moved = *driver != original.driver;
+  if (moved && *driver == original.vfio_driver) {
+    plan.unbind_from = original.vfio_driver;
+    plan.unbind_path = sysfs_.Path(DriverFile(original.vfio_driver, "unbind"));
+  } else if (moved && !driver->empty()) {
+    left = "PCI device " + address + " is now bound to " + *driver + ", not to " +
            original.vfio_driver + "; it is left there (it was on " +
            (original.driver.empty() ? std::string("no driver") : original.driver) + " before)";
   }
-  if (original.driver.empty()) return std::string();
-  if (!sysfs_.IsDirectory("bus/pci/drivers/" + original.driver)) {
-    return "driver " + original.driver + " is not loaded, so " + address +
-           " is left without a driver; load the module and bind it (echo " + address +
-           " > /sys/bus/pci/drivers/" + original.driver + "/bind)";
+  if (moved && left.empty() && !original.driver.empty()) {
+    if (sysfs_.IsDirectory("bus/pci/drivers/" + original.driver)) {
+      plan.bind_path = sysfs_.Path(DriverFile(original.driver, "bind"));
+    } else {
+      left = "driver " + original.driver + " is not loaded, so " + address +
+             " is left without a driver; load the module and bind it (echo " + address +
+             " > /sys/bus/pci/drivers/" + original.driver + "/bind)";
+    }
   }
-  auto bound = gate_.Write(address, sysfs_.Path(DriverFile(original.driver, "bind")), address,
-                           Wait(deadline));
-  if (!bound.ok()) {
-    return InUse(address, bound.error().Wrap("binding " + address + " back to " + original.driver));
-  }
-  const int err = *bound;
+  auto outcome = Rebind(plan, deadline);
+  if (!outcome.ok()) return outcome.error();
+  if (!left.empty() || plan.bind_path.empty()) return left;
+  const int err = outcome->bind.value_or(0);
   auto now = CurrentDriver(address);
   if (!now.ok()) return now.error();
   if (*now == original.driver) return std::string();

@@ -65,9 +65,30 @@ class VfioPciBinder {
  private:
   Result<std::string> CurrentDriver(const std::string& address) const;
   Result<std::string> CurrentOverride(const std::string& address, Deadline deadline) const;
-  Status WriteAttribute(const std::string& address, const std::string& relative,
-                        const std::string& value, const std::string& what, Deadline deadline) const;
-  Status Unbind(const std::string& address, const std::string& driver, Deadline deadline);
+  // The lock-taking part of moving a function between drivers, run as one operation of the gate
+  // (one hand-over to its thread): driver_override set to `override` (when it holds something
+  // else), an unbind from `unbind_from` (when set), a bind through `bind_path` (when set). Each
+  // access runs only if the ones before it succeeded.
+  struct RebindPlan {
+    std::string address;
+    std::string target;  // the driver it goes to, for messages
+    std::string override_path;
+    std::string override;  // what driver_override must hold; empty: unset
+    std::string override_purpose;
+    std::string unbind_from;
+    std::string unbind_path;
+    std::string bind_path;
+  };
+  // What each access that ran returned (errno for writes).
+  struct RebindOutcome {
+    std::optional<Result<std::string>> override_read;
+    std::optional<int> override_write;
+    std::optional<int> unbind;
+    std::optional<int> bind;
+  };
+  // Errors when an access failed (except a bind's, which the caller judges by the driver link).
+  Result<RebindOutcome> Rebind(const RebindPlan& plan, Deadline deadline) const;
+  Status UnbindFailed(const std::string& address, const std::string& driver, int err) const;
   std::chrono::milliseconds Wait(Deadline deadline) const;
   // Turns a gate refusal or timeout into the error the kubelet shows, with who holds the device.
   Error InUse(const std::string& address, const Error& error) const;
