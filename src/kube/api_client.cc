@@ -144,7 +144,8 @@ Result<ApiResponse> ApiClient::Call(const std::string& method, const std::string
       request->timeout = left;
     }
     auto response = transport_.Send(*request);
-    std::chrono::milliseconds delay = backoff.Next();
+    // Only a retry draws from the backoff (its generator is seeded on first use).
+    std::chrono::milliseconds delay{0};
     if (response.ok()) {
       LogWarnings(*response, path);
       if (response->status == 401 && tokens_.HasFile() && !reauthenticated) {
@@ -159,6 +160,7 @@ Result<ApiResponse> ApiClient::Call(const std::string& method, const std::string
       api.body = nlohmann::json::parse(api.raw_body, nullptr, /*allow_exceptions=*/false);
       if (api.body.is_discarded()) api.body = nullptr;
       if (!IsRetryableStatus(api.status) || attempt >= options_.max_retries) return api;
+      delay = backoff.Next();
       // Honour Retry-After (header, else the Status detail), capped so a bad value cannot stall us.
       int retry_after = 0;
       const std::string header = response->Header("retry-after");
@@ -177,6 +179,7 @@ Result<ApiResponse> ApiClient::Call(const std::string& method, const std::string
         return response.error().Wrap("API request failed after " + std::to_string(attempt + 1) +
                                      " attempts");
       }
+      delay = backoff.Next();
       log_.Debug(2, "retrying API request after transport error",
                  {{"method", method}, {"path", path}, {"error", response.error().message}});
     }
