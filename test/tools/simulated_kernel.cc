@@ -1,6 +1,8 @@
 #include "simulated_kernel.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -51,6 +53,31 @@ void WriteText(const fs::path& path, const std::string& content) {
   if (!written) throw std::runtime_error("simulated kernel: short write to " + path.string());
 }
 
+// A symlink's target as stored; "" when it cannot be read.
+std::string ReadLinkText(const std::string& path) {
+  char buffer[PATH_MAX];
+  const ssize_t n = ::readlink(path.c_str(), buffer, sizeof buffer);
+  return n <= 0 ? std::string() : std::string(buffer, static_cast<size_t>(n));
+}
+
+std::string BaseName(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// The names in a directory, without "." and ".."; none when it cannot be read.
+std::vector<std::string> Entries(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* listing = ::opendir(dir.c_str());
+  if (listing == nullptr) return names;
+  while (const dirent* entry = ::readdir(listing)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  ::closedir(listing);
+  return names;
+}
+
 std::string Trim(std::string text) {
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   return text;
@@ -58,10 +85,11 @@ std::string Trim(std::string text) {
 
 std::vector<std::string> Split(const std::string& path) {
   std::vector<std::string> parts;
-  std::stringstream in(path);
-  std::string part;
-  while (std::getline(in, part, '/')) {
-    if (!part.empty()) parts.push_back(part);
+  size_t start = 0;
+  while (start <= path.size()) {
+    const size_t end = std::min(path.find('/', start), path.size());
+    if (end > start) parts.push_back(path.substr(start, end - start));
+    start = end + 1;
   }
   return parts;
 }
@@ -250,21 +278,29 @@ void SimulatedKernel::RemoveDevice(const std::string& address) {
 }
 
 std::string SimulatedKernel::DeviceDir(const std::string& address) const {
-  // The bus link is relative and the tree under devices/ has no further links: one readlink, not
-  // a canonical() that reads every component of the path (the simulation's cost is not the
-  // daemon's, and benchmarks count both).
-  std::error_code ec;
-  const fs::path target = fs::read_symlink(Abs("bus/pci/devices/" + address), ec);
-  if (ec || target.is_absolute()) return "";
-  const fs::path real = (fs::path(Abs("bus/pci/devices")) / target).lexically_normal();
-  if (!fs::is_directory(real, ec)) return "";
-  return real.lexically_relative(root_).string();
+  // The bus link is relative and the tree under devices/ has no further links: one readlink and
+  // one stat, resolved with string work (the simulation's cost is not the daemon's, and the
+  // benchmarks count both).
+  const std::string target = ReadLinkText(Abs("bus/pci/devices/" + address));
+  if (target.empty() || target.front() == '/') return "";
+  std::vector<std::string> parts{"bus", "pci", "devices"};
+  for (const std::string& part : Split(target)) {
+    if (part == "..") {
+      if (parts.empty()) return "";
+      parts.pop_back();
+    } else if (part != ".") {
+      parts.push_back(part);
+    }
+  }
+  std::string dir;
+  for (const std::string& part : parts) dir += (dir.empty() ? "" : "/") + part;
+  struct stat st {};
+  if (::stat(Abs(dir).c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return "";
+  return dir;
 }
 
 std::string SimulatedKernel::DriverOf(const std::string& address) const {
-  std::error_code ec;
-  const fs::path target = fs::read_symlink(Abs("bus/pci/devices/" + address + "/driver"), ec);
-  return ec ? "" : target.filename().string();
+  return BaseName(ReadLinkText(Abs("bus/pci/devices/" + address + "/driver")));
 }
 
 std::string SimulatedKernel::OverrideOf(const std::string& address) const {
@@ -273,9 +309,8 @@ std::string SimulatedKernel::OverrideOf(const std::string& address) const {
 }
 
 int SimulatedKernel::GroupOf(const std::string& rel_dir) const {
-  std::error_code ec;
-  const fs::path target = fs::read_symlink(Abs(rel_dir + "/iommu_group"), ec);
-  return ec ? -1 : ParseInt(target.filename().string(), -1);
+  const std::string target = ReadLinkText(Abs(rel_dir + "/iommu_group"));
+  return target.empty() ? -1 : ParseInt(BaseName(target), -1);
 }
 
 int SimulatedKernel::NextGroup() const {
@@ -298,17 +333,20 @@ void SimulatedKernel::SetUeventDriver(const std::string& dir, const std::string&
 
 void SimulatedKernel::MakeNode(const std::string& dev_relative, int major, int minor) const {
   const fs::path path = fs::path(dev_root_) / dev_relative;
-  fs::create_directories(path.parent_path());
-  fs::remove(path);
-  if (::mknod(path.c_str(), S_IFCHR | 0600, makedev(major, minor)) != 0) {
+  ::unlink(path.c_str());
+  int made = ::mknod(path.c_str(), S_IFCHR | 0600, makedev(major, minor));
+  if (made != 0 && errno == ENOENT) {
+    fs::create_directories(path.parent_path());
+    made = ::mknod(path.c_str(), S_IFCHR | 0600, makedev(major, minor));
+  }
+  if (made != 0) {
     throw std::runtime_error("simulated kernel: mknod " + path.string() +
                              " failed: " + std::strerror(errno) + " (the tests need CAP_MKNOD)");
   }
 }
 
 void SimulatedKernel::RemoveNode(const std::string& dev_relative) const {
-  std::error_code ec;
-  fs::remove(fs::path(dev_root_) / dev_relative, ec);
+  ::unlink((dev_root_ + "/" + dev_relative).c_str());
 }
 
 int SimulatedKernel::Write(const std::string& path, std::string_view value) {
@@ -574,9 +612,7 @@ int SimulatedKernel::Unbind(const std::string& driver, const std::string& addres
 
 int SimulatedKernel::FreeVfioDevIndex() const {
   std::set<int> used;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(Abs("class/vfio-dev"), ec)) {
-    const std::string name = entry.path().filename().string();
+  for (const std::string& name : Entries(Abs("class/vfio-dev"))) {
     if (name.rfind("vfio", 0) == 0) used.insert(ParseInt(name.substr(4), -1));
   }
   int index = 0;
@@ -611,25 +647,27 @@ void SimulatedKernel::DoBind(const std::string& driver, const std::string& addre
 
 void SimulatedKernel::DoUnbind(const std::string& driver, const std::string& address) {
   const std::string dir = DeviceDir(address);
-  fs::remove(Abs(dir + "/driver"));
-  fs::remove(Abs("bus/pci/drivers/" + driver + "/" + address));
+  ::unlink(Abs(dir + "/driver").c_str());
+  ::unlink(Abs("bus/pci/drivers/" + driver + "/" + address).c_str());
   SetUeventDriver(dir, "");
   if (!IsVfioDriver(driver)) return;
   std::lock_guard<std::mutex> nodes(nodes_mu_);
-  if (fs::exists(Abs(dir + "/vfio-dev"))) {
-    for (const auto& entry : fs::directory_iterator(Abs(dir + "/vfio-dev"))) {
-      const std::string cdev = entry.path().filename().string();
-      fs::remove(Abs("class/vfio-dev/" + cdev));
-      RemoveNode("vfio/devices/" + cdev);
-    }
-    fs::remove_all(Abs(dir + "/vfio-dev"));
+  const std::string cdevs = Abs(dir + "/vfio-dev");
+  for (const std::string& cdev : Entries(cdevs)) {
+    ::unlink(Abs("class/vfio-dev/" + cdev).c_str());
+    RemoveNode("vfio/devices/" + cdev);
+    ::unlink((cdevs + "/" + cdev + "/dev").c_str());
+    ::rmdir((cdevs + "/" + cdev).c_str());
+  }
+  if (::rmdir(cdevs.c_str()) != 0 && errno == ENOTEMPTY) {
+    std::error_code ec;  // a fixture's vfio-dev with more in it than a bind makes
+    fs::remove_all(cdevs, ec);
   }
   const int group = GroupOf(dir);
   if (group < 0) return;
   const std::string name = std::to_string(group);
-  for (const auto& member :
-       fs::directory_iterator(Abs("kernel/iommu_groups/" + name + "/devices"))) {
-    if (IsVfioDriver(DriverOf(member.path().filename().string()))) return;
+  for (const std::string& member : Entries(Abs("kernel/iommu_groups/" + name + "/devices"))) {
+    if (IsVfioDriver(DriverOf(member))) return;
   }
   fs::remove_all(Abs("class/vfio/" + name));
   RemoveNode("vfio/" + name);
