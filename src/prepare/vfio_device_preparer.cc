@@ -709,7 +709,7 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Prepare(
     Refresh();
     return error;
   }
-  ClaimRecord completed = d.record;
+  ClaimRecord completed = std::move(d.record);  // d.record is not used again
   completed.state = PrepareState::kPrepareCompleted;
   for (size_t i = 0; i < answer->size() && i < completed.devices.size(); ++i) {
     completed.devices[i].cdi_device_ids = (*answer)[i].cdi_device_ids;
