@@ -688,6 +688,11 @@ def scenario_vmm_holds():
             check("vms/vm-held" in error, f"{what}'s error names the claim")
             if str(vmm.process.pid) not in error:
                 print(f"note: {what}'s error does not name the VMM's pid {vmm.process.pid}")
+        # The restore's accesses run as one operation of the device-operation thread: the first
+        # answer names the access the kernel blocks (the unbind), not just "the restore".
+        check(f"unbinding {held_address} from vfio-pci: write of" in errors[0] and
+              "did not finish within" in errors[0],
+              f"the first unprepare's error names the blocked unbind: {errors[0]}")
         check(driver(vfs[0]) == "", f"the other claim's VF {vfs[0]} is back without a driver")
         check(vmm.process.poll() is None, "the VMM still runs (nothing took its device)")
     finally:
