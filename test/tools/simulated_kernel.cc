@@ -1,8 +1,6 @@
 #include "simulated_kernel.h"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -53,29 +51,10 @@ void WriteText(const fs::path& path, const std::string& content) {
   if (!written) throw std::runtime_error("simulated kernel: short write to " + path.string());
 }
 
-// A symlink's target as stored; "" when it cannot be read.
-std::string ReadLinkText(const std::string& path) {
-  char buffer[PATH_MAX];
-  const ssize_t n = ::readlink(path.c_str(), buffer, sizeof buffer);
-  return n <= 0 ? std::string() : std::string(buffer, static_cast<size_t>(n));
-}
-
-std::string BaseName(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-// The names in a directory, without "." and ".."; none when it cannot be read.
-std::vector<std::string> Entries(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* listing = ::opendir(dir.c_str());
-  if (listing == nullptr) return names;
-  while (const dirent* entry = ::readdir(listing)) {
-    const std::string name = entry->d_name;
-    if (name != "." && name != "..") names.push_back(name);
-  }
-  ::closedir(listing);
-  return names;
+// What the tree gives, or `fallback` when it cannot be read (a missing link or directory).
+template <typename T>
+T ValueOr(Result<T> result, T fallback) {
+  return result.ok() ? std::move(*result) : std::move(fallback);
 }
 
 std::string Trim(std::string text) {
@@ -117,6 +96,7 @@ bool IsVfioDriver(const std::string& driver) {
 
 SimulatedKernel::SimulatedKernel(std::string sysfs_root, std::string dev_root)
     : root_(fs::weakly_canonical(sysfs_root).string()),
+      tree_(root_),
       dev_root_(std::move(dev_root)),
       state_file_(root_ + ".sim.json") {
   fs::create_directories(fs::path(dev_root_) / "vfio" / "devices");
@@ -281,7 +261,7 @@ std::string SimulatedKernel::DeviceDir(const std::string& address) const {
   // The bus link is relative and the tree under devices/ has no further links: one readlink and
   // one stat, resolved with string work (the simulation's cost is not the daemon's, and the
   // benchmarks count both).
-  const std::string target = ReadLinkText(Abs("bus/pci/devices/" + address));
+  const std::string target = ValueOr<std::string>(tree_.ReadLink("bus/pci/devices/" + address), "");
   if (target.empty() || target.front() == '/') return "";
   std::vector<std::string> parts{"bus", "pci", "devices"};
   for (const std::string& part : Split(target)) {
@@ -300,7 +280,7 @@ std::string SimulatedKernel::DeviceDir(const std::string& address) const {
 }
 
 std::string SimulatedKernel::DriverOf(const std::string& address) const {
-  return BaseName(ReadLinkText(Abs("bus/pci/devices/" + address + "/driver")));
+  return ValueOr<std::string>(tree_.LinkBaseName("bus/pci/devices/" + address + "/driver"), "");
 }
 
 std::string SimulatedKernel::OverrideOf(const std::string& address) const {
@@ -309,8 +289,8 @@ std::string SimulatedKernel::OverrideOf(const std::string& address) const {
 }
 
 int SimulatedKernel::GroupOf(const std::string& rel_dir) const {
-  const std::string target = ReadLinkText(Abs(rel_dir + "/iommu_group"));
-  return target.empty() ? -1 : ParseInt(BaseName(target), -1);
+  const std::string target = ValueOr<std::string>(tree_.LinkBaseName(rel_dir + "/iommu_group"), "");
+  return target.empty() ? -1 : ParseInt(target, -1);
 }
 
 int SimulatedKernel::NextGroup() const {
@@ -612,7 +592,7 @@ int SimulatedKernel::Unbind(const std::string& driver, const std::string& addres
 
 int SimulatedKernel::FreeVfioDevIndex() const {
   std::set<int> used;
-  for (const std::string& name : Entries(Abs("class/vfio-dev"))) {
+  for (const std::string& name : ValueOr(tree_.List("class/vfio-dev"), {})) {
     if (name.rfind("vfio", 0) == 0) used.insert(ParseInt(name.substr(4), -1));
   }
   int index = 0;
@@ -653,7 +633,7 @@ void SimulatedKernel::DoUnbind(const std::string& driver, const std::string& add
   if (!IsVfioDriver(driver)) return;
   std::lock_guard<std::mutex> nodes(nodes_mu_);
   const std::string cdevs = Abs(dir + "/vfio-dev");
-  for (const std::string& cdev : Entries(cdevs)) {
+  for (const std::string& cdev : ValueOr(tree_.List(dir + "/vfio-dev"), {})) {
     ::unlink(Abs("class/vfio-dev/" + cdev).c_str());
     RemoveNode("vfio/devices/" + cdev);
     ::unlink((cdevs + "/" + cdev + "/dev").c_str());
@@ -666,7 +646,8 @@ void SimulatedKernel::DoUnbind(const std::string& driver, const std::string& add
   const int group = GroupOf(dir);
   if (group < 0) return;
   const std::string name = std::to_string(group);
-  for (const std::string& member : Entries(Abs("kernel/iommu_groups/" + name + "/devices"))) {
+  for (const std::string& member :
+       ValueOr(tree_.List("kernel/iommu_groups/" + name + "/devices"), {})) {
     if (IsVfioDriver(DriverOf(member))) return;
   }
   fs::remove_all(Abs("class/vfio/" + name));

@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "sysfs/sysfs_reader.h"
 #include "sysfs/sysfs_writer.h"
 
 namespace vfio_dra::testing {
@@ -134,6 +135,7 @@ class SimulatedKernel final : public sysfs::SysfsWriter {
   std::string Abs(const std::string& rel) const { return root_ + "/" + rel; }
 
   std::string root_;
+  sysfs::SysfsReader tree_;  // reads of the simulated tree (links, listings), as the daemon's
   std::string dev_root_;
   std::string state_file_;
   std::string log_file_;
