@@ -27,8 +27,11 @@ Status GroupDirectorySync::Sync() {
     lock.lock();
     running_ = false;
     if (status.ok()) synced_to_ = std::max(synced_to_, covers);
+    // Woken after the unlock, the waiters find the mutex free instead of blocking on it at once.
+    lock.unlock();
     done_.notify_all();
     if (!status.ok()) return status;
+    lock.lock();
   }
   return Status::Ok();
 }

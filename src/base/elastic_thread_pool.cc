@@ -67,13 +67,14 @@ void ElasticThreadPool::Run(std::function<void()> task) {
     number = state_->next_task++;
     state_->queued.emplace_back(number, std::move(task));
     start_thread = state_->queued.size() > state_->idle;
-    if (start_thread) {
-      ++state_->threads;
-    } else {
-      state_->work.notify_one();
-    }
+    if (start_thread) ++state_->threads;
   }
-  if (!start_thread) return;
+  if (!start_thread) {
+    // Outside the lock: a worker woken while it is held would only wake to block on it again
+    // (two more context switches per task, and the submitter often preempted by the wakee).
+    state_->work.notify_one();
+    return;
+  }
   try {
     std::thread(Work, state_).detach();
   } catch (const std::system_error&) {
