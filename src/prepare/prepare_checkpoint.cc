@@ -208,7 +208,7 @@ json RecordJson(const ClaimRecord& r) {
             {"mdevs", MdevsJson(r.mdevs)},
             {"vfNetworks", VfNetworksJson(r.vf_networks)},
             {"cdiFiles", r.cdi_files},
-            {"devices", devices},
+            {"devices", std::move(devices)},
             {"replayable", r.replayable}}}};
 }
 
