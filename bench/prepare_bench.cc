@@ -3,10 +3,12 @@
 // loopback, with 1, 8, 32 and 128 pods at once; and, in the same run, the floor: the same atomic
 // file writes, as durable as the daemon makes them, plus one claim GET, done directly, at 1 and
 // 32. Prints JSON.
-//   prepare_bench [--rounds N] [--dir DIR] [--cdi-base DIR]
+//   prepare_bench [--rounds N] [--dir DIR] [--cdi-base DIR] [--daemon-fsync on|off]
 // DIR holds the plugin data dir (checkpoint, metadata files; default /tmp); the CDI specs and the
 // simulated sysfs and /dev go under --cdi-base, by default /dev/shm: /var/run/cdi is a tmpfs on
-// nodes, and sysfs and devtmpfs live in memory.
+// nodes, and sysfs and devtmpfs live in memory. `--daemon-fsync off` is a diagnostic: the daemon
+// runs with fsync and fdatasync made no-ops (bench/no_fsync_preload.cc), the floor keeps them, so
+// the ratio then shows what the daemon's work other than durability costs against the floor.
 #include <signal.h>
 
 #include <algorithm>
@@ -78,10 +80,19 @@ int main(int argc, char** argv) {
   int rounds = 20;
   std::string base = "/tmp";
   std::string cdi_base = std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "/tmp";
+  bool daemon_fsync = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--dir") == 0) base = argv[i + 1];
     if (std::strcmp(argv[i], "--cdi-base") == 0) cdi_base = argv[i + 1];
+    if (std::strcmp(argv[i], "--daemon-fsync") == 0) {
+      if (std::strcmp(argv[i + 1], "on") != 0 && std::strcmp(argv[i + 1], "off") != 0) {
+        std::cerr << "prepare_bench: --daemon-fsync takes on or off, not \"" << argv[i + 1]
+                  << "\"\n";
+        return 2;
+      }
+      daemon_fsync = std::strcmp(argv[i + 1], "on") == 0;
+    }
   }
   const std::string tmpl_text = base + "/vfio-dra-prepare-bench-XXXXXX";
   std::vector<char> tmpl(tmpl_text.begin(), tmpl_text.end());
@@ -141,7 +152,10 @@ int main(int argc, char** argv) {
        // far faster than pods start on a node, and would measure the limit (50/s after a burst
        // of 100) instead of the daemon. One round of 32 is within the default burst.
        "--claim-api-qps", "0"},
-      dir + "/daemon.log");
+      dir + "/daemon.log",
+      daemon_fsync
+          ? std::vector<std::string>{}
+          : std::vector<std::string>{std::string("LD_PRELOAD=") + VFIO_DRA_NO_FSYNC_PRELOAD});
   testing::KubeletSimulator sim;
   sim.KeepConnections();  // as the kubelet does (one connection per plugin)
   auto socket = sim.WaitForRegistrationSocket(dir + "/registry", std::chrono::seconds(20));
@@ -235,6 +249,7 @@ int main(int argc, char** argv) {
 
   nlohmann::json out = {
       {"data_dir", dir},
+      {"daemon_fsync", daemon_fsync},
       {"cdi_dir", cdi_dir},
       {"prepare_1_pod", Summary(one_pod)},
       {"prepare_8_pods", Summary(eight_pods)},
