@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cmd/discover_command.h"
+#include "cmd/malloc_tuning.h"
 #include "cmd/serve_command.h"
 #include "cmd/serve_options.h"
 #include "cmd/slices_command.h"
@@ -167,7 +168,10 @@ int RunCli(int argc, char** argv, const ServeEnvironment& environment) {
       std::cerr << "vfio-dra-plugin serve: " << status.error().message << std::endl;
       return 2;
     }
-    return vfio_dra::cmd::RunServe(options, environment);
+    // Before any thread starts: normally this process is replaced here by one with the deeper
+    // malloc thread cache (see malloc_tuning.h), which parses the same flags again.
+    const std::optional<std::string> malloc_problem = vfio_dra::cmd::ReexecWithMallocCache(argv);
+    return vfio_dra::cmd::RunServe(options, environment, malloc_problem);
   }
   return 2;
 }

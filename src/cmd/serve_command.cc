@@ -1,6 +1,5 @@
 #include "cmd/serve_command.h"
 
-#include <malloc.h>
 #include <pthread.h>
 #include <sys/utsname.h>
 
@@ -10,6 +9,7 @@
 #include <string>
 
 #include "base/log.h"
+#include "cmd/malloc_tuning.h"
 #include "cmd/serve_daemon.h"
 
 #ifndef VFIO_DRA_VERSION
@@ -39,33 +39,18 @@ void BlockShutdownSignals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
-namespace {
-
-// glibc gives each thread that allocates an arena of its own, up to eight per core, and each keeps
-// its freed pages scattered between live chunks. The daemon allocates little once it has
-// published, and its handler threads are reused (their malloc caches stay warm), so one arena
-// serves prepares running in parallel as well as two did: with 1,000 devices the idle daemon is
-// 17.9 MiB against 19.1 with two (three daemon_bench runs each) and the daemon's CPU per claim at
-// 32 at once no higher (two prepare_bench runs each). An operator's MALLOC_ARENA_MAX or
-// GLIBC_TUNABLES setting wins. Called before any thread starts.
-void LimitMallocArenas() {
-  const char* tunables = std::getenv("GLIBC_TUNABLES");
-  if (std::getenv("MALLOC_ARENA_MAX") != nullptr ||
-      (tunables != nullptr && std::strstr(tunables, "arena_max") != nullptr)) {
-    return;
-  }
-  ::mallopt(M_ARENA_MAX, 1);
-}
-
-}  // namespace
-
-int RunServe(const ServeOptions& options, const ServeEnvironment& environment) {
+int RunServe(const ServeOptions& options, const ServeEnvironment& environment,
+             const std::optional<std::string>& malloc_tuning_problem) {
   LimitMallocArenas();
   Logger root = Logger::ToStderr(options.verbosity);
   Logger log = root.WithComponent("serve");
   log.Info(
       "starting",
       {{"version", PluginVersion()}, {"driver", options.driver_name}, {"node", options.node_name}});
+  if (malloc_tuning_problem) {
+    log.Warn("running with glibc's default malloc thread cache (prepares at once cost more CPU)",
+             {{"problem", *malloc_tuning_problem}});
+  }
   auto daemon = ServeDaemon::Build(options, environment, root);
   if (!daemon.ok()) {
     log.Error("cannot start", {{"error", daemon.error().message}});

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cmd/serve_options.h"
@@ -20,7 +21,9 @@ struct ServeEnvironment {
 
 // Returns the process exit code. Signals SIGTERM and SIGINT must already be blocked in every
 // thread (BlockShutdownSignals) so that only the waiting thread receives them.
-int RunServe(const ServeOptions& options, const ServeEnvironment& environment = {});
+// `malloc_tuning_problem` is why the allocator could not be tuned (ReexecWithMallocCache), logged.
+int RunServe(const ServeOptions& options, const ServeEnvironment& environment = {},
+             const std::optional<std::string>& malloc_tuning_problem = std::nullopt);
 
 // Blocks SIGTERM and SIGINT in the calling thread; call first thing in main, before any thread
 // exists, so that threads started later inherit the mask.

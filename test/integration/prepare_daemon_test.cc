@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cmd/malloc_tuning.h"
 #include "discovery/admin_policy.h"
 #include "discovery/node_scan.h"
 #include "fake_apiserver.h"
@@ -335,6 +336,31 @@ double Sample(const std::string& page, const std::string& series) {
     if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
   }
   return -1;
+}
+
+// The environment a process's program was started with (/proc/<pid>/environ), one entry each.
+std::vector<std::string> StartingEnvironment(pid_t pid) {
+  std::vector<std::string> entries;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ");
+  for (std::string entry; std::getline(in, entry, '\0');) entries.push_back(entry);
+  return entries;
+}
+
+TEST_F(PrepareDaemonTest, ServeRunsWithTheDeeperMallocThreadCacheUnlessTheOperatorChoseOne) {
+  // Started without GLIBC_TUNABLES: the program running now was executed again with it.
+  StartDaemon();
+  EXPECT_THAT(StartingEnvironment(daemon_->pid()),
+              ::testing::Contains("GLIBC_TUNABLES=glibc.malloc.tcache_count=" +
+                                  std::to_string(cmd::kMallocThreadCacheCount)));
+  EXPECT_THAT(daemon_->Log(), ::testing::Not(::testing::HasSubstr("malloc thread cache")));
+  // An operator's choice stands as it is. (One tunable: glibc cuts the environment's copy of a
+  // longer list at its colons as it reads it.)
+  StartDaemon({"GLIBC_TUNABLES=glibc.malloc.tcache_count=7"});
+  const std::vector<std::string> environment = StartingEnvironment(daemon_->pid());
+  EXPECT_THAT(environment, ::testing::Contains("GLIBC_TUNABLES=glibc.malloc.tcache_count=7"));
+  EXPECT_EQ(std::count_if(environment.begin(), environment.end(),
+                          [](const std::string& e) { return e.rfind("GLIBC_TUNABLES=", 0) == 0; }),
+            1);
 }
 
 TEST_F(PrepareDaemonTest, MetricsAndHealthFollowAPrepare) {
