@@ -332,6 +332,13 @@ def scenario_gpu():
     check(before == {"0000:01:00.0": "", "0000:01:00.1": "snd_hda_intel"},
           f"drivers before prepare: {before}")
     node.start()
+    # serve re-executed itself with the deeper malloc thread cache (src/cmd/malloc_tuning.h): the
+    # program now running was started with it in its environment, and no warning says otherwise.
+    with open(f"/proc/{node.daemon.pid}/environ") as f:
+        environment = f.read().split("\0")
+    check("GLIBC_TUNABLES=glibc.malloc.tcache_count=64" in environment,
+          "the daemon runs with GLIBC_TUNABLES=glibc.malloc.tcache_count=64")
+    check("malloc thread cache" not in node.log(), "no warning about the malloc thread cache")
     wait_for(lambda: node.slices(), "slices published")
     started = time.monotonic()
     response = node.prepare(f"vms/vm1-gpu-x7k2p/{uid}")
