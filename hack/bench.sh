@@ -97,20 +97,19 @@ rows.append(f"| CPU per claim, 32 at once: daemon to prepare / to unprepare; kub
             "the fake API server), and of the benchmark doing the floor's work; the two cores are "
             "busy through a round of 32, so the prepare p99 follows the sum |")
 ratio = ratio_of(p)
-each = "; ".join(
-    f"{ratio_of(q):.2f}x ({q['prepare_32_pods']['p99_ms']:.1f} / {q['floor_32_pods']['p99_ms']:.1f} "
-    f"ms; CPU per claim: daemon {q['daemon_cpu_ms_per_prepare_32_pods']:.2f}, floor "
-    f"{q['floor_cpu_ms_per_claim_32_pods']:.2f} ms)" for q in runs)
+def run_text(q):
+    return (f"{ratio_of(q):.2f}x ({q['prepare_32_pods']['p99_ms']:.1f} / "
+            f"{q['floor_32_pods']['p99_ms']:.1f} ms; CPU per claim: daemon "
+            f"{q['daemon_cpu_ms_per_prepare_32_pods']:.2f}, floor "
+            f"{q['floor_cpu_ms_per_claim_32_pods']:.2f} ms)")
+each = "; ".join(run_text(q) for q in runs)
 rows.append(f"| Prepare p99 at 32 pods at once, against the floor's p99: the median of three runs | "
             f"{ratio:.2f}x | <= 1.5x | {'met' if ratio <= 1.5 else 'MISSED'} | each run against "
             "its own floor, on a rested disk; the rows above are the median run's |")
 rows.append(f"| The three runs | {each} |  |  | in the order run |")
 q = json.load(open(os.path.join(out, "prepare-nofsync.json")))
 rows.append("| Diagnostic: the same ratio with the daemon's fsync and fdatasync made no-ops (the "
-            f"floor keeps them) | {q['prepare_32_pods']['p99_ms'] / q['floor_32_pods']['p99_ms']:.2f}x "
-            f"({q['prepare_32_pods']['p99_ms']:.1f} / {q['floor_32_pods']['p99_ms']:.1f} ms; CPU "
-            f"per claim: daemon {q['daemon_cpu_ms_per_prepare_32_pods']:.2f}, floor "
-            f"{q['floor_cpu_ms_per_claim_32_pods']:.2f} ms) |  |  | prepare_bench --daemon-fsync off "
+            f"floor keeps them) | {run_text(q)} |  |  | prepare_bench --daemon-fsync off "
             "(LD_PRELOAD), on a rested disk: what the daemon's work besides durability "
             "costs against the floor |")
 dm = json.load(open(os.path.join(out, "daemon.json")))
