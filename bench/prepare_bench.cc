@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -46,7 +47,7 @@ constexpr int kPods = 128;  // the most pods at once that are measured
 
 std::string Uid(int i) {
   char buffer[40];
-  std::snprintf(buffer, sizeof buffer, "b0000000-0000-4000-8000-%012d", i);
+  (void)std::snprintf(buffer, sizeof buffer, "b0000000-0000-4000-8000-%012d", i);
   return buffer;
 }
 
@@ -59,6 +60,7 @@ std::vector<double> Measure(int pods, int rounds, One one, Between between) {
     std::vector<double> round(static_cast<size_t>(pods));
     std::latch start(pods);
     std::vector<std::thread> threads;
+    threads.reserve(static_cast<size_t>(pods));
     for (int i = 0; i < pods; ++i) {
       threads.emplace_back([&, i] {
         start.arrive_and_wait();
@@ -81,17 +83,38 @@ int main(int argc, char** argv) {
   std::string base = "/tmp";
   std::string cdi_base = std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "/tmp";
   bool daemon_fsync = true;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::atoi(argv[i + 1]);
-    if (std::strcmp(argv[i], "--dir") == 0) base = argv[i + 1];
-    if (std::strcmp(argv[i], "--cdi-base") == 0) cdi_base = argv[i + 1];
-    if (std::strcmp(argv[i], "--daemon-fsync") == 0) {
-      if (std::strcmp(argv[i + 1], "on") != 0 && std::strcmp(argv[i + 1], "off") != 0) {
-        std::cerr << "prepare_bench: --daemon-fsync takes on or off, not \"" << argv[i + 1]
-                  << "\"\n";
-        return 2;
+  const auto usage = [](const std::string& problem) {
+    std::cerr << "prepare_bench: " << problem
+              << "\nusage: prepare_bench [--rounds N] [--dir DIR] [--cdi-base DIR] "
+                 "[--daemon-fsync on|off]\n";
+    return 2;
+  };
+  for (int i = 1; i < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      usage("measures prepare latency against the floor (see the header of prepare_bench.cc)");
+      return 0;
+    }
+    if (i + 1 >= argc) return usage(flag + " needs a value");
+    const std::string value = argv[i + 1];
+    if (flag == "--rounds") {
+      char* end = nullptr;
+      const long parsed = std::strtol(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || parsed < 1 || parsed > 100000) {
+        return usage("--rounds takes a whole number from 1 to 100000, not \"" + value + "\"");
       }
-      daemon_fsync = std::strcmp(argv[i + 1], "on") == 0;
+      rounds = static_cast<int>(parsed);
+    } else if (flag == "--dir") {
+      base = value;
+    } else if (flag == "--cdi-base") {
+      cdi_base = value;
+    } else if (flag == "--daemon-fsync") {
+      if (value != "on" && value != "off") {
+        return usage("--daemon-fsync takes on or off, not \"" + value + "\"");
+      }
+      daemon_fsync = value == "on";
+    } else {
+      return usage("unknown flag \"" + flag + "\"");
     }
   }
   const std::string tmpl_text = base + "/vfio-dra-prepare-bench-XXXXXX";
@@ -116,6 +139,7 @@ int main(int argc, char** argv) {
   pf.parent = "0000:5d:00.0";
   fx.AddPci(pf);
   std::vector<testing::PciSpec> vfs;
+  vfs.reserve(kPods);
   for (int i = 0; i < kPods; ++i) {
     vfs.push_back(testing::MakePciSpec("", 0x8086, 0x154c, 0x020000, "iavf", 200 + i));
   }
@@ -127,7 +151,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < kPods; ++i) {
     const int devfn = 16 + i;
     char address[16];
-    std::snprintf(address, sizeof address, "0000:5e:%02x.%x", devfn >> 3, devfn & 7);
+    (void)std::snprintf(address, sizeof address, "0000:5e:%02x.%x", devfn >> 3, devfn & 7);
     server.PutClaim(
         {{"metadata", {{"namespace", "bench"}, {"name", "c" + std::to_string(i)}, {"uid", Uid(i)}}},
          {"spec", nlohmann::json::object()},
@@ -171,6 +195,7 @@ int main(int argc, char** argv) {
   server.WaitForSlices([](const auto& slices) { return !slices.empty(); },
                        std::chrono::seconds(20));
   std::vector<testing::SimClaim> all;
+  all.reserve(kPods);
   for (int i = 0; i < kPods; ++i) all.push_back({"bench", "c" + std::to_string(i), Uid(i)});
   std::atomic<int> failures{0};
   auto prepare = [&](int i) {
