@@ -14,12 +14,15 @@ namespace vfio_dra::cdi {
 namespace {
 
 nlohmann::json NodeJson(const DeviceNode& node) {
-  nlohmann::json out = {{"path", node.path}};
-  if (!node.host_path.empty() && node.host_path != node.path) out["hostPath"] = node.host_path;
+  nlohmann::json out = nlohmann::json::object();
+  out.emplace("path", node.path);
+  if (!node.host_path.empty() && node.host_path != node.path) {
+    out.emplace("hostPath", node.host_path);
+  }
   if (node.major && node.minor) {
-    out["type"] = "c";
-    out["major"] = *node.major;
-    out["minor"] = *node.minor;
+    out.emplace("type", "c");
+    out.emplace("major", *node.major);
+    out.emplace("minor", *node.minor);
   }
   return out;
 }
@@ -80,32 +83,44 @@ Status ValidateSpec(const Spec& spec) {
   return Status::Ok();
 }
 
+// Built with emplace and moves: a spec is written (twice) on every prepare, and initializer lists
+// copy each named part and make a two-element array per key.
 nlohmann::json SpecJson(const Spec& spec) {
-  nlohmann::json devices = nlohmann::json::array();
+  using nlohmann::json;
+  json devices = json::array();
   for (const Device& device : spec.devices) {
-    nlohmann::json edits = nlohmann::json::object();
+    json edits = json::object();
     if (!device.device_nodes.empty()) {
-      nlohmann::json nodes = nlohmann::json::array();
+      json nodes = json::array();
       for (const DeviceNode& node : device.device_nodes) nodes.push_back(NodeJson(node));
-      edits["deviceNodes"] = nodes;
+      edits.emplace("deviceNodes", std::move(nodes));
     }
     if (!device.mounts.empty()) {
-      nlohmann::json mounts = nlohmann::json::array();
+      json mounts = json::array();
       for (const Mount& m : device.mounts) {
-        mounts.push_back({{"hostPath", m.host_path},
-                          {"containerPath", m.container_path},
-                          {"options", m.options}});
+        json mount = json::object();
+        mount.emplace("hostPath", m.host_path);
+        mount.emplace("containerPath", m.container_path);
+        mount.emplace("options", m.options);
+        mounts.push_back(std::move(mount));
       }
-      edits["mounts"] = mounts;
+      edits.emplace("mounts", std::move(mounts));
     }
-    devices.push_back({{"name", device.name}, {"containerEdits", edits}});
+    json entry = json::object();
+    entry.emplace("name", device.name);
+    entry.emplace("containerEdits", std::move(edits));
+    devices.push_back(std::move(entry));
   }
-  nlohmann::json out = {
-      {"cdiVersion", MinimumCdiVersion(spec)}, {"kind", spec.kind}, {"devices", devices}};
+  json out = json::object();
+  out.emplace("cdiVersion", MinimumCdiVersion(spec));
+  out.emplace("kind", spec.kind);
+  out.emplace("devices", std::move(devices));
   if (!spec.common_device_nodes.empty()) {
-    nlohmann::json nodes = nlohmann::json::array();
+    json nodes = json::array();
     for (const DeviceNode& node : spec.common_device_nodes) nodes.push_back(NodeJson(node));
-    out["containerEdits"] = {{"deviceNodes", nodes}};
+    json edits = json::object();
+    edits.emplace("deviceNodes", std::move(nodes));
+    out.emplace("containerEdits", std::move(edits));
   }
   return out;
 }

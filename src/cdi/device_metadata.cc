@@ -31,25 +31,37 @@ Status MakeDirs(const std::filesystem::path& dir) {
 
 }  // namespace
 
+// Built with emplace and moves: initializer lists copy every named lvalue (the attributes, the
+// device list) and make a two-element array per key, on every prepare.
 nlohmann::json DeviceMetadataJson(const RequestMetadata& metadata) {
-  nlohmann::json devices = nlohmann::json::array();
+  using nlohmann::json;
+  json devices = json::array();
   for (const MetadataDevice& device : metadata.devices) {
-    nlohmann::json attributes = nlohmann::json::object();
-    for (const auto& [name, value] : device.attributes) attributes[name] = value;
-    devices.push_back({{"driver", device.driver},
-                       {"pool", device.pool},
-                       {"name", device.name},
-                       {"attributes", attributes}});
+    json attributes = json::object();
+    for (const auto& [name, value] : device.attributes) attributes.emplace(name, value);
+    json entry = json::object();
+    entry.emplace("driver", device.driver);
+    entry.emplace("pool", device.pool);
+    entry.emplace("name", device.name);
+    entry.emplace("attributes", std::move(attributes));
+    devices.push_back(std::move(entry));
   }
-  nlohmann::json out = {{"apiVersion", kMetadataApiVersion},
-                        {"kind", "DeviceMetadata"},
-                        {"metadata",
-                         {{"name", metadata.claim_name},
-                          {"namespace", metadata.claim_namespace},
-                          {"uid", metadata.claim_uid},
-                          {"generation", metadata.generation}}}};
-  if (metadata.pod_claim_name) out["podClaimName"] = *metadata.pod_claim_name;
-  out["requests"] = nlohmann::json::array({{{"name", metadata.request}, {"devices", devices}}});
+  json object_meta = json::object();
+  object_meta.emplace("name", metadata.claim_name);
+  object_meta.emplace("namespace", metadata.claim_namespace);
+  object_meta.emplace("uid", metadata.claim_uid);
+  object_meta.emplace("generation", metadata.generation);
+  json request = json::object();
+  request.emplace("name", metadata.request);
+  request.emplace("devices", std::move(devices));
+  json out = json::object();
+  out.emplace("apiVersion", kMetadataApiVersion);
+  out.emplace("kind", "DeviceMetadata");
+  out.emplace("metadata", std::move(object_meta));
+  if (metadata.pod_claim_name) out.emplace("podClaimName", *metadata.pod_claim_name);
+  json requests = json::array();
+  requests.push_back(std::move(request));
+  out.emplace("requests", std::move(requests));
   return out;
 }
 
