@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <ctime>
+#include <memory>
 
 #include "base/file_io.h"
 #include "base/k8s_names.h"
@@ -31,19 +32,24 @@ PrepareState ParseState(const std::string& state) {
   throw json::other_error::create(501, "unknown state \"" + state + "\"", nullptr);
 }
 
+// The records are built with emplace rather than initializer lists: every record is written twice
+// per prepare, and a list makes (and frees) a two-element array per key before the object.
 json FunctionsJson(const std::vector<FunctionRecord>& functions) {
   json out = json::array();
   for (const FunctionRecord& f : functions) {
-    json entry = {{"address", f.address},
-                  {"originalDriver", f.driver},
-                  {"originalOverride", f.override},
-                  {"wasOnVfio", f.was_on_vfio},
-                  {"vfioDriver", f.vfio_driver}};
+    json entry = json::object();
+    entry.emplace("address", f.address);
+    entry.emplace("originalDriver", f.driver);
+    entry.emplace("originalOverride", f.override);
+    entry.emplace("wasOnVfio", f.was_on_vfio);
+    entry.emplace("vfioDriver", f.vfio_driver);
     if (f.identity.Known()) {
-      entry["identity"] = {{"vendor", f.identity.vendor},
-                           {"device", f.identity.device},
-                           {"subsystemVendor", f.identity.subsystem_vendor},
-                           {"subsystemDevice", f.identity.subsystem_device}};
+      json identity = json::object();
+      identity.emplace("vendor", f.identity.vendor);
+      identity.emplace("device", f.identity.device);
+      identity.emplace("subsystemVendor", f.identity.subsystem_vendor);
+      identity.emplace("subsystemDevice", f.identity.subsystem_device);
+      entry.emplace("identity", std::move(identity));
     }
     out.push_back(std::move(entry));
   }
@@ -80,10 +86,12 @@ FunctionRecord FunctionFromJson(const json& f) {
 json MdevsJson(const std::vector<MdevRecord>& mdevs) {
   json out = json::array();
   for (const MdevRecord& m : mdevs) {
-    out.push_back({{"parent", m.parent},
-                   {"type", m.type_id},
-                   {"uuid", m.uuid},
-                   {"createdByUs", m.created_by_us}});
+    json entry = json::object();
+    entry.emplace("parent", m.parent);
+    entry.emplace("type", m.type_id);
+    entry.emplace("uuid", m.uuid);
+    entry.emplace("createdByUs", m.created_by_us);
+    out.push_back(std::move(entry));
   }
   return out;
 }
@@ -116,7 +124,10 @@ vfio::VfNetSettings SettingsFromJson(const json& j) {
 }
 
 json LinkJson(const vfio::VfLink& link) {
-  return {{"pfDevice", link.pf_device}, {"vfIndex", link.vf_index}};
+  json out = json::object();
+  out.emplace("pfDevice", link.pf_device);
+  out.emplace("vfIndex", link.vf_index);
+  return out;
 }
 
 vfio::VfLink LinkFromJson(const json& j) {
@@ -126,10 +137,12 @@ vfio::VfLink LinkFromJson(const json& j) {
 json VfNetworksJson(const std::vector<VfNetworkRecord>& records) {
   json out = json::array();
   for (const VfNetworkRecord& r : records) {
-    out.push_back({{"address", r.address},
-                   {"link", LinkJson(r.link)},
-                   {"previous", SettingsJson(r.previous)},
-                   {"applied", SettingsJson(r.applied)}});
+    json entry = json::object();
+    entry.emplace("address", r.address);
+    entry.emplace("link", LinkJson(r.link));
+    entry.emplace("previous", SettingsJson(r.previous));
+    entry.emplace("applied", SettingsJson(r.applied));
+    out.push_back(std::move(entry));
   }
   return out;
 }
@@ -140,24 +153,29 @@ VfNetworkRecord VfNetworkFromJson(const json& j) {
 }
 
 json DeviceJson(const RecordedDevice& d) {
-  json out = {{"request", d.request},
-              {"pool", d.pool},
-              {"device", d.device},
-              {"kind", d.is_mdev ? "mdev" : "pci"},
-              {"iommuInterface", d.iommu_interface},
-              {"attributes", d.attributes},
-              {"cdiDeviceIDs", d.cdi_device_ids}};
-  if (d.share_id) out["shareID"] = *d.share_id;
+  json out = json::object();
+  out.emplace("request", d.request);
+  out.emplace("pool", d.pool);
+  out.emplace("device", d.device);
+  out.emplace("kind", d.is_mdev ? "mdev" : "pci");
+  out.emplace("iommuInterface", d.iommu_interface);
+  out.emplace("attributes", d.attributes);
+  out.emplace("cdiDeviceIDs", d.cdi_device_ids);
+  if (d.share_id) out.emplace("shareID", *d.share_id);
   if (d.is_mdev) {
-    out["mdev"] = {{"parent", d.mdev.parent}, {"type", d.mdev.type_id}, {"uuid", d.mdev.uuid}};
-    out["createdByDriver"] = d.mdev_created_by_driver;
+    json mdev = json::object();
+    mdev.emplace("parent", d.mdev.parent);
+    mdev.emplace("type", d.mdev.type_id);
+    mdev.emplace("uuid", d.mdev.uuid);
+    out.emplace("mdev", std::move(mdev));
+    out.emplace("createdByDriver", d.mdev_created_by_driver);
   } else {
-    out["address"] = d.address;
-    out["functions"] = d.functions;
-    if (d.iommu_group) out["iommuGroup"] = *d.iommu_group;
+    out.emplace("address", d.address);
+    out.emplace("functions", d.functions);
+    if (d.iommu_group) out.emplace("iommuGroup", *d.iommu_group);
     if (d.vf_link) {
-      out["vfLink"] = LinkJson(*d.vf_link);
-      out["network"] = SettingsJson(d.network);
+      out.emplace("vfLink", LinkJson(*d.vf_link));
+      out.emplace("network", SettingsJson(d.network));
     }
   }
   return out;
@@ -197,19 +215,22 @@ RecordedDevice DeviceFromJson(const json& j) {
 json RecordJson(const ClaimRecord& r) {
   json devices = json::array();
   for (const RecordedDevice& d : r.devices) devices.push_back(DeviceJson(d));
-  return {{"version", kCheckpointVersion},
-          {"bootID", r.boot_id},
-          {"claim",
-           {{"uid", r.uid},
-            {"namespace", r.namespace_},
-            {"name", r.name},
-            {"state", StateName(r.state)},
-            {"functions", FunctionsJson(r.functions)},
-            {"mdevs", MdevsJson(r.mdevs)},
-            {"vfNetworks", VfNetworksJson(r.vf_networks)},
-            {"cdiFiles", r.cdi_files},
-            {"devices", std::move(devices)},
-            {"replayable", r.replayable}}}};
+  json claim = json::object();
+  claim.emplace("uid", r.uid);
+  claim.emplace("namespace", r.namespace_);
+  claim.emplace("name", r.name);
+  claim.emplace("state", StateName(r.state));
+  claim.emplace("functions", FunctionsJson(r.functions));
+  claim.emplace("mdevs", MdevsJson(r.mdevs));
+  claim.emplace("vfNetworks", VfNetworksJson(r.vf_networks));
+  claim.emplace("cdiFiles", r.cdi_files);
+  claim.emplace("devices", std::move(devices));
+  claim.emplace("replayable", r.replayable);
+  json out = json::object();
+  out.emplace("version", kCheckpointVersion);
+  out.emplace("bootID", r.boot_id);
+  out.emplace("claim", std::move(claim));
+  return out;
 }
 
 // The fields version 1 and version 2 records name alike.
@@ -352,12 +373,15 @@ Result<std::optional<ClaimRecord>> PrepareCheckpoint::Find(const std::string& ui
 }
 
 Result<std::shared_ptr<const ClaimRecord>> PrepareCheckpoint::Read(const std::string& uid,
-                                                                   bool* dropped_empty) const {
+                                                                   bool* dropped_empty,
+                                                                   int dir_fd) const {
   using Shared = std::shared_ptr<const ClaimRecord>;
   if (!IsObjectUid(uid)) return Shared();
   const std::string path = PathOf(uid);
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
+  const int stated =
+      dir_fd >= 0 ? ::fstatat(dir_fd, (uid + kSuffix).c_str(), &st, 0) : ::stat(path.c_str(), &st);
+  if (stated != 0) {
     if (errno == ENOENT) {
       std::lock_guard<std::mutex> lock(parsed_->mu);
       parsed_->by_uid.erase(uid);
@@ -433,10 +457,11 @@ CheckpointView PrepareCheckpoint::Load() const {
     const std::string uid = name.substr(0, name.size() - 5);
     if (IsObjectUid(uid)) uids.push_back(uid);
   }
-  ::closedir(dir);
+  // Open until the records are read: they are looked up relative to it.
+  std::unique_ptr<DIR, int (*)(DIR*)> open_dir(dir, &::closedir);
   for (const std::string& uid : uids) {
     bool dropped_empty = false;
-    auto record = Read(uid, &dropped_empty);
+    auto record = Read(uid, &dropped_empty, ::dirfd(dir));
     if (dropped_empty) {
       view.problems.push_back("removed the empty prepare checkpoint record " + PathOf(uid) +
                               ": a power loss came before the record of that prepare reached "
@@ -459,36 +484,38 @@ CheckpointView PrepareCheckpoint::Load() const {
   return view;
 }
 
-Status PrepareCheckpoint::Write(const ClaimRecord& record, Durability durability) const {
+Result<std::shared_ptr<const ClaimRecord>> PrepareCheckpoint::Write(ClaimRecord record,
+                                                                    Durability durability) const {
   if (!IsObjectUid(record.uid)) {
     return MakeError(ErrorKind::kInvalidArgument,
                      "cannot record claim uid \"" + record.uid + "\": not an object UID");
   }
-  ClaimRecord stamped = record;
-  stamped.boot_id = boot_id_;
+  record.boot_id = boot_id_;
   const std::string path = PathOf(record.uid);
-  Status status = WriteFileAtomically(path, RecordJson(stamped).dump(1) + "\n", 0600, durability);
+  Status status = WriteFileAtomically(path, RecordJson(record).dump(1) + "\n", 0600, durability);
   if (!status.ok()) return status.error().Wrap("cannot write the prepare checkpoint");
+  auto written = std::make_shared<const ClaimRecord>(std::move(record));
   // What was written needs no parsing when the next Load meets it. A claim's record is written
   // only by the holder of its devices' locks, so the file now at `path` is this one; if it is
   // replaced later, its version differs and it is parsed then.
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) {
     std::lock_guard<std::mutex> lock(parsed_->mu);
-    parsed_->by_uid[record.uid] = {FileVersion::Of(st),
-                                   std::make_shared<const ClaimRecord>(std::move(stamped))};
+    parsed_->by_uid[written->uid] = {FileVersion::Of(st), written};
   }
   if (durability == Durability::kDataOnly) status = dir_sync_->Sync();
   if (!status.ok()) return status.error().Wrap("cannot write the prepare checkpoint");
+  return written;
+}
+
+Result<std::shared_ptr<const ClaimRecord>> PrepareCheckpoint::Put(ClaimRecord record) const {
+  return Write(std::move(record), Durability::kDataOnly);
+}
+
+Status PrepareCheckpoint::Stage(ClaimRecord record) const {
+  auto written = Write(std::move(record), Durability::kVolatile);
+  if (!written.ok()) return written.error();
   return Status::Ok();
-}
-
-Status PrepareCheckpoint::Put(const ClaimRecord& record) const {
-  return Write(record, Durability::kDataOnly);
-}
-
-Status PrepareCheckpoint::Stage(const ClaimRecord& record) const {
-  return Write(record, Durability::kVolatile);
 }
 
 Status PrepareCheckpoint::Commit(const std::string& uid) const {

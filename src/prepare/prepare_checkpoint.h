@@ -160,14 +160,15 @@ class PrepareCheckpoint {
   CheckpointView Load() const;
   // Reads one claim's record: nullopt when there is none; an error when it cannot be read.
   Result<std::optional<ClaimRecord>> Find(const std::string& uid) const;
-  // Writes a claim's record (stamped with this boot's ID) durably before returning. Claims that
-  // finish together share the fsync of the directory (group commit).
-  Status Put(const ClaimRecord& record) const;
+  // Writes a claim's record (stamped with this boot's ID) durably before returning, and returns
+  // the record as written (shared with later Loads, so callers keep it without a copy). Claims
+  // that finish together share the fsync of the directory (group commit).
+  Result<std::shared_ptr<const ClaimRecord>> Put(ClaimRecord record) const;
   // Put in two halves, so that the fsyncs can run after a lock that only needs the record to be
   // visible: Stage replaces the record atomically without forcing it to disk, Commit makes the
   // staged record durable. Nothing may act on a staged record before its Commit succeeded: a
   // power loss in between can leave the file empty, which Load then drops as never written.
-  Status Stage(const ClaimRecord& record) const;
+  Status Stage(ClaimRecord record) const;
   Status Commit(const std::string& uid) const;
   // Drops a claim's record durably; dropping an unknown claim succeeds.
   Status Remove(const std::string& uid) const;
@@ -186,11 +187,13 @@ class PrepareCheckpoint {
         parsed_(std::make_shared<ParsedRecords>()) {}
   std::string PathOf(const std::string& uid) const;
   // Put (kDataOnly, then the shared directory fsync) or Stage (kVolatile).
-  Status Write(const ClaimRecord& record, Durability durability) const;
+  Result<std::shared_ptr<const ClaimRecord>> Write(ClaimRecord record, Durability durability) const;
   // Find, and says when it removed an empty record (see Stage).
   // Null when the claim has no record.
-  Result<std::shared_ptr<const ClaimRecord>> Read(const std::string& uid,
-                                                  bool* dropped_empty) const;
+  // `dir_fd`, when not -1, is the checkpoint directory open: the record is looked up relative to
+  // it (Load stats every record, and a lookup from the root walks the whole path each time).
+  Result<std::shared_ptr<const ClaimRecord>> Read(const std::string& uid, bool* dropped_empty,
+                                                  int dir_fd = -1) const;
 
   // What identifies one version of a record file: an atomic replacement is a new inode.
   struct FileVersion {

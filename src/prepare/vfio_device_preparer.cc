@@ -714,15 +714,18 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Prepare(
   for (size_t i = 0; i < answer->size() && i < completed.devices.size(); ++i) {
     completed.devices[i].cdi_device_ids = (*answer)[i].cdi_device_ids;
   }
+  std::shared_ptr<const ClaimRecord> noted;
   if (!d.was_completed || d.changed || !(completed == *d.existing)) {
     Step("checkpoint:completed");
-    if (Status s = checkpoint_.Put(completed); !s.ok()) {
-      return s.error().Wrap(who + ": cannot record the completed prepare");
-    }
+    auto written = checkpoint_.Put(std::move(completed));
+    if (!written.ok()) return written.error().Wrap(who + ": cannot record the completed prepare");
+    noted = std::move(*written);
+  } else {
+    noted = std::make_shared<const ClaimRecord>(std::move(completed));
   }
   // Only this claim's record changed: the snapshots need no re-read of every record (the other
   // instance's changes come with the next Refresh).
-  NoteClaim(claim.uid, std::make_shared<const ClaimRecord>(std::move(completed)));
+  NoteClaim(claim.uid, std::move(noted));
   if (Status s = WriteClaimStatus(claim, d.plan, macs, deadline); !s.ok()) {
     return s.error().Wrap(who);
   }

@@ -232,6 +232,22 @@ TEST_F(PrepareCheckpointTest, AStagedRecordIsVisibleAndAnEmptyOneIsDroppedAsNeve
   EXPECT_FALSE(fs::exists(RecordPath(kOtherUid)));
 }
 
+// Put hands back the record as written: stamped with this boot, and the very object a Load of
+// the unchanged file gives (the preparer keeps it without a copy or a parse).
+TEST_F(PrepareCheckpointTest, PutReturnsTheRecordThatLoadsShare) {
+  PrepareCheckpoint checkpoint = Open("boot-7");
+  ClaimRecord record = Started();
+  record.boot_id = "an-earlier-boot";
+  auto written = checkpoint.Put(record);
+  ASSERT_TRUE(written.ok()) << written.error().message;
+  EXPECT_EQ((*written)->boot_id, "boot-7");
+  record.boot_id = "boot-7";
+  EXPECT_EQ(**written, record);
+  const CheckpointView view = checkpoint.Load();
+  ASSERT_EQ(view.claims.count(kUid), 1u);
+  EXPECT_EQ(view.claims.at(kUid).get(), written->get());
+}
+
 // A record rewritten by another instance is read again, although this one parsed it before.
 TEST_F(PrepareCheckpointTest, ARecordReplacedByAnotherInstanceIsReadAfresh) {
   PrepareCheckpoint a = Open();
@@ -260,7 +276,7 @@ TEST_F(PrepareCheckpointTest, RemovingARecordRemovesTheTemporaryFilesOfWritesCut
 TEST_F(PrepareCheckpointTest, AFailedWriteIsAnError) {
   PrepareCheckpoint checkpoint = Open();
   fs::remove_all(ClaimsDir());
-  Status status = checkpoint.Put(Started());
+  auto status = checkpoint.Put(Started());
   ASSERT_FALSE(status.ok());
   EXPECT_THAT(status.error().message, HasSubstr("cannot write the prepare checkpoint"));
 }
