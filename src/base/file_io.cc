@@ -16,6 +16,10 @@
 namespace vfio_dra {
 
 Status EnsureDirectory(const std::string& dir) {
+  // Called before every spec and metadata write: one stat when the directory is there, as it
+  // nearly always is.
+  struct stat existing {};
+  if (::stat(dir.c_str(), &existing) == 0 && S_ISDIR(existing.st_mode)) return Status::Ok();
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
@@ -64,13 +68,21 @@ Result<std::string> ReadFileToString(const std::string& path, size_t max_bytes) 
 
 std::string TemporaryFilePrefix(const std::string& file_name) { return "." + file_name + ".tmp-"; }
 
+std::pair<std::string, std::string> SplitFilePath(const std::string& path) {
+  // String work, not std::filesystem::path, which splits and allocates every component of a path
+  // that is written on every prepare.
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return {".", path};
+  if (slash == 0) return {"/", path.substr(1)};
+  return {path.substr(0, slash), path.substr(slash + 1)};
+}
+
 Status RemoveFileAndTemporaries(const std::string& path) {
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
     return MakeError(ErrorKind::kUnavailable, "cannot remove " + path + ": " + ErrnoText(errno));
   }
-  const std::filesystem::path target(path);
-  const std::string dir = target.parent_path().empty() ? "." : target.parent_path().string();
-  const std::string prefix = TemporaryFilePrefix(target.filename().string());
+  const auto [dir, name] = SplitFilePath(path);
+  const std::string prefix = TemporaryFilePrefix(name);
   // Every unprepare lists a directory that holds a file per prepared claim: plain readdir, which
   // does not build and parse a std::filesystem::path per entry the way directory_iterator does.
   std::unique_ptr<DIR, int (*)(DIR*)> listing(::opendir(dir.c_str()), &::closedir);
@@ -97,8 +109,7 @@ Status RemoveFileAndTemporaries(const std::string& path) {
 
 Status WriteFileAtomically(const std::string& path, const std::string& contents, mode_t mode,
                            Durability durability) {
-  const std::filesystem::path target(path);
-  const std::string dir = target.parent_path().empty() ? "." : target.parent_path().string();
+  const auto [dir, name] = SplitFilePath(path);
   // A fresh name per write: two writers of one file (the two instances of a rolling update
   // recording the same maxima) never share a temporary file. A process-wide counter from a random
   // start, so that no write pays for seeding a generator (calls run on short-lived threads), and
@@ -108,7 +119,7 @@ Status WriteFileAtomically(const std::string& path, const std::string& contents,
   std::string tmp;
   int fd = -1;
   for (int attempt = 0; attempt < 3 && fd < 0; ++attempt) {
-    tmp = dir + "/" + TemporaryFilePrefix(target.filename().string()) +
+    tmp = dir + "/" + TemporaryFilePrefix(name) +
           std::to_string(next_name.fetch_add(1, std::memory_order_relaxed) & 0xffffffffffff);
     fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
     if (fd < 0 && errno != EEXIST) break;

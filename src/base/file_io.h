@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <utility>
 
 #include "base/result.h"
 
@@ -35,6 +36,10 @@ Status WriteFileAtomically(const std::string& path, const std::string& contents,
 
 // The prefix of the temporary files WriteFileAtomically makes for `file_name` in its directory.
 std::string TemporaryFilePrefix(const std::string& file_name);
+
+// A file's path as its directory and its name: "a/b.json" -> {"a", "b.json"}, "b.json" ->
+// {".", "b.json"}, "/b.json" -> {"/", "b.json"}.
+std::pair<std::string, std::string> SplitFilePath(const std::string& path);
 
 // Removes `path` (gone already is fine) and the temporary files that writes of it left behind
 // when their process died between creating and renaming them. Only call while no write of `path`

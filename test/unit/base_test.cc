@@ -84,6 +84,29 @@ TEST(WriteFileAtomically, WritesContentWithModeAndLeavesNoTemporaryFile) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(SplitFilePath, GivesTheDirectoryAndTheName) {
+  EXPECT_EQ(SplitFilePath("/var/run/cdi/a.json"),
+            (std::pair<std::string, std::string>{"/var/run/cdi", "a.json"}));
+  EXPECT_EQ(SplitFilePath("a.json"), (std::pair<std::string, std::string>{".", "a.json"}));
+  EXPECT_EQ(SplitFilePath("/a.json"), (std::pair<std::string, std::string>{"/", "a.json"}));
+  EXPECT_EQ(SplitFilePath("d/.a.json.tmp-1"),
+            (std::pair<std::string, std::string>{"d", ".a.json.tmp-1"}));
+}
+
+// The stat that spares each write the creation attempt must not take a file for the directory.
+TEST(EnsureDirectory, CreatesAMissingOneAndRefusesAFile) {
+  char tmpl[] = "/tmp/vfio-dra-ensure-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  EXPECT_TRUE(EnsureDirectory(dir).ok());
+  EXPECT_TRUE(EnsureDirectory(dir + "/a/b").ok());
+  EXPECT_TRUE(std::filesystem::is_directory(dir + "/a/b"));
+  ASSERT_TRUE(WriteFileAtomically(dir + "/file", "x", 0600).ok());
+  Status file = EnsureDirectory(dir + "/file");
+  ASSERT_FALSE(file.ok());
+  EXPECT_NE(file.error().message.find(dir + "/file"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ReadFileToString, ReportsMissingFileAndSizeCap) {
   auto missing = ReadFileToString("/nonexistent/vfio-dra");
   ASSERT_FALSE(missing.ok());
