@@ -284,32 +284,34 @@ Status VfioDevicePreparer::RecordStart(const kube::ResourceClaim& claim,
 
 Status VfioDevicePreparer::CheckOverlap(const CheckpointView& view, const std::string& uid,
                                         const std::vector<PlannedDevice>& plan) const {
+  // Every other record is checked on every prepare, and a record holds a function or two: plain
+  // scans, not a set and two maps built per record.
+  const auto holds_function = [](const ClaimRecord& other, const std::string& address) {
+    return std::any_of(other.functions.begin(), other.functions.end(),
+                       [&](const FunctionRecord& f) { return f.address == address; });
+  };
   for (const auto& [other_uid, shared] : view.claims) {
     if (other_uid == uid) continue;
     const ClaimRecord& other = *shared;
-    std::set<std::string> functions;
-    for (const FunctionRecord& f : other.functions) functions.insert(f.address);
-    std::map<std::string, const MdevRecord*> mdevs;    // uuid ->
-    std::map<std::string, const MdevRecord*> parents;  // parent ->
-    for (const MdevRecord& m : other.mdevs) {
-      mdevs[m.uuid] = &m;
-      parents[m.parent] = &m;
-    }
     for (const PlannedDevice& device : plan) {
       const std::string& name = device.result.device;
       if (device.kind == PlannedKind::kPci) {
         for (const std::string& f : device.functions) {
-          if (functions.count(f) != 0) return HeldByOther(name, "PCI function " + f, other);
-          if (auto it = parents.find(f); it != parents.end()) {
-            return HeldByOther(
-                name, "PCI function " + f + " (parent of mdev " + it->second->uuid + ")", other);
+          if (holds_function(other, f)) return HeldByOther(name, "PCI function " + f, other);
+          for (const MdevRecord& m : other.mdevs) {
+            if (m.parent == f) {
+              return HeldByOther(name, "PCI function " + f + " (parent of mdev " + m.uuid + ")",
+                                 other);
+            }
           }
         }
       } else {
-        if (mdevs.count(device.mdev.uuid) != 0) {
-          return HeldByOther(name, "mdev " + device.mdev.uuid, other);
+        for (const MdevRecord& m : other.mdevs) {
+          if (m.uuid == device.mdev.uuid) {
+            return HeldByOther(name, "mdev " + device.mdev.uuid, other);
+          }
         }
-        if (functions.count(device.mdev.parent) != 0) {
+        if (holds_function(other, device.mdev.parent)) {
           return HeldByOther(name, "its parent " + device.mdev.parent + " (passed through whole)",
                              other);
         }
