@@ -206,12 +206,13 @@ void ScanMdevParents(const sysfs::SysfsReader& sysfs, Inventory& inventory) {
 
 }  // namespace
 
-Result<PciFunction> ReadPciFunction(const sysfs::SysfsReader& sysfs, const std::string& address) {
+Result<PciFunction> ReadPciFunction(const sysfs::SysfsReader& sysfs, const std::string& address,
+                                    bool lock_taking_reads) {
   if (!sysfs.Exists("bus/pci/devices/" + address)) {
     return MakeError(ErrorKind::kNotFound, "PCI device " + address + " is not present (no " +
                                                sysfs.Path("bus/pci/devices/" + address) + ")");
   }
-  return ReadFunction(sysfs, address, address, true);
+  return ReadFunction(sysfs, address, address, lock_taking_reads);
 }
 
 namespace {

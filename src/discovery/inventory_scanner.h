@@ -23,7 +23,11 @@ Inventory ScanInventory(const sysfs::SysfsReader& sysfs, PciNames* names,
                         const DeviceBusy& busy = {});
 
 // One PCI function, read now (no names): what device preparation re-checks before it touches a
-// device. kNotFound when the device is gone.
-Result<PciFunction> ReadPciFunction(const sysfs::SysfsReader& sysfs, const std::string& address);
+// device. kNotFound when the device is gone. Without `lock_taking_reads`, the attributes whose
+// reads take the kernel's device lock (driver_override, sriov_numvfs) are left unread: they block
+// for as long as any process holds the device in an unbind, and the caller reads what it needs
+// of them with a bound on the wait.
+Result<PciFunction> ReadPciFunction(const sysfs::SysfsReader& sysfs, const std::string& address,
+                                    bool lock_taking_reads = true);
 
 }  // namespace vfio_dra::discovery

@@ -48,6 +48,27 @@ Result<std::string> ChooseVfioDriver(const PlanContext& context, const discovery
                        "[{match: {address: \"" + fn.address + "\"}, use: vfio-pci}])");
 }
 
+// A function as planning needs it, read now. The attributes whose reads take the kernel's device
+// lock are left to `read_locked`, and only a PF's count of enabled VFs is read at all: a direct
+// read waits for as long as another process (the other instance of a rolling update) is stuck
+// unbinding the function, which on a node is an unkillable wait until a VM lets go of it.
+Result<discovery::PciFunction> ReadFunctionToPlan(const PlanContext& context,
+                                                  const std::string& address) {
+  auto fn = discovery::ReadPciFunction(context.sysfs, address, /*lock_taking_reads=*/false);
+  if (!fn.ok() || !fn->sriov_pf) return fn;
+  const std::string attribute = "bus/pci/devices/" + address + "/sriov_numvfs";
+  auto text = context.read_locked ? context.read_locked(address, "sriov_numvfs")
+                                  : context.sysfs.Read(attribute);
+  if (!text.ok()) {
+    if (text.error().kind == ErrorKind::kNotFound) return fn;  // as the scan takes it: none
+    return text.error().Wrap("cannot read how many VFs PF " + address + " has enabled");
+  }
+  auto count = sysfs::ParseDecimalAttribute(*text);
+  if (!count.ok()) return count.error().Wrap(context.sysfs.Path(attribute));
+  fn->sriov_pf->num_vfs = static_cast<int>(*count);
+  return fn;
+}
+
 // The functions of `group` that must be bound with the device (every PCI function but bridges),
 // with the VFIO driver of each added to `drivers`.
 Result<std::vector<std::string>> GroupFunctions(const PlanContext& context, int group,
@@ -66,7 +87,7 @@ Result<std::vector<std::string>> GroupFunctions(const PlanContext& context, int 
     if (Status s = CheckNotBusy(context, *address); !s.ok()) {
       return s.error().Wrap("IOMMU group " + std::to_string(group) + " of " + device);
     }
-    auto fn = discovery::ReadPciFunction(sysfs, *address);
+    auto fn = ReadFunctionToPlan(context, *address);
     if (!fn.ok()) {
       return fn.error().Wrap("IOMMU group " + std::to_string(group) + " of " + device +
                              " has a member that cannot be read, so the group cannot be handed "
@@ -109,7 +130,7 @@ Result<PlannedDevice> PlanPci(PlannedDevice planned, const PublishedDeviceView& 
   if (Status s = CheckNotBusy(context, *address); !s.ok()) {
     return s.error().Wrap("device " + name);
   }
-  auto fn = discovery::ReadPciFunction(context.sysfs, *address);
+  auto fn = ReadFunctionToPlan(context, *address);
   if (!fn.ok()) {
     if (fn.error().kind == ErrorKind::kNotFound) {
       return MakeError(ErrorKind::kFailedPrecondition,

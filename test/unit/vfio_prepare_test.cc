@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -911,6 +912,39 @@ TEST_F(PrepareTest, AnUnbindThatHangsFailsTheClaimAtTheDeadlineAndUnprepareFinis
   ASSERT_TRUE(undone.ok()) << undone.error().message;
   EXPECT_EQ(Driver("0000:01:00.1"), "snd_hda_intel");
   EXPECT_EQ(Recorded(kUid), std::nullopt);
+}
+
+// Another process (the other instance of a rolling update) is stuck unbinding a function of the
+// group: the kernel holds the device lock, and the gate of this process knows nothing of it. The
+// prepare fails at its wait with the function named, instead of blocking on a lock-taking read
+// while it plans (which, on a real node, is an unkillable wait for as long as a VM holds the
+// device), and nothing is touched or recorded.
+TEST_F(PrepareTest, ADeviceAnotherProcessIsStuckOnFailsTheClaimAtTheWaitInsteadOfBlocking) {
+  unbind_timeout_ = std::chrono::milliseconds(300);
+  Use("workstation");
+  SimulatedKernel other_process(node_->sysfs_root(), DevRoot());
+  other_process.HangUnbind("0000:01:00.1");
+  auto stuck = std::async(std::launch::async, [&] {
+    return other_process.Write(node_->sysfs_root() + "/bus/pci/drivers/snd_hda_intel/unbind",
+                               "0000:01:00.1");
+  });
+  ASSERT_TRUE(other_process.WaitUntilHanging(1, std::chrono::seconds(30)));
+  auto prepare = std::async(std::launch::async, [&] {
+    return Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}));
+  });
+  // A failure detector, not a synchronisation: the prepare answers after about 300 ms; only a
+  // prepare blocked on the lock would still be running after a minute.
+  const bool answered = prepare.wait_for(std::chrono::minutes(1)) == std::future_status::ready;
+  other_process.ReleaseHangs();  // lets a blocked prepare finish, so the test ends either way
+  ASSERT_TRUE(answered) << "the prepare blocked on the device lock another process holds";
+  auto prepared = prepare.get();
+  ASSERT_FALSE(prepared.ok());
+  EXPECT_THAT(prepared.error().message, HasSubstr("0000:01:00.1"));
+  EXPECT_THAT(prepared.error().message, HasSubstr("did not finish within 300 ms"));
+  EXPECT_EQ(Driver("0000:01:00.0"), "nvidia") << "nothing was touched";
+  EXPECT_EQ(Recorded(kUid), std::nullopt) << "nothing was recorded";
+  EXPECT_EQ(stuck.get(), 0);
+  other_process.WaitIdle();
 }
 
 TEST_F(PrepareTest, ABindRefusedByTheKernelIsRolledBack) {
