@@ -23,6 +23,7 @@ int RunDiscover(const DiscoverOptions& options) {
   const discovery::AdminPolicy& policy = sources->policy;
   sysfs::SysfsReader sysfs(options.sysfs_root);
   discovery::ScanContext scan_context;
+  scan_context.read_driver_overrides = true;  // the report shows them
   scan_context.vfio_drivers = sources->vfio_drivers.get();
   auto scan = discovery::ScanNode(sysfs, sources->names.get(), policy, scan_context);
   discovery::Inventory inventory = scan->inventory;

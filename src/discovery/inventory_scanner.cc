@@ -104,8 +104,8 @@ Result<PciFunction> ReadFunction(const sysfs::SysfsReader& sysfs, const std::str
     fn.driver = *driver_link;
   }
   if (!lock_taking_reads) {
-    // Left unread: driver_override only shows in reports, and a busy function is one vfio-dra
-    // manages, whose override it set itself.
+    // Left unread: driver_override only shows in reports, and its read takes the kernel's device
+    // lock, which a process stuck in an unbind of the function holds until a VM lets go of it.
   } else if (auto override_text = dir.Read("driver_override"); override_text.ok()) {
     fn.driver_override = sysfs::ParseDriverOverride(*override_text);
   }
@@ -122,12 +122,17 @@ Result<PciFunction> ReadFunction(const sysfs::SysfsReader& sysfs, const std::str
     auto total_value = sysfs::ParseDecimalAttribute(*total);
     if (!total_value.ok()) return total_value.error().Wrap(dir.Path("sriov_totalvfs"));
     pf.total_vfs = static_cast<int>(*total_value);
-    if (auto num = lock_taking_reads ? dir.Read("sriov_numvfs") : Result<std::string>("0");
-        num.ok()) {
-      auto value = sysfs::ParseDecimalAttribute(*num);
-      if (!value.ok()) return value.error().Wrap(dir.Path("sriov_numvfs"));
-      pf.num_vfs = static_cast<int>(*value);
-    }
+    // The enabled VFs are counted by their virtfn<N> links, which the kernel adds and removes
+    // with the VFs: reading sriov_numvfs takes the device lock, and would block every scan while
+    // any process is stuck unbinding the PF.
+    auto entries = dir.List(".");
+    if (!entries.ok()) return entries.error().Wrap("cannot count the VFs of " + address);
+    pf.num_vfs = static_cast<int>(
+        std::count_if(entries->begin(), entries->end(), [](const std::string& name) {
+          return name.size() > 6 && name.compare(0, 6, "virtfn") == 0 &&
+                 std::all_of(name.begin() + 6, name.end(),
+                             [](char c) { return c >= '0' && c <= '9'; });
+        }));
     fn.sriov_pf = pf;
   }
   if (auto physfn = dir.LinkBaseName("physfn"); physfn.ok()) {
@@ -222,7 +227,7 @@ namespace {
 // Reading a function is a dozen small syscalls and independent of every other function, so large
 // nodes are read on several threads; results are merged in address order.
 std::map<std::string, int> ReadFunctions(const sysfs::SysfsReader& sysfs, PciNames* names,
-                                         const DeviceBusy& busy, Inventory& inventory) {
+                                         const DeviceBusy& read_override, Inventory& inventory) {
   std::map<std::string, int> unreadable_groups;
   auto entries = sysfs.List("bus/pci/devices");
   if (!entries.ok()) {
@@ -240,7 +245,8 @@ std::map<std::string, int> ReadFunctions(const sysfs::SysfsReader& sysfs, PciNam
         continue;
       }
       addresses[i] = *address;
-      read[i] = ReadFunction(sysfs, (*entries)[i], *address, !busy || !busy(*address));
+      read[i] =
+          ReadFunction(sysfs, (*entries)[i], *address, read_override && read_override(*address));
     }
   };
   const size_t threads =
@@ -329,9 +335,10 @@ void LinkVirtualFunctions(const sysfs::SysfsReader& sysfs, Inventory& inventory)
 
 }  // namespace
 
-Inventory ScanInventory(const sysfs::SysfsReader& sysfs, PciNames* names, const DeviceBusy& busy) {
+Inventory ScanInventory(const sysfs::SysfsReader& sysfs, PciNames* names,
+                        const DeviceBusy& read_override) {
   Inventory inventory;
-  const auto unreadable_groups = ReadFunctions(sysfs, names, busy, inventory);
+  const auto unreadable_groups = ReadFunctions(sysfs, names, read_override, inventory);
   CollectIommuGroups(sysfs, unreadable_groups, inventory);
   LinkVirtualFunctions(sysfs, inventory);
   ScanMdevParents(sysfs, inventory);

@@ -18,16 +18,17 @@ namespace vfio_dra::discovery {
 // True for a PCI function whose kernel lock an operation of this daemon is blocked in.
 using DeviceBusy = std::function<bool(const std::string& address)>;
 
-// `names` may be null (no names are filled in); so may `busy` (no device is busy).
+// `names` may be null (no names are filled in). driver_override, whose read takes the kernel's
+// device lock (and so blocks while any process is stuck unbinding the function), is read only
+// for the functions `read_override` accepts; null: for none. Nothing else read here takes it.
 Inventory ScanInventory(const sysfs::SysfsReader& sysfs, PciNames* names,
-                        const DeviceBusy& busy = {});
+                        const DeviceBusy& read_override = {});
 
 // One PCI function, read now (no names): what device preparation re-checks before it touches a
-// device. kNotFound when the device is gone. Without `lock_taking_reads`, the attributes whose
-// reads take the kernel's device lock (driver_override, sriov_numvfs) are left unread: they block
-// for as long as any process holds the device in an unbind, and the caller reads what it needs
-// of them with a bound on the wait.
+// device. kNotFound when the device is gone. Without `read_override`, driver_override (whose
+// read takes the kernel's device lock, and blocks for as long as any process is stuck unbinding
+// the function) is left unread; nothing else read here takes the lock.
 Result<PciFunction> ReadPciFunction(const sysfs::SysfsReader& sysfs, const std::string& address,
-                                    bool lock_taking_reads = true);
+                                    bool read_override = true);
 
 }  // namespace vfio_dra::discovery

@@ -31,12 +31,17 @@ struct ManagedFunction {
 
 // What the daemon knows beyond sysfs when it scans.
 struct ScanContext {
-  // Functions whose kernel lock an operation of ours is blocked in (see ScanInventory).
+  // Functions whose kernel lock an operation of ours is blocked in: their driver_override is not
+  // read even for a report.
   DeviceBusy busy;
   // Functions vfio-dra has bound for prepared claims.
   std::map<std::string, ManagedFunction> managed;
   // Picks each function's VFIO driver; null: vfio-pci for every function.
   const VfioDriverChooser* vfio_drivers = nullptr;
+  // Whether to read each function's driver_override, which only reports show (discover). Its read
+  // takes the kernel's device lock, so it blocks while any process is stuck unbinding the
+  // function: the daemon's scans leave it unread.
+  bool read_driver_overrides = false;
 };
 
 // Scans the node under `policy`; `names` may be null.

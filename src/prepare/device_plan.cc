@@ -27,7 +27,6 @@ Error Mismatch(const std::string& device, const std::string& what) {
                        "be allocated again");
 }
 
-// The functions of `group` that must be bound with the device: every PCI function but bridges.
 // An error when `address` is held by a blocked operation of ours.
 Status CheckNotBusy(const PlanContext& context, const std::string& address) {
   if (!context.busy) return Status::Ok();
@@ -48,25 +47,13 @@ Result<std::string> ChooseVfioDriver(const PlanContext& context, const discovery
                        "[{match: {address: \"" + fn.address + "\"}, use: vfio-pci}])");
 }
 
-// A function as planning needs it, read now. The attributes whose reads take the kernel's device
-// lock are left to `read_locked`, and only a PF's count of enabled VFs is read at all: a direct
-// read waits for as long as another process (the other instance of a rolling update) is stuck
-// unbinding the function, which on a node is an unkillable wait until a VM lets go of it.
+// A function as planning needs it, read now, without driver_override: planning does not use it,
+// and its read waits for as long as another process (the other instance of a rolling update) is
+// stuck unbinding the function, which on a node is an unkillable wait until a VM lets go of it.
+// Inspect reads it, through the gate, when the prepare records the function.
 Result<discovery::PciFunction> ReadFunctionToPlan(const PlanContext& context,
                                                   const std::string& address) {
-  auto fn = discovery::ReadPciFunction(context.sysfs, address, /*lock_taking_reads=*/false);
-  if (!fn.ok() || !fn->sriov_pf) return fn;
-  const std::string attribute = "bus/pci/devices/" + address + "/sriov_numvfs";
-  auto text = context.read_locked ? context.read_locked(address, "sriov_numvfs")
-                                  : context.sysfs.Read(attribute);
-  if (!text.ok()) {
-    if (text.error().kind == ErrorKind::kNotFound) return fn;  // as the scan takes it: none
-    return text.error().Wrap("cannot read how many VFs PF " + address + " has enabled");
-  }
-  auto count = sysfs::ParseDecimalAttribute(*text);
-  if (!count.ok()) return count.error().Wrap(context.sysfs.Path(attribute));
-  fn->sriov_pf->num_vfs = static_cast<int>(*count);
-  return fn;
+  return discovery::ReadPciFunction(context.sysfs, address, /*read_override=*/false);
 }
 
 // The functions of `group` that must be bound with the device (every PCI function but bridges),

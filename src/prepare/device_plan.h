@@ -55,11 +55,6 @@ struct PlanContext {
   std::function<std::optional<std::string>(const std::string& address)> busy;
   // Picks each function's VFIO driver; null: vfio-pci for every function.
   const discovery::VfioDriverChooser* vfio_drivers = nullptr;
-  // Reads a function's attribute whose read takes the kernel's device lock, bounded by the call's
-  // wait (another process's stuck unbind holds the lock for as long as a VM holds the device).
-  // Null: read directly, which can block without end.
-  std::function<Result<std::string>(const std::string& address, const std::string& attribute)>
-      read_locked;
 };
 
 // The VFIO driver `device` binds `address` to.

@@ -601,15 +601,11 @@ Result<VfioDevicePreparer::PrepareDecision> VfioDevicePreparer::DecidePrepare(
       plan =
           d.was_completed && planned_from->replayable
               ? PlanFromRecord(*planned_from, ours)
-              : PlanClaim(
-                    claim, ours,
-                    PlanContext{
-                        options_.driver_name, options_.node_name, published_, sysfs_,
-                        [this](const std::string& address) { return binder_.Busy(address); },
-                        options_.vfio_drivers.get(),
-                        [this, deadline](const std::string& address, const std::string& attribute) {
-                          return binder_.ReadLocked(address, attribute, deadline);
-                        }});
+              : PlanClaim(claim, ours,
+                          PlanContext{
+                              options_.driver_name, options_.node_name, published_, sysfs_,
+                              [this](const std::string& address) { return binder_.Busy(address); },
+                              options_.vfio_drivers.get()});
       if (!plan->ok()) return plan->error().Wrap(who);
       if (!(d.was_completed && planned_from->replayable)) {
         if (Status s = vf_network_.ApplyPodRequests(claim, **plan, deadline); !s.ok()) {

@@ -61,13 +61,13 @@ class VfioPciBinder {
   // Why the function cannot be touched now (an earlier operation on it is still blocked in the
   // kernel), naming the processes that hold it; nothing when it can.
   std::optional<std::string> Busy(const std::string& address) const;
+
+ private:
   // Reads `attribute` of the function, one whose read takes the kernel's device lock
   // (driver_override, sriov_numvfs), through the gate: an error naming the holders when the
   // kernel still holds the device at the end of the wait, or an earlier access is blocked.
   Result<std::string> ReadLocked(const std::string& address, const std::string& attribute,
-                                 Deadline deadline = {}) const;
-
- private:
+                                 Deadline deadline) const;
   Result<std::string> CurrentDriver(const std::string& address) const;
   Result<std::string> CurrentOverride(const std::string& address, Deadline deadline) const;
   // The lock-taking part of moving a function between drivers, run as one operation of the gate

@@ -173,6 +173,38 @@ TEST_F(DeviceLockTest, ARescanSkipsTheHeldDeviceAndKeepsItPublished) {
   EXPECT_EQ(unbind.get(), 0);
 }
 
+// Another process (the other instance of a rolling update) is stuck unbinding an SR-IOV PF, so
+// the kernel holds its lock, and this daemon's gate knows nothing of it. A scan reads nothing that
+// takes the lock: it answers, with the PF's VFs counted (by their virtfn links, as sriov_numvfs
+// would say) and the PF still not handed out whole.
+TEST(DeviceLockOfAnotherProcess, AScanNeitherBlocksNorLosesThePfsVfs) {
+  FixtureNode node("sriov");
+  sysfs::SysfsReader sysfs(node.sysfs_root());
+  const auto before = discovery::ScanNode(sysfs, nullptr, discovery::AdminPolicy{});
+  ASSERT_EQ(before->inventory.functions.at("0000:5e:00.0").sriov_pf->num_vfs, 8);
+  SimulatedKernel other_process(node.sysfs_root(), node.dir() + "/dev");
+  other_process.HangUnbind("0000:5e:00.0");
+  auto stuck = std::async(std::launch::async, [&] {
+    return other_process.Write(node.sysfs_root() + "/bus/pci/drivers/i40e/unbind", "0000:5e:00.0");
+  });
+  ASSERT_TRUE(other_process.WaitUntilHanging(1, std::chrono::seconds(30)));
+  auto scan = std::async(std::launch::async, [&] {
+    return discovery::ScanNode(sysfs, nullptr, discovery::AdminPolicy{});
+  });
+  // A failure detector, not a synchronisation: the scan takes milliseconds; only one blocked on
+  // the lock would still be running after a minute.
+  const bool answered = scan.wait_for(std::chrono::minutes(1)) == std::future_status::ready;
+  other_process.ReleaseHangs();  // lets a blocked scan finish, so the test ends either way
+  ASSERT_TRUE(answered) << "the scan blocked on the device lock another process holds";
+  const auto during = scan.get();
+  const discovery::PciFunction& pf = during->inventory.functions.at("0000:5e:00.0");
+  ASSERT_TRUE(pf.sriov_pf.has_value());
+  EXPECT_EQ(pf.sriov_pf->num_vfs, 8);
+  EXPECT_EQ(during->selection.devices.size(), before->selection.devices.size());
+  EXPECT_EQ(stuck.get(), 0);
+  other_process.WaitIdle();
+}
+
 TEST(DeviceHolders, FindsTheProcessesHoldingACharacterDeviceByItsNumber) {
   struct stat st {};
   ASSERT_EQ(::stat("/dev/null", &st), 0);
