@@ -52,7 +52,7 @@ Result<std::optional<int>> ReadGroupLink(const sysfs::SysfsReader& sysfs, const 
 }
 
 Result<PciFunction> ReadFunction(const sysfs::SysfsReader& sysfs, const std::string& entry,
-                                 const std::string& address, bool lock_taking_reads) {
+                                 const std::string& address, bool read_override) {
   PciFunction fn;
   fn.address = address;
   const std::string link = "bus/pci/devices/" + entry;
@@ -103,7 +103,7 @@ Result<PciFunction> ReadFunction(const sysfs::SysfsReader& sysfs, const std::str
   } else if (auto driver_link = dir.LinkBaseName("driver"); driver_link.ok()) {
     fn.driver = *driver_link;
   }
-  if (!lock_taking_reads) {
+  if (!read_override) {
     // Left unread: driver_override only shows in reports, and its read takes the kernel's device
     // lock, which a process stuck in an unbind of the function holds until a VM lets go of it.
   } else if (auto override_text = dir.Read("driver_override"); override_text.ok()) {
@@ -212,12 +212,12 @@ void ScanMdevParents(const sysfs::SysfsReader& sysfs, Inventory& inventory) {
 }  // namespace
 
 Result<PciFunction> ReadPciFunction(const sysfs::SysfsReader& sysfs, const std::string& address,
-                                    bool lock_taking_reads) {
+                                    bool read_override) {
   if (!sysfs.Exists("bus/pci/devices/" + address)) {
     return MakeError(ErrorKind::kNotFound, "PCI device " + address + " is not present (no " +
                                                sysfs.Path("bus/pci/devices/" + address) + ")");
   }
-  return ReadFunction(sysfs, address, address, lock_taking_reads);
+  return ReadFunction(sysfs, address, address, read_override);
 }
 
 namespace {
