@@ -74,24 +74,17 @@ Result<std::string> VfioPciBinder::CurrentDriver(const std::string& address) con
   return driver.error().Wrap("cannot read the driver of " + address);
 }
 
-Result<std::string> VfioPciBinder::ReadLocked(const std::string& address,
-                                              const std::string& attribute,
-                                              Deadline deadline) const {
-  auto text = gate_.Read(address, sysfs_.Path(DeviceAttribute(address, attribute)), Wait(deadline));
+Result<std::string> VfioPciBinder::CurrentOverride(const std::string& address,
+                                                   Deadline deadline) const {
+  auto text =
+      gate_.Read(address, sysfs_.Path(DeviceAttribute(address, "driver_override")), Wait(deadline));
   if (!text.ok()) {
     if (text.error().kind == ErrorKind::kDeadlineExceeded ||
         text.error().kind == ErrorKind::kUnavailable) {
       return InUse(address, text.error());
     }
-    return text.error().Wrap("cannot read " + attribute + " of " + address);
+    return text.error().Wrap("cannot read driver_override of " + address);
   }
-  return text;
-}
-
-Result<std::string> VfioPciBinder::CurrentOverride(const std::string& address,
-                                                   Deadline deadline) const {
-  auto text = ReadLocked(address, "driver_override", deadline);
-  if (!text.ok()) return text.error();
   return sysfs::ParseDriverOverride(*text);
 }
 

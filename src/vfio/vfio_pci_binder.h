@@ -63,11 +63,6 @@ class VfioPciBinder {
   std::optional<std::string> Busy(const std::string& address) const;
 
  private:
-  // Reads `attribute` of the function, one whose read takes the kernel's device lock
-  // (driver_override, sriov_numvfs), through the gate: an error naming the holders when the
-  // kernel still holds the device at the end of the wait, or an earlier access is blocked.
-  Result<std::string> ReadLocked(const std::string& address, const std::string& attribute,
-                                 Deadline deadline) const;
   Result<std::string> CurrentDriver(const std::string& address) const;
   Result<std::string> CurrentOverride(const std::string& address, Deadline deadline) const;
   // The lock-taking part of moving a function between drivers, run as one operation of the gate
