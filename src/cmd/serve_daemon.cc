@@ -133,9 +133,6 @@ void ServeDaemon::BuildPublishing() {
   watcher_.emplace(
       [this] {
         discovery::ScanContext context;
-        context.busy = [this](const std::string& address) {
-          return preparer_->DeviceBusy(address);
-        };
         preparer_->Refresh();
         context.managed = *preparer_->ManagedFunctions();
         context.vfio_drivers = vfio_drivers_.get();

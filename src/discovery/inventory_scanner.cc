@@ -227,7 +227,7 @@ namespace {
 // Reading a function is a dozen small syscalls and independent of every other function, so large
 // nodes are read on several threads; results are merged in address order.
 std::map<std::string, int> ReadFunctions(const sysfs::SysfsReader& sysfs, PciNames* names,
-                                         const DeviceBusy& read_override, Inventory& inventory) {
+                                         bool read_overrides, Inventory& inventory) {
   std::map<std::string, int> unreadable_groups;
   auto entries = sysfs.List("bus/pci/devices");
   if (!entries.ok()) {
@@ -245,8 +245,7 @@ std::map<std::string, int> ReadFunctions(const sysfs::SysfsReader& sysfs, PciNam
         continue;
       }
       addresses[i] = *address;
-      read[i] =
-          ReadFunction(sysfs, (*entries)[i], *address, read_override && read_override(*address));
+      read[i] = ReadFunction(sysfs, (*entries)[i], *address, read_overrides);
     }
   };
   const size_t threads =
@@ -335,10 +334,9 @@ void LinkVirtualFunctions(const sysfs::SysfsReader& sysfs, Inventory& inventory)
 
 }  // namespace
 
-Inventory ScanInventory(const sysfs::SysfsReader& sysfs, PciNames* names,
-                        const DeviceBusy& read_override) {
+Inventory ScanInventory(const sysfs::SysfsReader& sysfs, PciNames* names, bool read_overrides) {
   Inventory inventory;
-  const auto unreadable_groups = ReadFunctions(sysfs, names, read_override, inventory);
+  const auto unreadable_groups = ReadFunctions(sysfs, names, read_overrides, inventory);
   CollectIommuGroups(sysfs, unreadable_groups, inventory);
   LinkVirtualFunctions(sysfs, inventory);
   ScanMdevParents(sysfs, inventory);

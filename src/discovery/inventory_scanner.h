@@ -6,7 +6,6 @@
 // block the scan too.
 #pragma once
 
-#include <functional>
 #include <string>
 
 #include "discovery/inventory.h"
@@ -15,14 +14,11 @@
 
 namespace vfio_dra::discovery {
 
-// True for a PCI function whose kernel lock an operation of this daemon is blocked in.
-using DeviceBusy = std::function<bool(const std::string& address)>;
-
 // `names` may be null (no names are filled in). driver_override, whose read takes the kernel's
 // device lock (and so blocks while any process is stuck unbinding the function), is read only
-// for the functions `read_override` accepts; null: for none. Nothing else read here takes it.
+// with `read_overrides`. Nothing else read here takes the lock.
 Inventory ScanInventory(const sysfs::SysfsReader& sysfs, PciNames* names,
-                        const DeviceBusy& read_override = {});
+                        bool read_overrides = false);
 
 // One PCI function, read now (no names): what device preparation re-checks before it touches a
 // device. kNotFound when the device is gone. Without `read_override`, driver_override (whose

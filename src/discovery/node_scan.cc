@@ -10,13 +10,7 @@ namespace vfio_dra::discovery {
 std::shared_ptr<const NodeScan> ScanNode(const sysfs::SysfsReader& sysfs, PciNames* names,
                                          const AdminPolicy& policy, const ScanContext& context) {
   auto scan = std::make_shared<NodeScan>();
-  DeviceBusy read_override;
-  if (context.read_driver_overrides) {
-    read_override = [&busy = context.busy](const std::string& address) {
-      return !busy || !busy(address);
-    };
-  }
-  scan->inventory = ScanInventory(sysfs, names, read_override);
+  scan->inventory = ScanInventory(sysfs, names, context.read_driver_overrides);
   if (context.vfio_drivers != nullptr) {
     for (auto& [address, fn] : scan->inventory.functions) {
       if (!fn.IsBridge()) fn.vfio_driver = context.vfio_drivers->Choose(fn, sysfs);

@@ -31,9 +31,6 @@ struct ManagedFunction {
 
 // What the daemon knows beyond sysfs when it scans.
 struct ScanContext {
-  // Functions whose kernel lock an operation of ours is blocked in: their driver_override is not
-  // read even for a report.
-  DeviceBusy busy;
   // Functions vfio-dra has bound for prepared claims.
   std::map<std::string, ManagedFunction> managed;
   // Picks each function's VFIO driver; null: vfio-pci for every function.

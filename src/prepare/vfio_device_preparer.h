@@ -110,9 +110,6 @@ class VfioDevicePreparer final : public DevicePreparer {
   // Every function a claim holds, with its original and VFIO driver; safe from any thread
   // (discovery).
   std::shared_ptr<const std::map<std::string, discovery::ManagedFunction>> ManagedFunctions() const;
-  // True while an operation of ours on the PCI function is blocked in the kernel holding its
-  // device lock; safe from any thread (rescans skip its lock-taking attributes).
-  bool DeviceBusy(const std::string& address) const { return gate_.Held(address).has_value(); }
 
  private:
   VfioDevicePreparer(PreparerOptions options, const sysfs::SysfsReader& sysfs,

@@ -159,14 +159,12 @@ TEST_F(DeviceLockTest, AHeldDeviceIsRefusedAtOnceNamingItsHolders) {
   EXPECT_FALSE(binder.Busy(kAudio).has_value());
 }
 
-// A rescan while the kernel holds a device skips the device's lock-taking attributes instead of
+// A rescan while the kernel holds a device reads none of its lock-taking attributes instead of
 // blocking, and the device stays in the scan (no slice churn).
 TEST_F(DeviceLockTest, ARescanSkipsTheHeldDeviceAndKeepsItPublished) {
   const auto before = discovery::ScanNode(*sysfs_, nullptr, discovery::AdminPolicy{});
   auto unbind = HangingUnbind();
-  const auto during =
-      discovery::ScanNode(*sysfs_, nullptr, discovery::AdminPolicy{},
-                          {[](const std::string& address) { return address == kAudio; }, {}});
+  const auto during = discovery::ScanNode(*sysfs_, nullptr, discovery::AdminPolicy{});
   EXPECT_EQ(during->inventory.functions.count(kAudio), 1u);
   EXPECT_EQ(during->selection.devices.size(), before->selection.devices.size());
   kernel_->ReleaseHangs();
