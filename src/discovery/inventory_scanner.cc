@@ -12,18 +12,6 @@
 namespace vfio_dra::discovery {
 namespace {
 
-// Parses "VVVV:DDDD" (uevent PCI_ID / PCI_SUBSYS_ID).
-bool ParseIdPair(const std::string& text, uint32_t& first, uint32_t& second) {
-  const size_t colon = text.find(':');
-  if (colon == std::string::npos) return false;
-  auto a = sysfs::ParseBareHex(text.substr(0, colon), 4);
-  auto b = sysfs::ParseBareHex(text.substr(colon + 1), 4);
-  if (!a.ok() || !b.ok()) return false;
-  first = *a;
-  second = *b;
-  return true;
-}
-
 Result<uint32_t> ReadHexFile(const sysfs::SysfsDir& dir, const std::string& name, int digits) {
   auto text = dir.Read(name);
   if (!text.ok()) return text.error();
@@ -62,46 +50,24 @@ Result<PciFunction> ReadFunction(const sysfs::SysfsReader& sysfs, const std::str
   auto opened = sysfs.OpenDir(link);
   if (!opened.ok()) return opened.error();
   const sysfs::SysfsDir& dir = *opened;
-  auto uevent_text = dir.Read("uevent");
-  if (!uevent_text.ok()) return uevent_text.error();
-  auto uevent = sysfs::ParseUevent(*uevent_text);
-  if (!uevent.ok()) return uevent.error().Wrap(dir.Path("uevent"));
-
-  // IDs and class come from uevent (one read); the individual files are the fallback.
-  if (auto id = uevent->find("PCI_ID");
-      id == uevent->end() || !ParseIdPair(id->second, fn.vendor_id, fn.device_id)) {
-    auto vendor = ReadHexFile(dir, "vendor", 4);
-    if (!vendor.ok()) return vendor.error();
-    auto device = ReadHexFile(dir, "device", 4);
-    if (!device.ok()) return device.error();
-    fn.vendor_id = *vendor;
-    fn.device_id = *device;
-  }
-  if (auto sub = uevent->find("PCI_SUBSYS_ID"); sub != uevent->end()) {
-    ParseIdPair(sub->second, fn.subsystem_vendor_id, fn.subsystem_device_id);
-  }
-  if (auto cls = uevent->find("PCI_CLASS");
-      cls != uevent->end() && sysfs::ParseBareHex(cls->second, 6)) {
-    fn.class_code = *sysfs::ParseBareHex(cls->second, 6);
-  } else {
-    auto cls_file = ReadHexFile(dir, "class", 6);
-    if (!cls_file.ok()) return cls_file.error();
-    fn.class_code = *cls_file;
-  }
+  // IDs and class from `modalias` and the driver from its link, not from `uevent`: reading
+  // `uevent` takes the kernel's device lock (since the fix of its race with driver detach), which
+  // a process stuck unbinding the function holds until a VM lets go of it.
+  auto modalias_text = dir.Read("modalias");
+  if (!modalias_text.ok()) return modalias_text.error();
+  auto modalias = sysfs::ParsePciModalias(*modalias_text);
+  if (!modalias.ok()) return modalias.error().Wrap(dir.Path("modalias"));
+  fn.vendor_id = modalias->vendor;
+  fn.device_id = modalias->device;
+  fn.subsystem_vendor_id = modalias->subsystem_vendor;
+  fn.subsystem_device_id = modalias->subsystem_device;
+  fn.class_code = modalias->class_code;
+  fn.modalias = std::move(modalias->text);
   if (auto revision = ReadHexFile(dir, "revision", 2); revision.ok()) fn.revision = *revision;
-  if (auto modalias = uevent->find("MODALIAS"); modalias != uevent->end()) {
-    fn.modalias = modalias->second;
-  } else {
-    // The kernel's own format (pci-sysfs.c), from what was read above.
-    fn.modalias =
-        fmt::format("pci:v{:08X}d{:08X}sv{:08X}sd{:08X}bc{:02X}sc{:02X}i{:02X}", fn.vendor_id,
-                    fn.device_id, fn.subsystem_vendor_id, fn.subsystem_device_id,
-                    fn.class_code >> 16, (fn.class_code >> 8) & 0xff, fn.class_code & 0xff);
-  }
-  if (auto driver = uevent->find("DRIVER"); driver != uevent->end()) {
-    fn.driver = driver->second;
-  } else if (auto driver_link = dir.LinkBaseName("driver"); driver_link.ok()) {
+  if (auto driver_link = dir.LinkBaseName("driver"); driver_link.ok()) {
     fn.driver = *driver_link;
+  } else if (driver_link.error().kind != ErrorKind::kNotFound) {
+    return driver_link.error();
   }
   if (!read_override) {
     // Left unread: driver_override only shows in reports, and its read takes the kernel's device

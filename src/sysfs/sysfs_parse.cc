@@ -74,27 +74,51 @@ Result<int64_t> ParseDecimalAttribute(std::string_view text) {
   return negative ? -value : value;
 }
 
-Result<std::map<std::string, std::string>> ParseUevent(std::string_view text) {
-  std::map<std::string, std::string> out;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view line = text.substr(start, end - start);
-    start = end + 1;
-    if (line.empty()) continue;
-    const size_t eq = line.find('=');
-    if (eq == std::string_view::npos || eq == 0) {
-      return Malformed("expected KEY=VALUE lines in uevent", line);
-    }
-    for (char c : line.substr(0, eq)) {
-      if (!std::isupper(static_cast<unsigned char>(c)) &&
-          !std::isdigit(static_cast<unsigned char>(c)) && c != '_') {
-        return Malformed("expected an upper-case uevent key", line);
+Result<PciModalias> ParsePciModalias(std::string_view text) {
+  const std::string_view body = TrimNewline(text);
+  const auto malformed = [&] {
+    return Malformed("expected pci:v<8 hex>d<8 hex>sv<8 hex>sd<8 hex>bc<2 hex>sc<2 hex>i<2 hex>",
+                     text);
+  };
+  // Each field: its prefix, then exactly the kernel's number of upper-case hex digits.
+  struct Field {
+    std::string_view prefix;
+    size_t digits;
+    uint32_t* value;
+  };
+  PciModalias out;
+  uint32_t base = 0;
+  uint32_t sub = 0;
+  uint32_t interface = 0;
+  const Field fields[] = {{"pci:v", 8, &out.vendor},
+                          {"d", 8, &out.device},
+                          {"sv", 8, &out.subsystem_vendor},
+                          {"sd", 8, &out.subsystem_device},
+                          {"bc", 2, &base},
+                          {"sc", 2, &sub},
+                          {"i", 2, &interface}};
+  std::string_view rest = body;
+  for (const Field& field : fields) {
+    if (rest.substr(0, field.prefix.size()) != field.prefix) return malformed();
+    rest.remove_prefix(field.prefix.size());
+    if (rest.size() < field.digits) return malformed();
+    uint32_t value = 0;
+    for (char c : rest.substr(0, field.digits)) {
+      if (!std::isxdigit(static_cast<unsigned char>(c)) ||
+          std::islower(static_cast<unsigned char>(c))) {
+        return malformed();
       }
+      value = (value << 4) | static_cast<uint32_t>(HexValue(c));
     }
-    out[std::string(line.substr(0, eq))] = std::string(line.substr(eq + 1));
+    *field.value = value;
+    rest.remove_prefix(field.digits);
   }
+  if (!rest.empty() || out.vendor > 0xffff || out.device > 0xffff ||
+      out.subsystem_vendor > 0xffff || out.subsystem_device > 0xffff) {
+    return malformed();
+  }
+  out.class_code = (base << 16) | (sub << 8) | interface;
+  out.text = std::string(body);
   return out;
 }
 

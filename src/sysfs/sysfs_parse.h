@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,8 +16,18 @@ namespace vfio_dra::sysfs {
 Result<uint32_t> ParseHexAttribute(std::string_view text, int max_digits);
 // A decimal integer such as numa_node ("-1\n") or sriov_numvfs ("8\n").
 Result<int64_t> ParseDecimalAttribute(std::string_view text);
-// `uevent`: KEY=VALUE lines.
-Result<std::map<std::string, std::string>> ParseUevent(std::string_view text);
+// A PCI function's `modalias` ("pci:v000010DEd00002230sv000010DEsd00001459bc03sc02i00\n"): its
+// IDs and class in one read. Read instead of `uevent`, whose read takes the kernel's device lock
+// (see docs/preparation.md).
+struct PciModalias {
+  uint32_t vendor = 0;
+  uint32_t device = 0;
+  uint32_t subsystem_vendor = 0;
+  uint32_t subsystem_device = 0;
+  uint32_t class_code = 0;  // base class, subclass, programming interface
+  std::string text;         // without the newline, as modules.alias patterns match it
+};
+Result<PciModalias> ParsePciModalias(std::string_view text);
 // driver_override: "(null)\n" means unset (empty result).
 std::string ParseDriverOverride(std::string_view text);
 // Hex without 0x, as sriov_vf_device: "154c\n".

@@ -43,8 +43,8 @@ Node& TheNode() {
     const std::string type =
         n->root + "/class/mdev_bus/0000:3b:00.0/mdev_supported_types/nvidia-222/";
     for (const std::string& path :
-         {gpu + "vendor", gpu + "device", gpu + "class", gpu + "uevent", gpu + "numa_node",
-          gpu + "driver_override", vf + "sriov_numvfs", vf + "uevent", vf + "class",
+         {gpu + "vendor", gpu + "device", gpu + "class", gpu + "modalias", gpu + "numa_node",
+          gpu + "driver_override", vf + "sriov_numvfs", vf + "modalias", vf + "class",
           type + "available_instances", type + "device_api", type + "name"}) {
       if (fs::exists(path)) n->attributes.emplace_back(path, Slurp(path));
     }
@@ -63,7 +63,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)ParseHexAttribute(text, 4);
   (void)ParseHexAttribute(text, 6);
   (void)ParseDecimalAttribute(text);
-  (void)ParseUevent(text);
+  (void)ParsePciModalias(text);
   (void)ParseDriverOverride(text);
   (void)ParseBareHex(text, 4);
   (void)CanonicalBdf(text);

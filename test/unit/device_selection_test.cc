@@ -230,9 +230,9 @@ namespace {
 
 TEST(DeviceSelection, AnUnreadableFunctionInTheGroupCountsAsInUse) {
   FixtureNode node("workstation");
-  // The GPU's audio function loses its uevent: nothing is known about it but its group.
+  // The GPU's audio function loses its modalias: nothing is known about it but its group.
   std::filesystem::remove(node.sysfs_root() +
-                          "/devices/pci0000:00/0000:00:01.0/0000:01:00.1/uevent");
+                          "/devices/pci0000:00/0000:00:01.0/0000:01:00.1/modalias");
   const Inventory inv = node.Scan();
   EXPECT_EQ(inv.Find("0000:01:00.1"), nullptr);
   EXPECT_THAT(inv.iommu_groups.at(10).unreadable_members, ElementsAre("0000:01:00.1"));

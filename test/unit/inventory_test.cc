@@ -147,10 +147,9 @@ TEST(Inventory, MalformedEntriesAreSkippedWithOneWarningEach) {
   FixtureNode node("workstation");
   SysfsFixture fx(node.sysfs_root());
   const std::string gpu = "devices/pci0000:00/0000:00:01.0/0000:01:00.0";
-  std::filesystem::remove(node.sysfs_root() + "/" + gpu + "/uevent");
-  fx.WriteFile("devices/pci0000:00/0000:00:01.0/0000:01:00.0/vendor", "nvidia\n");
-  fx.WriteFile("devices/pci0000:00/0000:04:00.0/uevent", "PCI_ID=zz\n");
-  fx.WriteFile("devices/pci0000:00/0000:04:00.0/class", "0x0108\x01\n");
+  std::filesystem::remove(node.sysfs_root() + "/" + gpu + "/modalias");
+  fx.WriteFile("devices/pci0000:00/0000:04:00.0/modalias",
+               "pci:v0000144Dd0000A80Asv0000144Dsd0000A801bc01sc08i0\x02\n");
   std::filesystem::create_directories(node.sysfs_root() + "/bus/pci/devices/not-a-bdf");
   const std::string parent = "devices/pci0000:00/0000:00:03.0/0000:02:00.0";
   fx.Symlink("class/mdev_bus/0000:02:00.0", parent);
@@ -164,9 +163,10 @@ TEST(Inventory, MalformedEntriesAreSkippedWithOneWarningEach) {
   EXPECT_EQ(inv.functions.size(), 10u);
   ASSERT_EQ(inv.warnings.size(), 4u);
   EXPECT_THAT(inv.warnings[0], HasSubstr("skipping PCI function 0000:01:00.0"));
-  EXPECT_THAT(inv.warnings[0], HasSubstr("0000:01:00.0/uevent"));
+  EXPECT_THAT(inv.warnings[0], HasSubstr("0000:01:00.0/modalias"));
   EXPECT_THAT(inv.warnings[1], HasSubstr("skipping PCI function 0000:04:00.0"));
-  EXPECT_THAT(inv.warnings[1], HasSubstr("0000:04:00.0/class: expected hex digits"));
+  EXPECT_THAT(inv.warnings[1], HasSubstr("0000:04:00.0/modalias: expected pci:v"));
+  EXPECT_THAT(inv.warnings[1], HasSubstr("i0\\x02")) << "the bad text, escaped for display";
   EXPECT_THAT(inv.warnings[2], HasSubstr("bus/pci/devices/not-a-bdf"));
   EXPECT_THAT(inv.warnings[3], HasSubstr("skipping mdev type nvidia-2 of 0000:02:00.0"));
   ASSERT_EQ(inv.mdev_parents.size(), 1u);

@@ -1,5 +1,6 @@
 #include "sysfs/sysfs_parse.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 namespace vfio_dra::sysfs {
@@ -28,14 +29,25 @@ TEST(SysfsParse, DecimalBareHexAndDriverOverride) {
   EXPECT_EQ(ParseDriverOverride("vfio-pci\n"), "vfio-pci");
 }
 
-TEST(SysfsParse, Uevent) {
-  auto uevent = ParseUevent("DRIVER=nvidia\nPCI_CLASS=30000\nPCI_ID=10DE:2230\n");
-  ASSERT_TRUE(uevent.ok());
-  EXPECT_EQ(uevent->at("DRIVER"), "nvidia");
-  EXPECT_EQ(uevent->at("PCI_ID"), "10DE:2230");
-  EXPECT_FALSE(ParseUevent("no equals sign\n").ok());
-  EXPECT_FALSE(ParseUevent("lower=case\n").ok());
-  EXPECT_FALSE(ParseUevent("=value\n").ok());
+TEST(SysfsParse, PciModalias) {
+  auto m = ParsePciModalias("pci:v000010DEd00002230sv000010DEsd00001459bc03sc02i00\n");
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_EQ(m->vendor, 0x10deu);
+  EXPECT_EQ(m->device, 0x2230u);
+  EXPECT_EQ(m->subsystem_vendor, 0x10deu);
+  EXPECT_EQ(m->subsystem_device, 0x1459u);
+  EXPECT_EQ(m->class_code, 0x030200u);
+  EXPECT_EQ(m->text, "pci:v000010DEd00002230sv000010DEsd00001459bc03sc02i00");
+  for (const char* bad :
+       {"", "pci:v000010DE", "usb:v000010DEd00002230sv000010DEsd00001459bc03sc02i00",
+        "pci:v000010ded00002230sv000010DEsd00001459bc03sc02i00",
+        "pci:v000010DEd00002230sv000010DEsd00001459bc03sc02i00x",
+        "pci:v000110DEd00002230sv000010DEsd00001459bc03sc02i00",
+        "pci:v000010DEd0002230sv000010DEsd00001459bc03sc02i000"}) {
+    auto parsed = ParsePciModalias(bad);
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_THAT(parsed.error().message, ::testing::HasSubstr("expected pci:v")) << bad;
+  }
 }
 
 TEST(SysfsParse, CanonicalBdfIncludingVmdDomains) {
