@@ -400,7 +400,7 @@ bool SimulatedKernel::DeviceLocked(const std::string& address) const {
 void SimulatedKernel::LockDevice(const std::string& address) {
   const std::string dir = DeviceDir(address);
   std::vector<HeldAttribute> held;
-  for (const char* name : {"driver_override", "sriov_numvfs"}) {
+  for (const char* name : {"driver_override", "sriov_numvfs", "uevent"}) {
     const std::string path = Abs(dir + "/" + name);
     if (!fs::is_regular_file(path)) continue;
     HeldAttribute attribute{name, ReadText(path), -1};

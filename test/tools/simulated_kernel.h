@@ -13,12 +13,14 @@
 // The device lock, as the kernel has it during an unbind that waits for a VFIO user: the driver
 // links go first (driver_sysfs_remove runs before the driver's remove()), then the device lock is
 // held until the user lets go. While it is held, reads of the device's lock-taking attributes
-// (driver_override, sriov_numvfs) block, and so do writes to them, binds, unbinds and probes of
-// the device and removes of its mdevs. Reads block through the file system, for any process: the
-// attributes are replaced by FIFOs that the holder keeps open, so open() succeeds and read()
-// waits; on release the files come back and a blocked reader gets the value (or, when several
-// wait, end of file: the one difference from the kernel, which gives each the value). A FIFO at
-// driver_override is the lock as other simulated kernels (other processes) see it.
+// (driver_override, sriov_numvfs, and uevent, whose show takes the lock in the stable kernels
+// since its race with driver detach was fixed: Debian's 6.1 on the QEMU node blocks it) block, and
+// so do writes to them, binds, unbinds and probes of the device and removes of its mdevs. Reads
+// block through the file system, for any process: the attributes are replaced by FIFOs that the
+// holder keeps open, so open() succeeds and read() waits; on release the files come back and a
+// blocked reader gets the value (or, when several wait, end of file: the one difference from the
+// kernel, which gives each the value). A FIFO at driver_override is the lock as other simulated
+// kernels (other processes) see it.
 //
 // Concurrency, as the kernel's: writes that act on one device (its driver_override, a bind,
 // unbind or probe of it) wait for each other and run beside writes to other devices; the nodes

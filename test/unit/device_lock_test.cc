@@ -72,7 +72,9 @@ TEST_F(DeviceLockTest, AStuckUnbindRemovesTheDriverLinkAndBlocksLockTakingReads)
   EXPECT_FALSE(fs::exists(fs::symlink_status(Attr(kAudio, "driver"))))
       << "the driver link is gone while the unbind waits";
   EXPECT_TRUE(ReadWouldBlock(Attr(kAudio, "driver_override")));
+  EXPECT_TRUE(ReadWouldBlock(Attr(kAudio, "uevent"))) << "as on the QEMU node's Debian 6.1";
   EXPECT_FALSE(ReadWouldBlock(Attr(kAudio, "vendor"))) << "plain attributes do not take the lock";
+  EXPECT_FALSE(ReadWouldBlock(Attr(kAudio, "modalias")));
   // A reader that started while the lock was held gets the value once it is released.
   auto reader = std::async(std::launch::async,
                            [this] { return ReadFileToString(Attr(kAudio, "driver_override")); });
@@ -159,12 +161,20 @@ TEST_F(DeviceLockTest, AHeldDeviceIsRefusedAtOnceNamingItsHolders) {
   EXPECT_FALSE(binder.Busy(kAudio).has_value());
 }
 
-// A rescan while the kernel holds a device reads none of its lock-taking attributes instead of
-// blocking, and the device stays in the scan (no slice churn).
+// A rescan while the kernel holds a device reads none of its lock-taking attributes (uevent
+// included) instead of blocking, and the device stays in the scan (no slice churn).
 TEST_F(DeviceLockTest, ARescanSkipsTheHeldDeviceAndKeepsItPublished) {
   const auto before = discovery::ScanNode(*sysfs_, nullptr, discovery::AdminPolicy{});
   auto unbind = HangingUnbind();
-  const auto during = discovery::ScanNode(*sysfs_, nullptr, discovery::AdminPolicy{});
+  auto scan = std::async(std::launch::async, [this] {
+    return discovery::ScanNode(*sysfs_, nullptr, discovery::AdminPolicy{});
+  });
+  // A failure detector, not a synchronisation: the scan takes milliseconds; only one blocked on
+  // the lock (as it did when it read uevent) would still be running after a minute.
+  const bool answered = scan.wait_for(std::chrono::minutes(1)) == std::future_status::ready;
+  if (!answered) kernel_->ReleaseHangs();  // lets the blocked scan finish, so the test ends
+  ASSERT_TRUE(answered) << "the scan blocked on the held device's lock";
+  const auto during = scan.get();
   EXPECT_EQ(during->inventory.functions.count(kAudio), 1u);
   EXPECT_EQ(during->selection.devices.size(), before->selection.devices.size());
   kernel_->ReleaseHangs();
