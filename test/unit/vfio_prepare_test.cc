@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/file_io.h"
 #include "base/file_lock.h"
 #include "discovery/admin_policy.h"
 #include "discovery/node_scan.h"
@@ -1225,9 +1226,14 @@ TEST_F(PrepareTest, AfterARebootAnAddressThatNamesAnotherDeviceIsLeftAlone) {
   Use("workstation");
   ASSERT_TRUE(Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}})).ok());
   Reboot("workstation");
-  // The reboot re-enumerated the bus: 0000:01:00.0 is now an Intel device.
-  std::ofstream(node_->sysfs_root() + "/bus/pci/devices/0000:01:00.0/vendor", std::ios::trunc)
-      << "0x8086\n";
+  // The reboot re-enumerated the bus: 0000:01:00.0 is now an Intel device (its vendor file and
+  // its modalias both say so).
+  const std::string dir = node_->sysfs_root() + "/bus/pci/devices/0000:01:00.0/";
+  std::ofstream(dir + "vendor", std::ios::trunc) << "0x8086\n";
+  std::string modalias = *ReadFileToString(dir + "modalias");
+  ASSERT_EQ(modalias.rfind("pci:v000010DE", 0), 0u) << modalias;
+  modalias.replace(0, 13, "pci:v00008086");
+  std::ofstream(dir + "modalias", std::ios::trunc) << modalias;
   auto again = Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}));
   ASSERT_FALSE(again.ok());
   EXPECT_THAT(again.error().message, HasSubstr("after a reboot, PCI 0000:01:00.0 is 8086:"));
