@@ -1,5 +1,6 @@
 #include "cmd/discover_command.h"
 
+#include <chrono>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -10,8 +11,36 @@
 #include "discovery/inventory_scanner.h"
 #include "discovery/node_scan.h"
 #include "discovery/pci_names.h"
+#include "sysfs/bounded_reads.h"
+#include "sysfs/sysfs_parse.h"
 
 namespace vfio_dra::cmd {
+namespace {
+
+// The report shows each function's driver_override. Admins run discover when a device is stuck
+// (a VM still holds it while an unbind waits), and then this read waits for the device lock in an
+// unkillable sleep: it is bounded, and a function whose read does not answer gets a warning.
+void ReadDriverOverrides(const sysfs::SysfsReader& sysfs, discovery::Inventory& inventory) {
+  constexpr std::chrono::milliseconds kStall(2000);
+  std::vector<std::string> paths;
+  std::vector<discovery::PciFunction*> functions;
+  for (auto& [address, fn] : inventory.functions) {
+    paths.push_back("bus/pci/devices/" + address + "/driver_override");
+    functions.push_back(&fn);
+  }
+  auto read = sysfs::ReadAttributesBounded(sysfs, paths, kStall);
+  for (size_t i = 0; i < read.size(); ++i) {
+    if (read[i].ok()) {
+      functions[i]->driver_override = sysfs::ParseDriverOverride(*read[i]);
+    } else if (read[i].error().kind != ErrorKind::kNotFound) {
+      inventory.warnings.push_back(
+          "PCI function " + functions[i]->address +
+          " is shown without its driver_override: " + read[i].error().message);
+    }
+  }
+}
+
+}  // namespace
 
 int RunDiscover(const DiscoverOptions& options) {
   auto sources = OpenDeviceSources(
@@ -23,10 +52,10 @@ int RunDiscover(const DiscoverOptions& options) {
   const discovery::AdminPolicy& policy = sources->policy;
   sysfs::SysfsReader sysfs(options.sysfs_root);
   discovery::ScanContext scan_context;
-  scan_context.read_driver_overrides = true;  // the report shows them
   scan_context.vfio_drivers = sources->vfio_drivers.get();
   auto scan = discovery::ScanNode(sysfs, sources->names.get(), policy, scan_context);
   discovery::Inventory inventory = scan->inventory;
+  ReadDriverOverrides(sysfs, inventory);
   inventory.warnings.insert(inventory.warnings.end(), sources->warnings.begin(),
                             sources->warnings.end());
   const discovery::DeviceSelection& selection = scan->selection;

@@ -4,8 +4,8 @@
 // driver's list of bound functions (one directory read per driver instead of one link per
 // function: the kernel adds and removes a function's `driver` link and its entry under the
 // driver together) and, per mdev parent, each type's available_instances and instance list. It
-// never reads attributes that take the kernel's device lock (driver_override, sriov_numvfs), so a
-// device stuck in an unbind cannot stall it.
+// never reads attributes that take the kernel's device lock (driver_override, sriov_numvfs,
+// uevent), so a device stuck in an unbind cannot stall it.
 //
 // IOMMU groups: the kernel lists a hot-added function on the bus before it links the function into
 // its group (the IOMMU core runs from the bus's add notifier), so a scan can catch a function

@@ -40,7 +40,7 @@ Result<std::optional<int>> ReadGroupLink(const sysfs::SysfsReader& sysfs, const 
 }
 
 Result<PciFunction> ReadFunction(const sysfs::SysfsReader& sysfs, const std::string& entry,
-                                 const std::string& address, bool read_override) {
+                                 const std::string& address) {
   PciFunction fn;
   fn.address = address;
   const std::string link = "bus/pci/devices/" + entry;
@@ -69,12 +69,8 @@ Result<PciFunction> ReadFunction(const sysfs::SysfsReader& sysfs, const std::str
   } else if (driver_link.error().kind != ErrorKind::kNotFound) {
     return driver_link.error();
   }
-  if (!read_override) {
-    // Left unread: driver_override only shows in reports, and its read takes the kernel's device
-    // lock, which a process stuck in an unbind of the function holds until a VM lets go of it.
-  } else if (auto override_text = dir.Read("driver_override"); override_text.ok()) {
-    fn.driver_override = sysfs::ParseDriverOverride(*override_text);
-  }
+  // driver_override is left unread: only reports show it (`discover` reads it apart, bounded),
+  // and its read takes the kernel's device lock.
   auto group = GroupFromLink(dir.LinkBaseName("iommu_group"), dir.Path("iommu_group"));
   if (!group.ok()) return group.error();
   fn.iommu_group = *group;
@@ -177,13 +173,12 @@ void ScanMdevParents(const sysfs::SysfsReader& sysfs, Inventory& inventory) {
 
 }  // namespace
 
-Result<PciFunction> ReadPciFunction(const sysfs::SysfsReader& sysfs, const std::string& address,
-                                    bool read_override) {
+Result<PciFunction> ReadPciFunction(const sysfs::SysfsReader& sysfs, const std::string& address) {
   if (!sysfs.Exists("bus/pci/devices/" + address)) {
     return MakeError(ErrorKind::kNotFound, "PCI device " + address + " is not present (no " +
                                                sysfs.Path("bus/pci/devices/" + address) + ")");
   }
-  return ReadFunction(sysfs, address, address, read_override);
+  return ReadFunction(sysfs, address, address);
 }
 
 namespace {
@@ -193,7 +188,7 @@ namespace {
 // Reading a function is a dozen small syscalls and independent of every other function, so large
 // nodes are read on several threads; results are merged in address order.
 std::map<std::string, int> ReadFunctions(const sysfs::SysfsReader& sysfs, PciNames* names,
-                                         bool read_overrides, Inventory& inventory) {
+                                         Inventory& inventory) {
   std::map<std::string, int> unreadable_groups;
   auto entries = sysfs.List("bus/pci/devices");
   if (!entries.ok()) {
@@ -211,7 +206,7 @@ std::map<std::string, int> ReadFunctions(const sysfs::SysfsReader& sysfs, PciNam
         continue;
       }
       addresses[i] = *address;
-      read[i] = ReadFunction(sysfs, (*entries)[i], *address, read_overrides);
+      read[i] = ReadFunction(sysfs, (*entries)[i], *address);
     }
   };
   const size_t threads =
@@ -300,9 +295,9 @@ void LinkVirtualFunctions(const sysfs::SysfsReader& sysfs, Inventory& inventory)
 
 }  // namespace
 
-Inventory ScanInventory(const sysfs::SysfsReader& sysfs, PciNames* names, bool read_overrides) {
+Inventory ScanInventory(const sysfs::SysfsReader& sysfs, PciNames* names) {
   Inventory inventory;
-  const auto unreadable_groups = ReadFunctions(sysfs, names, read_overrides, inventory);
+  const auto unreadable_groups = ReadFunctions(sysfs, names, inventory);
   CollectIommuGroups(sysfs, unreadable_groups, inventory);
   LinkVirtualFunctions(sysfs, inventory);
   ScanMdevParents(sysfs, inventory);

@@ -1,9 +1,10 @@
 // ScanInventory: reads the node's PCI functions, IOMMU groups, SR-IOV relations and mediated
 // device parents from a sysfs tree. Read only. A function or mdev entry that cannot be read or
 // parsed is skipped with one warning naming the path; the scan itself never fails on bad entries.
-// Attributes whose reads take the kernel's device lock (driver_override, sriov_numvfs) are not
-// read for devices `busy` names: an unbind blocked on such a device (a VM still holds it) would
-// block the scan too.
+// Nothing read here takes the kernel's device lock, so a process stuck unbinding a device (a VM
+// still holds it) never blocks a scan: IDs and class come from modalias (not uevent), a PF's
+// enabled VFs are counted by its virtfn links (not sriov_numvfs), and driver_override is not read
+// (see sysfs/bounded_reads.h for the report that shows it).
 #pragma once
 
 #include <string>
@@ -14,17 +15,11 @@
 
 namespace vfio_dra::discovery {
 
-// `names` may be null (no names are filled in). driver_override, whose read takes the kernel's
-// device lock (and so blocks while any process is stuck unbinding the function), is read only
-// with `read_overrides`. Nothing else read here takes the lock.
-Inventory ScanInventory(const sysfs::SysfsReader& sysfs, PciNames* names,
-                        bool read_overrides = false);
+// `names` may be null (no names are filled in).
+Inventory ScanInventory(const sysfs::SysfsReader& sysfs, PciNames* names);
 
-// One PCI function, read now (no names): what device preparation re-checks before it touches a
-// device. kNotFound when the device is gone. Without `read_override`, driver_override (whose
-// read takes the kernel's device lock, and blocks for as long as any process is stuck unbinding
-// the function) is left unread; nothing else read here takes the lock.
-Result<PciFunction> ReadPciFunction(const sysfs::SysfsReader& sysfs, const std::string& address,
-                                    bool read_override = true);
+// One PCI function, read now (no names, no driver_override): what device preparation plans
+// from. kNotFound when the device is gone.
+Result<PciFunction> ReadPciFunction(const sysfs::SysfsReader& sysfs, const std::string& address);
 
 }  // namespace vfio_dra::discovery

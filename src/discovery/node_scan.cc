@@ -10,7 +10,7 @@ namespace vfio_dra::discovery {
 std::shared_ptr<const NodeScan> ScanNode(const sysfs::SysfsReader& sysfs, PciNames* names,
                                          const AdminPolicy& policy, const ScanContext& context) {
   auto scan = std::make_shared<NodeScan>();
-  scan->inventory = ScanInventory(sysfs, names, context.read_driver_overrides);
+  scan->inventory = ScanInventory(sysfs, names);
   if (context.vfio_drivers != nullptr) {
     for (auto& [address, fn] : scan->inventory.functions) {
       if (!fn.IsBridge()) fn.vfio_driver = context.vfio_drivers->Choose(fn, sysfs);

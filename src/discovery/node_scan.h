@@ -35,10 +35,6 @@ struct ScanContext {
   std::map<std::string, ManagedFunction> managed;
   // Picks each function's VFIO driver; null: vfio-pci for every function.
   const VfioDriverChooser* vfio_drivers = nullptr;
-  // Whether to read each function's driver_override, which only reports show (discover). Its read
-  // takes the kernel's device lock, so it blocks while any process is stuck unbinding the
-  // function: the daemon's scans leave it unread.
-  bool read_driver_overrides = false;
 };
 
 // Scans the node under `policy`; `names` may be null.

@@ -47,15 +47,6 @@ Result<std::string> ChooseVfioDriver(const PlanContext& context, const discovery
                        "[{match: {address: \"" + fn.address + "\"}, use: vfio-pci}])");
 }
 
-// A function as planning needs it, read now, without driver_override: planning does not use it,
-// and its read waits for as long as another process (the other instance of a rolling update) is
-// stuck unbinding the function, which on a node is an unkillable wait until a VM lets go of it.
-// Inspect reads it, through the gate, when the prepare records the function.
-Result<discovery::PciFunction> ReadFunctionToPlan(const PlanContext& context,
-                                                  const std::string& address) {
-  return discovery::ReadPciFunction(context.sysfs, address, /*read_override=*/false);
-}
-
 // The functions of `group` that must be bound with the device (every PCI function but bridges),
 // with the VFIO driver of each added to `drivers`.
 Result<std::vector<std::string>> GroupFunctions(const PlanContext& context, int group,
@@ -74,7 +65,7 @@ Result<std::vector<std::string>> GroupFunctions(const PlanContext& context, int 
     if (Status s = CheckNotBusy(context, *address); !s.ok()) {
       return s.error().Wrap("IOMMU group " + std::to_string(group) + " of " + device);
     }
-    auto fn = ReadFunctionToPlan(context, *address);
+    auto fn = discovery::ReadPciFunction(context.sysfs, *address);
     if (!fn.ok()) {
       return fn.error().Wrap("IOMMU group " + std::to_string(group) + " of " + device +
                              " has a member that cannot be read, so the group cannot be handed "
@@ -117,7 +108,7 @@ Result<PlannedDevice> PlanPci(PlannedDevice planned, const PublishedDeviceView& 
   if (Status s = CheckNotBusy(context, *address); !s.ok()) {
     return s.error().Wrap("device " + name);
   }
-  auto fn = ReadFunctionToPlan(context, *address);
+  auto fn = discovery::ReadPciFunction(context.sysfs, *address);
   if (!fn.ok()) {
     if (fn.error().kind == ErrorKind::kNotFound) {
       return MakeError(ErrorKind::kFailedPrecondition,

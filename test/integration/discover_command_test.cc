@@ -6,10 +6,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "integration/daemon_process.h"
+#include "simulated_kernel.h"
 #include "sysfs_fixture.h"
 
 namespace vfio_dra::testing {
@@ -167,6 +170,45 @@ TEST(DiscoverCommand, AMissingSysfsRootIsReportedNotFatal) {
   EXPECT_EQ(result.exit_code, 0);
   EXPECT_THAT(result.output,
               HasSubstr("no PCI devices: cannot list /nonexistent-sysfs/bus/pci/devices"));
+}
+
+// Admins run discover when a device is stuck: another process (a daemon whose unbind waits for a
+// VM) holds the audio function's device lock. The command still answers, shows the overrides it
+// can read, and says which one it could not.
+TEST(DiscoverCommand, AFunctionAnotherProcessIsStuckOnIsReportedAndTheCommandAnswers) {
+  char tmpl[] = "/tmp/vfio-dra-discover-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  ASSERT_TRUE(BuildFixture("workstation", dir + "/sys"));
+  std::ofstream(dir + "/sys/bus/pci/devices/0000:02:00.0/driver_override", std::ios::trunc)
+      << "vfio-pci\n";
+  SimulatedKernel other_process(dir + "/sys", dir + "/dev");
+  other_process.HangUnbind("0000:01:00.1");
+  auto stuck = std::async(std::launch::async, [&] {
+    return other_process.Write(dir + "/sys/bus/pci/drivers/snd_hda_intel/unbind", "0000:01:00.1");
+  });
+  ASSERT_TRUE(other_process.WaitUntilHanging(1, std::chrono::seconds(30)));
+  CommandResult result =
+      RunCommand({VFIO_DRA_PLUGIN_BINARY, "discover", "--sysfs-root", dir + "/sys", "-o", "json"},
+                 std::chrono::seconds(60));
+  other_process.ReleaseHangs();
+  EXPECT_EQ(stuck.get(), 0);
+  other_process.WaitIdle();
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  auto report = nlohmann::json::parse(result.output, nullptr, false);
+  ASSERT_FALSE(report.is_discarded()) << result.output;
+  std::map<std::string, std::string> overrides;
+  for (const auto& fn : report["functions"]) {
+    overrides[fn["address"].get<std::string>()] = fn["driverOverride"].get<std::string>();
+  }
+  EXPECT_EQ(overrides["0000:02:00.0"], "vfio-pci");
+  EXPECT_EQ(overrides["0000:01:00.0"], "");
+  EXPECT_EQ(overrides.count("0000:01:00.1"), 1u) << "the stuck function is still listed";
+  std::string warnings;
+  for (const auto& w : report["warnings"]) warnings += w.get<std::string>() + "\n";
+  EXPECT_THAT(warnings,
+              HasSubstr("PCI function 0000:01:00.1 is shown without its driver_override"));
+  EXPECT_THAT(warnings, HasSubstr("the kernel holds the device's lock"));
+  std::filesystem::remove_all(dir);
 }
 
 // Reads this machine's real /sys (read only: discover has no code path that writes).

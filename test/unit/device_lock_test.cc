@@ -18,6 +18,7 @@
 #include "base/file_io.h"
 #include "discovery/node_scan.h"
 #include "simulated_kernel.h"
+#include "sysfs/bounded_reads.h"
 #include "unit/fixture_node.h"
 #include "vfio/device_holders.h"
 #include "vfio/device_lock_gate.h"
@@ -209,6 +210,46 @@ TEST(DeviceLockOfAnotherProcess, AScanNeitherBlocksNorLosesThePfsVfs) {
   ASSERT_TRUE(pf.sriov_pf.has_value());
   EXPECT_EQ(pf.sriov_pf->num_vfs, 8);
   EXPECT_EQ(during->selection.devices.size(), before->selection.devices.size());
+  EXPECT_EQ(stuck.get(), 0);
+  other_process.WaitIdle();
+}
+
+// `discover` reports driver_override, and admins run it when a device is stuck: its reads are
+// bounded. The one of the function another process is stuck unbinding answers "did not answer",
+// and the reads after it still answer (a new reader process goes on past the stuck one).
+TEST(DeviceLockOfAnotherProcess, BoundedReadsAnswerForEveryAttributeAndNameTheLockedOne) {
+  FixtureNode node("workstation");
+  sysfs::SysfsReader sysfs(node.sysfs_root());
+  SimulatedKernel other_process(node.sysfs_root(), node.dir() + "/dev");
+  other_process.HangUnbind(kAudio);
+  auto stuck = std::async(std::launch::async, [&] {
+    return other_process.Write(node.sysfs_root() + "/bus/pci/drivers/snd_hda_intel/unbind", kAudio);
+  });
+  ASSERT_TRUE(other_process.WaitUntilHanging(1, std::chrono::seconds(30)));
+  const std::vector<std::string> paths = {
+      "bus/pci/devices/0000:01:00.0/driver_override",
+      std::string("bus/pci/devices/") + kAudio + "/driver_override",
+      "bus/pci/devices/0000:03:00.0/driver_override",
+      "bus/pci/devices/0000:03:00.0/no_such_attribute"};
+  auto reads = std::async(std::launch::async, [&] {
+    return sysfs::ReadAttributesBounded(sysfs, paths, std::chrono::milliseconds(300));
+  });
+  // A failure detector, not a synchronisation: only a read blocked on the lock runs for a minute.
+  const bool answered = reads.wait_for(std::chrono::minutes(1)) == std::future_status::ready;
+  other_process.ReleaseHangs();
+  ASSERT_TRUE(answered) << "a read waited for the device lock another process holds";
+  const auto read = reads.get();
+  ASSERT_EQ(read.size(), 4u);
+  ASSERT_TRUE(read[0].ok()) << read[0].error().message;
+  EXPECT_EQ(*read[0], "(null)\n");
+  ASSERT_FALSE(read[1].ok());
+  EXPECT_EQ(read[1].error().kind, ErrorKind::kDeadlineExceeded);
+  EXPECT_THAT(read[1].error().message, HasSubstr(std::string(kAudio) + "/driver_override"));
+  EXPECT_THAT(read[1].error().message, HasSubstr("did not answer within 300 ms"));
+  ASSERT_TRUE(read[2].ok()) << read[2].error().message;
+  EXPECT_EQ(*read[2], "(null)\n");
+  ASSERT_FALSE(read[3].ok());
+  EXPECT_EQ(read[3].error().kind, ErrorKind::kNotFound);
   EXPECT_EQ(stuck.get(), 0);
   other_process.WaitIdle();
 }
