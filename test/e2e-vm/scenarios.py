@@ -112,6 +112,11 @@ def enable_vfs(count=2):
     return [os.path.basename(os.readlink(f"{pf}/virtfn{i}")) for i in range(count)]
 
 
+def vf_device(address):
+    """The published name of a VF (as slicepublisher/device_names.h makes it)."""
+    return "vf-" + address.replace(":", "-").replace(".", "-")
+
+
 def claim(name, uid, results, annotations=None):
     metadata = {"namespace": "vms", "name": name, "uid": uid, "generation": 1}
     if annotations:
@@ -374,7 +379,7 @@ def scenario_gpu():
 def scenario_vf():
     vfs = enable_vfs()
     uid = "e2e00000-0000-4000-8000-000000000002"
-    name = "vf-" + vfs[1].replace(":", "-").replace(".", "-")
+    name = vf_device(vfs[1])
     node = Node([claim("nic", uid, [("nic", name)])])
     check(driver(vfs[1]) == "", "the VF starts without a driver (autoprobe off)")
     node.start()
@@ -633,7 +638,7 @@ def scenario_vmm_holds():
     other = f"vms/vm-other/{other_uid}"
     node = Node([claim("vm-held", held_uid, [("nic", "hostdev-0000-02-00-0")]),
                  claim("vm-other", other_uid,
-                       [("nic", "vf-" + vfs[0].replace(":", "-").replace(".", "-"))])],
+                       [("nic", vf_device(vfs[0]))])],
                 extra_args=["--unbind-timeout", str(unbind_timeout)])
     before = {a: driver(a) for a in (held_address, vfs[0])}
     check(before == {held_address: "e1000e", vfs[0]: ""}, f"drivers before: {before}")
@@ -843,11 +848,30 @@ def scenario_peer_stuck():
         # A's unbind now waits in the kernel, holding the function's device lock.
         wait_for(lambda: driver(held_address) == "", f"{held_address}'s driver link gone")
         # Scans read nothing that takes the lock A's unbind holds: the slices follow the node.
-        names = {"vf-" + vf.replace(":", "-").replace(".", "-") for vf in enable_vfs()}
+        names = {vf_device(vf) for vf in enable_vfs()}
         what = f"the slices gain the new VFs {sorted(names)} while A's unbind is stuck"
         check(wait_for(lambda: names <= {d["name"] for s in b.slices()
                                          for d in s["spec"].get("devices", [])},
                        what, timeout=40) is not None, what)
+        # An admin's `discover` while the device is stuck answers, and says what it cannot read.
+        discover = subprocess.Popen([PLUGIN, "discover", "-o", "json", "--config",
+                                     WORK + "/policy.yaml", "--modules-alias", MODULES_ALIAS],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        started = time.monotonic()
+        try:
+            out, _ = discover.communicate(timeout=60)  # the reader it leaves behind holds no pipe
+        except subprocess.TimeoutExpired:  # a process in the kernel's lock cannot be waited for
+            out = None
+        took = time.monotonic() - started
+        check(out is not None and discover.returncode == 0,
+              f"discover answers while {held_address} is stuck: took {took:.2f} s")
+        if out is not None:
+            report = json.loads(out)
+            check(held_address in [f["address"] for f in report["functions"]],
+                  f"discover lists {held_address}")
+            warnings = "\n".join(report["warnings"])
+            check(f"PCI function {held_address} is shown without its driver_override" in warnings,
+                  f"discover says it could not read {held_address}'s driver_override: {warnings}")
         call = b.kubelet_call("prepare", late)
         error = timed_answer(call, late_uid, "B prepares another claim on the held function")
         check(call.seconds <= bound, f"B's prepare answers within {bound:.1f} s: took "
