@@ -211,7 +211,10 @@ Result<PciIdentity> VfioDevicePreparer::ReadIdentity(const std::string& address)
   auto text = sysfs_.Read(path);
   if (!text.ok()) return text.error().Wrap("cannot read the identity of PCI " + address);
   auto ids = sysfs::ParsePciModalias(*text);
-  if (!ids.ok()) return ids.error().Wrap(sysfs_.Path(path));
+  if (!ids.ok()) {
+    return ids.error().Wrap("cannot read the identity of PCI " + address + ": " +
+                            sysfs_.Path(path));
+  }
   // As the vendor, device and subsystem files have them, without 0x: records compare equal
   // across versions.
   return PciIdentity{fmt::format("{:04x}", ids->vendor), fmt::format("{:04x}", ids->device),

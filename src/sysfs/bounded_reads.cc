@@ -28,11 +28,10 @@ constexpr size_t kMaxAttribute = 4096;  // sysfs hands out at most a page per at
 [[noreturn]] void ReadInChild(int out, const std::vector<std::string>& paths, size_t from) {
   // The caller's output (kubectl exec's stream) must not wait for a child left behind.
   const int null = ::open("/dev/null", O_RDWR);
-  if (null >= 0) {
-    ::dup2(null, STDIN_FILENO);
-    ::dup2(null, STDOUT_FILENO);
-    ::dup2(null, STDERR_FILENO);
+  for (int fd : {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO}) {
+    if (null < 0 || ::dup2(null, fd) < 0) ::close(fd);
   }
+  if (null > STDERR_FILENO) ::close(null);
   char buffer[sizeof(RecordHeader) + kMaxAttribute];
   for (size_t i = from; i < paths.size(); ++i) {
     RecordHeader header{static_cast<uint32_t>(i), 0, 0};
@@ -100,16 +99,18 @@ std::vector<Result<std::string>> ReadAttributesBounded(const SysfsReader& sysfs,
     }
     std::string pending;
     bool stalled = false;
-    for (;;) {
+    // Until every attribute is answered for: end of file may come late (another thread's fork
+    // can hold the pipe's write end), and the child has nothing left to block on by then.
+    while (next < paths.size()) {
       pollfd ready{fds[0], POLLIN, 0};
       const int polled = ::poll(&ready, 1, static_cast<int>(stall.count()));
       if (polled < 0 && errno == EINTR) continue;
-      if (polled == 0) {
+      if (polled <= 0) {  // no answer in time, or poll failed: either way, never wait for it
         stalled = true;
         break;
       }
       char chunk[8192];
-      const ssize_t n = polled < 0 ? -1 : ::read(fds[0], chunk, sizeof chunk);
+      const ssize_t n = ::read(fds[0], chunk, sizeof chunk);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;  // the child is done (or gone)
       pending.append(chunk, static_cast<size_t>(n));
@@ -117,7 +118,7 @@ std::vector<Result<std::string>> ReadAttributesBounded(const SysfsReader& sysfs,
         RecordHeader header{};
         std::memcpy(&header, pending.data(), sizeof header);
         if (header.index >= paths.size() || header.length > kMaxAttribute) {
-          pending.clear();  // not what this file's child writes: ends like a child that is gone
+          pending.clear();  // not what this file's child writes: the rest of it is dropped
           break;
         }
         if (pending.size() < sizeof header + header.length) break;

@@ -5,7 +5,9 @@
 // thread in that sleep cannot finish exiting either. So the reads run in a child process that
 // shares nothing with the caller's output; the caller waits for each read at most `stall`, and a
 // read that does not answer in time is reported as such and left behind in its child (killed, it
-// ends once the kernel lets go). The remaining attributes are read by a new child.
+// ends once the kernel lets go). The remaining attributes are read by a new child. A child left
+// behind is reaped by whoever inherits it when the caller exits: with the DaemonSet's hostPID,
+// `kubectl exec ... discover` runs in the node's PID namespace, whose init reaps it.
 #pragma once
 
 #include <chrono>
