@@ -5,13 +5,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <random>
+#include <string_view>
 
 namespace vfio_dra {
 
@@ -77,34 +80,54 @@ std::pair<std::string, std::string> SplitFilePath(const std::string& path) {
   return {path.substr(0, slash), path.substr(slash + 1)};
 }
 
-Status RemoveFileAndTemporaries(const std::string& path) {
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-    return MakeError(ErrorKind::kUnavailable, "cannot remove " + path + ": " + ErrnoText(errno));
+Status RemoveFilesAndTemporaries(const std::string& dir, const std::vector<std::string>& names) {
+  if (names.empty()) return Status::Ok();
+  // Each file is tried even when one before it cannot be removed; the first failure is reported.
+  std::optional<Error> first;
+  for (const std::string& name : names) {
+    const std::string path = dir + "/" + name;
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT && !first) {
+      first = MakeError(ErrorKind::kUnavailable, "cannot remove " + path + ": " + ErrnoText(errno));
+    }
   }
-  const auto [dir, name] = SplitFilePath(path);
-  const std::string prefix = TemporaryFilePrefix(name);
-  // Every unprepare lists a directory that holds a file per prepared claim: plain readdir, which
-  // does not build and parse a std::filesystem::path per entry the way directory_iterator does.
+  // Every unprepare lists a directory that holds a file per prepared claim, once for all of the
+  // claim's files: plain readdir, which does not build and parse a std::filesystem::path per
+  // entry the way directory_iterator does.
   std::unique_ptr<DIR, int (*)(DIR*)> listing(::opendir(dir.c_str()), &::closedir);
   if (listing == nullptr) {
-    if (errno == ENOENT) return Status::Ok();
-    return MakeError(ErrorKind::kUnavailable, "cannot list " + dir + ": " + ErrnoText(errno));
+    if (errno == ENOENT) return first ? Status(*first) : Status::Ok();
+    return first
+               ? Status(*first)
+               : MakeError(ErrorKind::kUnavailable, "cannot list " + dir + ": " + ErrnoText(errno));
   }
   errno = 0;
   while (const dirent* entry = ::readdir(listing.get())) {
-    if (std::strncmp(entry->d_name, prefix.c_str(), prefix.size()) == 0) {
+    // A temporary file is ".<name>.tmp-<n>" (TemporaryFilePrefix).
+    const std::string_view found(entry->d_name);
+    const size_t tmp = found.rfind(".tmp-");
+    if (found.size() < 2 || found[0] != '.' || tmp == std::string_view::npos || tmp < 2) {
+      errno = 0;
+      continue;
+    }
+    const std::string_view stands_for = found.substr(1, tmp - 1);
+    if (std::find(names.begin(), names.end(), stands_for) != names.end()) {
       const std::string leftover = dir + "/" + entry->d_name;
-      if (::unlink(leftover.c_str()) != 0 && errno != ENOENT) {
-        return MakeError(ErrorKind::kUnavailable, "cannot remove the leftover temporary file " +
-                                                      leftover + ": " + ErrnoText(errno));
+      if (::unlink(leftover.c_str()) != 0 && errno != ENOENT && !first) {
+        first = MakeError(ErrorKind::kUnavailable, "cannot remove the leftover temporary file " +
+                                                       leftover + ": " + ErrnoText(errno));
       }
     }
     errno = 0;
   }
-  if (errno != 0) {
-    return MakeError(ErrorKind::kUnavailable, "cannot list " + dir + ": " + ErrnoText(errno));
+  if (errno != 0 && !first) {
+    first = MakeError(ErrorKind::kUnavailable, "cannot list " + dir + ": " + ErrnoText(errno));
   }
-  return Status::Ok();
+  return first ? Status(*first) : Status::Ok();
+}
+
+Status RemoveFileAndTemporaries(const std::string& path) {
+  const auto [dir, name] = SplitFilePath(path);
+  return RemoveFilesAndTemporaries(dir, {name});
 }
 
 Status WriteFileAtomically(const std::string& path, const std::string& contents, mode_t mode,

@@ -8,6 +8,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "base/result.h"
 
@@ -45,6 +46,8 @@ std::pair<std::string, std::string> SplitFilePath(const std::string& path);
 // when their process died between creating and renaming them. Only call while no write of `path`
 // can be running (the caller holds whatever orders those writes).
 Status RemoveFileAndTemporaries(const std::string& path);
+// The same for several files of one directory, with one listing of it.
+Status RemoveFilesAndTemporaries(const std::string& dir, const std::vector<std::string>& names);
 
 // Creates `dir` and its parents if missing; an error (naming the directory) when that fails or
 // `dir` exists and is not a directory.

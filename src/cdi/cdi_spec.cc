@@ -154,13 +154,17 @@ Status SpecDirectory::Write(const std::string& file_name, const Spec& spec) cons
                              Durability::kVolatile);
 }
 
-Status SpecDirectory::Remove(const std::string& file_name) const {
-  if (!IsSafeFileName(file_name)) {
-    return MakeError(ErrorKind::kInvalidArgument,
-                     "refusing CDI spec file name \"" + file_name + "\": not a single safe name");
+Status SpecDirectory::Remove(const std::string& file_name) const { return RemoveAll({file_name}); }
+
+Status SpecDirectory::RemoveAll(const std::vector<std::string>& file_names) const {
+  for (const std::string& file_name : file_names) {
+    if (!IsSafeFileName(file_name)) {
+      return MakeError(ErrorKind::kInvalidArgument,
+                       "refusing CDI spec file name \"" + file_name + "\": not a single safe name");
+    }
   }
-  if (Status s = RemoveFileAndTemporaries(PathOf(file_name)); !s.ok()) {
-    return s.error().Wrap("cannot remove CDI spec " + PathOf(file_name));
+  if (Status s = RemoveFilesAndTemporaries(dir_, file_names); !s.ok()) {
+    return s.error().Wrap("cannot remove CDI specs of " + dir_);
   }
   return Status::Ok();
 }

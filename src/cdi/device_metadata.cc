@@ -189,9 +189,7 @@ Status MetadataStore::RemoveClaim(const std::string& claim_namespace, const std:
   if (!IsObjectUid(claim_uid)) return BadName("claim uid", claim_uid);
   auto files = cdi_.List(driver_ + "_metadata_" + claim_uid + "_");
   if (!files.ok()) return files.error();
-  for (const std::string& file : *files) {
-    if (Status s = cdi_.Remove(file); !s.ok()) return s;
-  }
+  if (Status s = cdi_.RemoveAll(*files); !s.ok()) return s;
   if (Status s = RemoveHostFiles(claim_uid); !s.ok()) return s;
   const std::string base = BaseDirectory() + "/";
   std::error_code ec;

@@ -745,8 +745,8 @@ Status VfioDevicePreparer::Undo(const ClaimRecord& record, Deadline deadline) {
     return true;
   };
   Step("cdi:remove");
-  for (auto it = record.cdi_files.rbegin(); it != record.cdi_files.rend(); ++it) {
-    if (Status s = cdi_.Remove(*it); !s.ok()) note(s.error());
+  if (Status s = cdi_.RemoveAll({record.cdi_files.rbegin(), record.cdi_files.rend()}); !s.ok()) {
+    note(s.error());
   }
   Step("metadata:remove");
   if (Status s = metadata_.RemoveClaim(record.namespace_, record.name, record.uid); !s.ok()) {

@@ -3,6 +3,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <set>
 
 #include "base/base64.h"
 #include "base/file_io.h"
@@ -91,6 +93,26 @@ TEST(SplitFilePath, GivesTheDirectoryAndTheName) {
   EXPECT_EQ(SplitFilePath("/a.json"), (std::pair<std::string, std::string>{"/", "a.json"}));
   EXPECT_EQ(SplitFilePath("d/.a.json.tmp-1"),
             (std::pair<std::string, std::string>{"d", ".a.json.tmp-1"}));
+}
+
+// An unprepare removes a claim's files of one directory with one listing: the files, and the
+// temporary files of exactly those names that writes cut short by a crash left; nothing else.
+TEST(RemoveFilesAndTemporaries, RemovesTheFilesAndTheirLeftoversOnly) {
+  char tmpl[] = "/tmp/vfio-dra-remove-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  for (const char* name : {"a.json", ".a.json.tmp-1", ".a.json.tmp-22", ".b.json.tmp-3", "c.json",
+                           ".c.json.tmp-4", ".ab.json.tmp-5", "a.json.tmp-6"}) {
+    std::ofstream(dir + "/" + name) << "x";
+  }
+  ASSERT_TRUE(RemoveFilesAndTemporaries(dir, {"a.json", "b.json"}).ok());
+  std::set<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    left.insert(e.path().filename().string());
+  }
+  EXPECT_EQ(left,
+            (std::set<std::string>{"c.json", ".c.json.tmp-4", ".ab.json.tmp-5", "a.json.tmp-6"}));
+  EXPECT_TRUE(RemoveFilesAndTemporaries(dir + "/gone", {"a.json"}).ok()) << "nothing to remove";
+  std::filesystem::remove_all(dir);
 }
 
 // The stat that spares each write the creation attempt must not take a file for the directory.
