@@ -802,12 +802,12 @@ def scenario_two_instances():
 
 def scenario_peer_stuck():
     """A rolling update while a VM still holds a device: instance A's unprepare is stuck in the
-    kernel's unbind (the VMM holds the function), and instance B, sharing the data dir, is asked
-    to prepare another claim on that function and to retry the held claim's unprepare. Neither
-    of B's answers may wait for the kubelet's deadline on the device A's unbind holds: B refuses
-    the new claim naming the claim that holds the device, and its retry fails saying the device
-    is still in use. Scans go on meanwhile. Once the VMM exits, B's retry gives the device back to
-    its host driver."""
+    kernel's unbind (the VMM holds the function); instance B, sharing the data dir, starts then
+    and is asked to prepare another claim on that function and to retry the held claim's
+    unprepare. Neither of B's answers may wait for the kubelet's deadline on the device A's
+    unbind holds: B refuses the new claim naming the claim that holds the device, and its retry
+    fails saying the device is still in use. Scans and `discover` go on meanwhile. Once the VMM
+    exits, B's retry gives the device back to its host driver."""
     unbind_timeout = 3
     held_address = "0000:02:00.0"
     subprocess.run(["modprobe", "-d", CACHE + "/kernel", "-S", KVER, "vfio_iommu_type1"],
@@ -824,7 +824,6 @@ def scenario_peer_stuck():
              extra_args=args)
     check(driver(held_address) == "e1000e", f"{held_address} on e1000e before")
     a.start()
-    b.start()
     wait_for(lambda: a.slices(), "slices published")
     call = a.kubelet_call("prepare", held)
     if not check(timed_answer(call, held_uid, "A prepares the held claim") == "",
@@ -840,6 +839,8 @@ def scenario_peer_stuck():
     try:
         if not check(vmm.connect(), "the VMM in the node is up (QMP answers)"):
             print("--- vmm.log\n" + vmm.log())
+            b.stop()
+            a.stop()
             return
         check(f"/dev/vfio/{g}" in vmm.open_vfio_nodes(), f"the VMM holds /dev/vfio/{g} open")
         call = a.kubelet_call("unprepare", held)
@@ -847,6 +848,13 @@ def scenario_peer_stuck():
         check("in use" in error, f"A's unprepare fails saying the device is in use: {error}")
         # A's unbind now waits in the kernel, holding the function's device lock.
         wait_for(lambda: driver(held_address) == "", f"{held_address}'s driver link gone")
+        # The rolling update's new instance starts only now: its recovery and first scan read
+        # nothing that takes the lock either (start() waits for its registration).
+        started = time.monotonic()
+        b.start()
+        check(b.daemon.poll() is None and b.kubelet("register") == {},
+              f"B starts and registers while A's unbind is stuck "
+              f"({time.monotonic() - started:.2f} s)")
         # Scans read nothing that takes the lock A's unbind holds: the slices follow the node.
         names = {vf_device(vf) for vf in enable_vfs()}
         what = f"the slices gain the new VFs {sorted(names)} while A's unbind is stuck"
@@ -861,6 +869,7 @@ def scenario_peer_stuck():
         try:
             out, _ = discover.communicate(timeout=60)  # the reader it leaves behind holds no pipe
         except subprocess.TimeoutExpired:  # a process in the kernel's lock cannot be waited for
+            discover.kill()
             out = None
         took = time.monotonic() - started
         check(out is not None and discover.returncode == 0,
