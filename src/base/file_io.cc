@@ -71,6 +71,14 @@ Result<std::string> ReadFileToString(const std::string& path, size_t max_bytes) 
 
 std::string TemporaryFilePrefix(const std::string& file_name) { return "." + file_name + ".tmp-"; }
 
+std::optional<std::string_view> TemporaryFileStandsFor(std::string_view entry) {
+  const size_t tmp = entry.rfind(".tmp-");
+  if (entry.size() < 2 || entry[0] != '.' || tmp == std::string_view::npos || tmp < 2) {
+    return std::nullopt;
+  }
+  return entry.substr(1, tmp - 1);
+}
+
 std::pair<std::string, std::string> SplitFilePath(const std::string& path) {
   // String work, not std::filesystem::path, which splits and allocates every component of a path
   // that is written on every prepare.
@@ -102,15 +110,8 @@ Status RemoveFilesAndTemporaries(const std::string& dir, const std::vector<std::
   }
   errno = 0;
   while (const dirent* entry = ::readdir(listing.get())) {
-    // A temporary file is ".<name>.tmp-<n>" (TemporaryFilePrefix).
-    const std::string_view found(entry->d_name);
-    const size_t tmp = found.rfind(".tmp-");
-    if (found.size() < 2 || found[0] != '.' || tmp == std::string_view::npos || tmp < 2) {
-      errno = 0;
-      continue;
-    }
-    const std::string_view stands_for = found.substr(1, tmp - 1);
-    if (std::find(names.begin(), names.end(), stands_for) != names.end()) {
+    const auto stands_for = TemporaryFileStandsFor(entry->d_name);
+    if (stands_for && std::find(names.begin(), names.end(), *stands_for) != names.end()) {
       const std::string leftover = dir + "/" + entry->d_name;
       if (::unlink(leftover.c_str()) != 0 && errno != ENOENT && !first) {
         first = MakeError(ErrorKind::kUnavailable, "cannot remove the leftover temporary file " +

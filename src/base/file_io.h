@@ -6,7 +6,9 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -37,6 +39,9 @@ Status WriteFileAtomically(const std::string& path, const std::string& contents,
 
 // The prefix of the temporary files WriteFileAtomically makes for `file_name` in its directory.
 std::string TemporaryFilePrefix(const std::string& file_name);
+// The file a directory entry is a temporary file of (".<name>.tmp-<n>" -> "<name>"); none for an
+// entry that is not one.
+std::optional<std::string_view> TemporaryFileStandsFor(std::string_view entry);
 
 // A file's path as its directory and its name: "a/b.json" -> {"a", "b.json"}, "b.json" ->
 // {".", "b.json"}, "/b.json" -> {"/", "b.json"}.

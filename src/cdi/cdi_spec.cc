@@ -182,9 +182,9 @@ Result<std::vector<std::string>> SpecDirectory::List(const std::string& prefix) 
     // A write cut short by a crash leaves ".<name>.tmp-<n>": it stands for <name>, whose Remove
     // takes it along.
     if (name.size() > 1 && name[0] == '.') {
-      const size_t tmp = name.rfind(".tmp-");
-      if (tmp == std::string::npos || tmp < 2) continue;
-      name = name.substr(1, tmp - 1);
+      const auto stands_for = TemporaryFileStandsFor(name);
+      if (!stands_for) continue;
+      name = std::string(*stands_for);
     }
     if (name.rfind(prefix, 0) == 0 && name.size() > 5 &&
         name.compare(name.size() - 5, 5, ".json") == 0) {

@@ -95,6 +95,14 @@ TEST(SplitFilePath, GivesTheDirectoryAndTheName) {
             (std::pair<std::string, std::string>{"d", ".a.json.tmp-1"}));
 }
 
+TEST(TemporaryFileStandsFor, NamesTheFileOfAWritesTemporaryOnly) {
+  EXPECT_EQ(TemporaryFileStandsFor(TemporaryFilePrefix("a.json") + "17"), "a.json");
+  EXPECT_EQ(TemporaryFileStandsFor(".a.json.tmp-"), "a.json");
+  for (const char* other : {"a.json", ".", "..", ".a.json", "a.json.tmp-1", "..tmp-1"}) {
+    EXPECT_EQ(TemporaryFileStandsFor(other), std::nullopt) << other;
+  }
+}
+
 // An unprepare removes a claim's files of one directory with one listing: the files, and the
 // temporary files of exactly those names that writes cut short by a crash left; nothing else.
 TEST(RemoveFilesAndTemporaries, RemovesTheFilesAndTheirLeftoversOnly) {
