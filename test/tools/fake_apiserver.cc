@@ -7,6 +7,7 @@
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <random>
 #include <regex>
 #include <set>
@@ -652,7 +653,13 @@ bool FakeApiServer::Start(int port) {
   } else {
     server_ = std::make_unique<httplib::Server>();
   }
-  server_->new_task_queue = [] { return new httplib::ThreadPool(64); };
+  server_->new_task_queue = [threads = static_cast<size_t>(std::max(1, options_.threads))] {
+    return new httplib::ThreadPool(threads);
+  };
+  // A real API server serves any number of requests on a kept-alive connection; cpp-httplib's
+  // default closes it after five, which made clients reconnect (a TLS handshake each time) for
+  // one request in five.
+  server_->set_keep_alive_max_count(std::numeric_limits<size_t>::max());
   // A real API server answers without Nagle delays; without this, small responses wait for the
   // client's delayed ACK (about 40 ms) and every measured call would include it.
   server_->set_tcp_nodelay(true);
@@ -1051,6 +1058,7 @@ void FakeApiServer::InstallRoutes() {
       }
       record.user_agent = req.get_header_value("User-Agent");
       record.authorization = req.get_header_value("Authorization");
+      record.client_port = req.remote_port;
       requests_.push_back(record);
     }
     for (auto it = faults_.begin(); it != faults_.end(); ++it) {

@@ -60,6 +60,9 @@ struct FakeApiServerOptions {
   // some other feature gate would; the writer's answer and the watch show the changed slice.
   // Called with the server's lock held: it must not call the server.
   std::function<void(nlohmann::json& slice)> alter_stored_slice;
+  // Connections served at once: cpp-httplib gives each kept-alive connection a thread of this
+  // pool for as long as it stays open, and a connection beyond them waits for one to close.
+  int threads = 64;
   // When both are set the server speaks HTTPS with this certificate.
   std::string tls_cert_file;
   std::string tls_key_file;
@@ -96,6 +99,7 @@ struct RecordedRequest {
   std::string query;
   std::string user_agent;
   std::string authorization;
+  int client_port = 0;  // the client's TCP port: one per connection
   int status = 0;
 };
 
