@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cctype>
 #include <cstdlib>
+#include <iterator>
 
 #include "base/file_io.h"
 
@@ -25,7 +26,6 @@ constexpr auto kConnectTimeout = std::chrono::seconds(10);
 // bounds a silence far longer than any watch the plugin opens, behind the kernel's keepalives.
 constexpr auto kStreamReadTimeout = std::chrono::minutes(30);
 constexpr size_t kMaxBodyBytes = size_t{64} << 20;
-constexpr size_t kMaxIdleClients = 8;
 
 std::string Lower(std::string text) {
   std::transform(text.begin(), text.end(), text.begin(),
@@ -237,7 +237,8 @@ Status CheckConnectionPolicy(const ClientConfig& config, const ServerEndpoint& e
 }
 
 Result<std::unique_ptr<HttplibTransport>> HttplibTransport::Create(const ClientConfig& config,
-                                                                   std::string user_agent) {
+                                                                   std::string user_agent,
+                                                                   const Clock& clock) {
   auto endpoint = ServerEndpoint::Parse(config.server, config.source);
   if (!endpoint.ok()) return endpoint.error();
   if (Status s = CheckConnectionPolicy(config, *endpoint, ProxyEnvironment::FromProcess());
@@ -278,16 +279,18 @@ Result<std::unique_ptr<HttplibTransport>> HttplibTransport::Create(const ClientC
                        context + ": the client key does not belong to the client certificate");
     }
   }
-  return std::unique_ptr<HttplibTransport>(
-      new HttplibTransport(config, std::move(*endpoint), std::move(tls), std::move(user_agent)));
+  return std::unique_ptr<HttplibTransport>(new HttplibTransport(
+      config, std::move(*endpoint), std::move(tls), std::move(user_agent), clock));
 }
 
 HttplibTransport::HttplibTransport(ClientConfig config, ServerEndpoint endpoint,
-                                   std::unique_ptr<TlsMaterial> tls, std::string user_agent)
+                                   std::unique_ptr<TlsMaterial> tls, std::string user_agent,
+                                   const Clock& clock)
     : config_(std::move(config)),
       endpoint_(std::move(endpoint)),
       tls_(std::move(tls)),
-      user_agent_(std::move(user_agent)) {}
+      user_agent_(std::move(user_agent)),
+      clock_(&clock) {}
 
 HttplibTransport::~HttplibTransport() = default;
 
@@ -330,20 +333,34 @@ std::unique_ptr<httplib::ClientImpl> HttplibTransport::NewClient() const {
 }
 
 std::unique_ptr<httplib::ClientImpl> HttplibTransport::TakeClient() {
+  std::vector<IdleClient> expired;  // closed after the lock is let go: a TLS close writes
+  std::unique_ptr<httplib::ClientImpl> client;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    expired = TakeExpiredLocked();
     if (!idle_.empty()) {
-      auto client = std::move(idle_.back());
+      client = std::move(idle_.back().client);
       idle_.pop_back();
-      return client;
     }
   }
-  return NewClient();
+  return client ? std::move(client) : NewClient();
 }
 
 void HttplibTransport::ReturnClient(std::unique_ptr<httplib::ClientImpl> client) {
+  std::vector<IdleClient> expired;
   std::lock_guard<std::mutex> lock(mu_);
-  if (idle_.size() < kMaxIdleClients) idle_.push_back(std::move(client));
+  expired = TakeExpiredLocked();
+  if (idle_.size() < kMaxIdleClients) idle_.push_back({std::move(client), clock_->Now()});
+}
+
+std::vector<HttplibTransport::IdleClient> HttplibTransport::TakeExpiredLocked() {
+  const Clock::TimePoint cutoff = clock_->Now() - kIdleClientTimeout;
+  auto end = std::find_if(idle_.begin(), idle_.end(),
+                          [&](const IdleClient& idle) { return idle.since > cutoff; });
+  std::vector<IdleClient> expired(std::make_move_iterator(idle_.begin()),
+                                  std::make_move_iterator(end));
+  idle_.erase(idle_.begin(), end);
+  return expired;
 }
 
 Result<HttpResponse> HttplibTransport::Send(const HttpRequest& request) {

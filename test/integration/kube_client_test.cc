@@ -24,6 +24,7 @@
 #include "kube/pod.h"
 #include "slicepublisher/slice_reconciler.h"
 #include "sysfs_fixture.h"
+#include "unit/fake_clock.h"
 
 namespace vfio_dra::kube {
 namespace {
@@ -969,6 +970,34 @@ TEST_F(KubeClientTest, TlsIsVerifiedAgainstTheConfiguredCa) {
   EXPECT_TRUE(with_ca_data.ok()) << with_ca_data.error().message;
   auto insecure = GetVersionWith("    insecure-skip-tls-verify: true\n");
   EXPECT_TRUE(insecure.ok());
+}
+
+// A connection is kept for the next request until it has been idle for the pool's timeout (on
+// the transport's clock); the request after that opens a new one. The server's side tells them
+// apart by the client's port.
+TEST_F(KubeClientTest, IdleConnectionsAreReusedUntilTheyExpire) {
+  StartServer({});
+  auto config = LoadKubeconfigFile(server_->WriteKubeconfig(dir_));
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  testing::FakeClock clock;
+  auto transport = HttplibTransport::Create(*config, "test", clock);
+  ASSERT_TRUE(transport.ok()) << transport.error().message;
+  HttpRequest get;
+  get.path_and_query = "/version";
+  const auto client_port_of_a_get = [&]() {
+    auto response = (*transport)->Send(get);
+    EXPECT_TRUE(response.ok() && response->status == 200);
+    const auto requests = server_->Requests();
+    return requests.empty() ? 0 : requests.back().client_port;
+  };
+  const int first = client_port_of_a_get();
+  ASSERT_GT(first, 0);
+  clock.Advance(HttplibTransport::kIdleClientTimeout - std::chrono::seconds(1));
+  EXPECT_EQ(client_port_of_a_get(), first) << "a connection idle within the timeout was not reused";
+  clock.Advance(HttplibTransport::kIdleClientTimeout);
+  const int after = client_port_of_a_get();
+  EXPECT_GT(after, 0);
+  EXPECT_NE(after, first) << "a connection idle past the timeout was used again";
 }
 
 // With a CA configured, only that CA is trusted: not the system's store as well (the stand-in for
