@@ -378,6 +378,13 @@ Result<HttpResponse> HttplibTransport::Send(const HttpRequest& request) {
 Result<HttpResponse> HttplibTransport::Stream(const HttpRequest& request,
                                               const BodyChunkHandler& on_chunk,
                                               std::stop_token stop) {
+  {
+    // A quiet node makes no other call for as long as it likes, but its watches restart every few
+    // minutes: the connections a burst of prepares left idle close then, not never.
+    std::vector<IdleClient> expired;  // closed after the lock is let go
+    std::lock_guard<std::mutex> lock(mu_);
+    expired = TakeExpiredLocked();
+  }
   // A client of its own, so that a stop can shut its socket down whatever it is doing. A stop
   // that lands before the socket exists is caught when the socket is made.
   std::unique_ptr<httplib::ClientImpl> client = NewClient();
