@@ -27,6 +27,7 @@
 #include "kubelet_simulator.h"
 #include "latency_summary.h"
 #include "process_cpu.h"
+#include "self_signed_certificate.h"
 #include "sysfs_fixture.h"
 
 namespace {
@@ -178,13 +179,9 @@ int main(int argc, char** argv) {
   // As on a node: TLS, verified against the server's CA, with a bearer token; the daemon's
   // footprint includes OpenSSL's handshake and its watch connections' TLS state.
   std::filesystem::create_directories(base);
-  const std::string make_cert =
-      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=fake-apiserver "
-      "-addext subjectAltName=IP:127.0.0.1 -keyout " +
-      base + "/apiserver.key -out " + base + "/apiserver.crt 2>/dev/null";
-  if (std::system(make_cert.c_str()) != 0) {
-    std::fprintf(stderr,
-                 "daemon_bench: openssl could not make a certificate (hack/install-deps.sh)\n");
+  if (Status cert = testing::MakeSelfSignedCertificate(base, "apiserver", "IP:127.0.0.1");
+      !cert.ok()) {
+    std::cerr << "daemon_bench: " << cert.error().message << "\n";
     return 1;
   }
   testing::FakeApiServerOptions server_options;

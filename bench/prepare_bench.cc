@@ -35,6 +35,7 @@
 #include "kubelet_simulator.h"
 #include "latency_summary.h"
 #include "process_cpu.h"
+#include "self_signed_certificate.h"
 #include "slicepublisher/device_names.h"
 #include "sysfs_fixture.h"
 
@@ -147,12 +148,9 @@ int main(int argc, char** argv) {
   fx.MakeSriovPf("0000:5e:00.0", kPods, 0x154c, vfs);
 
   // As on a node, the daemon reads claims over TLS, verified against the server's CA.
-  const std::string make_cert =
-      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=fake-apiserver "
-      "-addext subjectAltName=IP:127.0.0.1 -keyout " +
-      dir + "/apiserver.key -out " + dir + "/apiserver.crt 2>/dev/null";
-  if (std::system(make_cert.c_str()) != 0) {
-    std::cerr << "prepare_bench: openssl could not make a certificate (hack/install-deps.sh)\n";
+  if (Status cert = testing::MakeSelfSignedCertificate(dir, "apiserver", "IP:127.0.0.1");
+      !cert.ok()) {
+    std::cerr << "prepare_bench: " << cert.error().message << "\n";
     return 1;
   }
   testing::FakeApiServerOptions server_options;

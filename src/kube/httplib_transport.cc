@@ -333,34 +333,34 @@ std::unique_ptr<httplib::ClientImpl> HttplibTransport::NewClient() const {
 }
 
 std::unique_ptr<httplib::ClientImpl> HttplibTransport::TakeClient() {
-  std::vector<IdleClient> expired;  // closed after the lock is let go: a TLS close writes
   std::unique_ptr<httplib::ClientImpl> client;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    expired = TakeExpiredLocked();
-    if (!idle_.empty()) {
-      client = std::move(idle_.back().client);
-      idle_.pop_back();
+  ChangePool([&](std::vector<IdleClient>& idle) {
+    if (!idle.empty()) {
+      client = std::move(idle.back().client);
+      idle.pop_back();
     }
-  }
+  });
   return client ? std::move(client) : NewClient();
 }
 
 void HttplibTransport::ReturnClient(std::unique_ptr<httplib::ClientImpl> client) {
-  std::vector<IdleClient> expired;
-  std::lock_guard<std::mutex> lock(mu_);
-  expired = TakeExpiredLocked();
-  if (idle_.size() < kMaxIdleClients) idle_.push_back({std::move(client), clock_->Now()});
+  // Beyond the limit, the client closes when this returns, after the pool's lock is let go.
+  ChangePool([&](std::vector<IdleClient>& idle) {
+    if (idle.size() < kMaxIdleClients) idle.push_back({std::move(client), clock_->Now()});
+  });
 }
 
-std::vector<HttplibTransport::IdleClient> HttplibTransport::TakeExpiredLocked() {
+void HttplibTransport::ChangePool(const std::function<void(std::vector<IdleClient>&)>& change) {
+  // Declared before the lock, so destroyed after it is let go: closing a TLS connection writes
+  // to its socket, which must not hold up the other threads' requests.
+  std::vector<IdleClient> expired;
+  std::lock_guard<std::mutex> lock(mu_);
   const Clock::TimePoint cutoff = clock_->Now() - kIdleClientTimeout;
   auto end = std::find_if(idle_.begin(), idle_.end(),
                           [&](const IdleClient& idle) { return idle.since > cutoff; });
-  std::vector<IdleClient> expired(std::make_move_iterator(idle_.begin()),
-                                  std::make_move_iterator(end));
+  expired.assign(std::make_move_iterator(idle_.begin()), std::make_move_iterator(end));
   idle_.erase(idle_.begin(), end);
-  return expired;
+  change(idle_);
 }
 
 Result<HttpResponse> HttplibTransport::Send(const HttpRequest& request) {
@@ -378,13 +378,9 @@ Result<HttpResponse> HttplibTransport::Send(const HttpRequest& request) {
 Result<HttpResponse> HttplibTransport::Stream(const HttpRequest& request,
                                               const BodyChunkHandler& on_chunk,
                                               std::stop_token stop) {
-  {
-    // A quiet node makes no other call for as long as it likes, but its watches restart every few
-    // minutes: the connections a burst of prepares left idle close then, not never.
-    std::vector<IdleClient> expired;  // closed after the lock is let go
-    std::lock_guard<std::mutex> lock(mu_);
-    expired = TakeExpiredLocked();
-  }
+  // A quiet node makes no other call for as long as it likes, but its watches restart every few
+  // minutes: the connections a burst of prepares left idle close then, not never.
+  ChangePool([](std::vector<IdleClient>&) {});
   // A client of its own, so that a stop can shut its socket down whatever it is doing. A stop
   // that lands before the socket exists is caught when the socket is made.
   std::unique_ptr<httplib::ClientImpl> client = NewClient();

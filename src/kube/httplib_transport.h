@@ -15,6 +15,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -89,8 +90,8 @@ class HttplibTransport final : public HttpTransport {
   std::unique_ptr<httplib::ClientImpl> NewClient() const;
   std::unique_ptr<httplib::ClientImpl> TakeClient();
   void ReturnClient(std::unique_ptr<httplib::ClientImpl> client);
-  // Removes the clients idle for kIdleClientTimeout from the pool; mu_ is held.
-  std::vector<IdleClient> TakeExpiredLocked();
+  // Closes the clients idle for kIdleClientTimeout, then runs `change` on the rest, under mu_.
+  void ChangePool(const std::function<void(std::vector<IdleClient>&)>& change);
   Result<HttpResponse> Perform(httplib::ClientImpl& client, const HttpRequest& request,
                                const BodyChunkHandler* on_chunk, const std::stop_token* stop,
                                bool* connection_usable);

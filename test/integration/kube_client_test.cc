@@ -3,14 +3,17 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <mutex>
 #include <sstream>
 #include <stop_token>
+#include <string_view>
 #include <thread>
 
 #include "cmd/serve_command.h"
@@ -22,6 +25,7 @@
 #include "kube/client_config.h"
 #include "kube/httplib_transport.h"
 #include "kube/pod.h"
+#include "self_signed_certificate.h"
 #include "slicepublisher/slice_reconciler.h"
 #include "sysfs_fixture.h"
 #include "unit/fake_clock.h"
@@ -77,12 +81,11 @@ class KubeClientTest : public ::testing::Test {
   std::unique_ptr<HttplibTransport> transport_;
 
   // A self-signed certificate <name>.crt / <name>.key in dir_ with the given subjectAltName.
-  int MakeCertificate(const std::string& name, const std::string& alt_names) {
-    const std::string command =
-        "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=" + name +
-        " -addext subjectAltName=" + alt_names + " -keyout " + dir_ + "/" + name + ".key -out " +
-        dir_ + "/" + name + ".crt 2>/dev/null";
-    return std::system(command.c_str());
+  ::testing::AssertionResult MakeCertificate(const std::string& name,
+                                             const std::string& alt_names) {
+    Status made = testing::MakeSelfSignedCertificate(dir_, name, alt_names);
+    if (made.ok()) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << made.error().message;
   }
   static std::string Base64File(const std::string& path) {
     std::ifstream in(path);
@@ -955,7 +958,7 @@ TEST_F(RbacTest, AMalformedRbacFileFailsTheStartNamingFileAndProblem) {
 
 // TLS: verification is on unless the kubeconfig turns it off; a CA file makes it pass.
 TEST_F(KubeClientTest, TlsIsVerifiedAgainstTheConfiguredCa) {
-  ASSERT_EQ(MakeCertificate("server", "IP:127.0.0.1"), 0) << "openssl is needed";
+  ASSERT_TRUE(MakeCertificate("server", "IP:127.0.0.1"));
   FakeApiServerOptions options;
   options.tls_cert_file = dir_ + "/server.crt";
   options.tls_key_file = dir_ + "/server.key";
@@ -1000,12 +1003,99 @@ TEST_F(KubeClientTest, IdleConnectionsAreReusedUntilTheyExpire) {
   EXPECT_NE(after, first) << "a connection idle past the timeout was used again";
 }
 
+// The client ends of this process's TCP connections to `port` that it has not closed (established,
+// or closed by the server and not yet by us), from /proc/self/net/tcp.
+size_t OpenConnectionsTo(int port) {
+  std::ifstream tcp("/proc/self/net/tcp");
+  std::string line;
+  std::getline(tcp, line);  // the header
+  size_t open = 0;
+  while (std::getline(tcp, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state;
+    fields >> slot >> local >> remote >> state;
+    const size_t colon = remote.find(':');
+    if (colon == std::string::npos) continue;
+    const bool to_port = std::stoi(remote.substr(colon + 1), nullptr, 16) == port;
+    if (to_port && (state == "01" || state == "08")) ++open;  // ESTABLISHED, CLOSE_WAIT
+  }
+  return open;
+}
+
+// A burst opens a connection per request in flight; once it is over, the pool keeps
+// kMaxIdleClients of them and closes the rest.
+TEST_F(KubeClientTest, ABurstLeavesAtMostTheIdleLimitOfConnectionsOpen) {
+  constexpr size_t kBurst = HttplibTransport::kMaxIdleClients + 6;
+  std::mutex mu;
+  std::condition_variable all_arrived;
+  size_t arrived = 0;
+  FakeApiServerOptions options;
+  options.threads = static_cast<int>(kBurst) + 2;
+  // Every request waits until the whole burst is in flight, so each has a connection of its own.
+  // The bound only ends a test that failed (a transport that serialises requests).
+  options.hold_request = [&] {
+    std::unique_lock<std::mutex> lock(mu);
+    ++arrived;
+    all_arrived.notify_all();
+    all_arrived.wait_for(lock, std::chrono::seconds(60), [&] { return arrived >= kBurst; });
+  };
+  StartServer(options);
+  auto config = LoadKubeconfigFile(server_->WriteKubeconfig(dir_));
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  auto transport = HttplibTransport::Create(*config, "test");
+  ASSERT_TRUE(transport.ok()) << transport.error().message;
+  HttpRequest get;
+  get.path_and_query = "/version";
+  std::vector<std::thread> burst;
+  std::atomic<size_t> answered{0};
+  for (size_t i = 0; i < kBurst; ++i) {
+    burst.emplace_back([&] {
+      auto response = (*transport)->Send(get);
+      if (response.ok() && response->status == 200) ++answered;
+    });
+  }
+  for (std::thread& request : burst) request.join();
+  EXPECT_EQ(arrived, kBurst) << "the requests of the burst were not all in flight at once";
+  EXPECT_EQ(answered, kBurst);
+  EXPECT_EQ(OpenConnectionsTo(server_->port()), HttplibTransport::kMaxIdleClients);
+}
+
+// A watch's start closes the connections idle past the timeout, as a request does: on a quiet node
+// the watches' restarts are the only calls.
+TEST_F(KubeClientTest, AStreamStartClosesConnectionsIdlePastTheTimeout) {
+  StartServer({});
+  auto config = LoadKubeconfigFile(server_->WriteKubeconfig(dir_));
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  testing::FakeClock clock;
+  auto transport = HttplibTransport::Create(*config, "test", clock);
+  ASSERT_TRUE(transport.ok()) << transport.error().message;
+  HttpRequest get;
+  get.path_and_query = "/version";
+  auto response = (*transport)->Send(get);
+  ASSERT_TRUE(response.ok() && response->status == 200);
+  ASSERT_EQ(OpenConnectionsTo(server_->port()), 1u);
+  clock.Advance(HttplibTransport::kIdleClientTimeout + std::chrono::seconds(1));
+  std::string body;
+  auto streamed = (*transport)
+                      ->Stream(
+                          get,
+                          [&](std::string_view chunk) {
+                            body.append(chunk);
+                            return true;
+                          },
+                          std::stop_token());
+  ASSERT_TRUE(streamed.ok()) << streamed.error().message;
+  EXPECT_NE(body.find("gitVersion"), std::string::npos) << body;
+  EXPECT_EQ(OpenConnectionsTo(server_->port()), 0u)
+      << "the connection idle past the timeout was still open after a stream";
+}
+
 // With a CA configured, only that CA is trusted: not the system's store as well (the stand-in for
 // it here is SSL_CERT_FILE, which names OpenSSL's default store). Without one, the system's store
 // is used, as client-go does.
 TEST_F(KubeClientTest, TlsTrustsOnlyTheConfiguredCaWhenThereIsOne) {
-  ASSERT_EQ(MakeCertificate("server", "IP:127.0.0.1"), 0) << "openssl is needed";
-  ASSERT_EQ(MakeCertificate("other", "DNS:other"), 0);
+  ASSERT_TRUE(MakeCertificate("server", "IP:127.0.0.1"));
+  ASSERT_TRUE(MakeCertificate("other", "DNS:other"));
   ASSERT_EQ(::setenv("SSL_CERT_FILE", (dir_ + "/server.crt").c_str(), 1), 0);
   FakeApiServerOptions options;
   options.tls_cert_file = dir_ + "/server.crt";
@@ -1024,7 +1114,7 @@ TEST_F(KubeClientTest, TlsTrustsOnlyTheConfiguredCaWhenThereIsOne) {
 
 // A certificate the CA signed for another address is refused: the chain alone is not enough.
 TEST_F(KubeClientTest, TlsRefusesACertificateForAnotherAddress) {
-  ASSERT_EQ(MakeCertificate("server", "IP:127.0.0.2,DNS:api.example.com"), 0);
+  ASSERT_TRUE(MakeCertificate("server", "IP:127.0.0.2,DNS:api.example.com"));
   FakeApiServerOptions options;
   options.tls_cert_file = dir_ + "/server.crt";
   options.tls_key_file = dir_ + "/server.key";
@@ -1038,8 +1128,8 @@ TEST_F(KubeClientTest, TlsRefusesACertificateForAnotherAddress) {
 // A server that requires client certificates gets ours, from files or inline data; without one
 // the handshake fails.
 TEST_F(KubeClientTest, TlsPresentsTheClientCertificate) {
-  ASSERT_EQ(MakeCertificate("server", "IP:127.0.0.1"), 0);
-  ASSERT_EQ(MakeCertificate("client", "DNS:node1"), 0);
+  ASSERT_TRUE(MakeCertificate("server", "IP:127.0.0.1"));
+  ASSERT_TRUE(MakeCertificate("client", "DNS:node1"));
   FakeApiServerOptions options;
   options.tls_cert_file = dir_ + "/server.crt";
   options.tls_key_file = dir_ + "/server.key";
@@ -1056,7 +1146,7 @@ TEST_F(KubeClientTest, TlsPresentsTheClientCertificate) {
                              ", client-key-data: " + Base64File(dir_ + "/client.key") + "}");
   EXPECT_TRUE(inline_data.ok()) << inline_data.error().message;
   // A key that is not the certificate's is refused before any connection, naming the config.
-  ASSERT_EQ(MakeCertificate("other", "DNS:other"), 0);
+  ASSERT_TRUE(MakeCertificate("other", "DNS:other"));
   auto mismatched = GetVersionWith(
       ca, "{client-certificate: " + dir_ + "/client.crt, client-key: " + dir_ + "/other.key}");
   ASSERT_FALSE(mismatched.ok());

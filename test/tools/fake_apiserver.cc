@@ -1047,6 +1047,7 @@ bool FakeApiServer::Admit(json& body, httplib::Response& res) const {
 
 void FakeApiServer::InstallRoutes() {
   auto handler = [this](const httplib::Request& req, httplib::Response& res) {
+    if (options_.hold_request) options_.hold_request();
     const std::vector<std::string> parts = SplitPath(req.path);
     std::unique_lock<std::mutex> lock(mu_);
     {

@@ -63,6 +63,9 @@ struct FakeApiServerOptions {
   // Connections served at once: cpp-httplib gives each kept-alive connection a thread of this
   // pool for as long as it stays open, and a connection beyond them waits for one to close.
   int threads = 64;
+  // When set, called at the start of every request before the server's lock is taken; it may
+  // block, to keep requests in flight (and their connections busy) until a test lets them go.
+  std::function<void()> hold_request;
   // When both are set the server speaks HTTPS with this certificate.
   std::string tls_cert_file;
   std::string tls_key_file;
