@@ -170,7 +170,7 @@ int RunCli(int argc, char** argv, const ServeEnvironment& environment) {
     }
     // Before any thread starts: normally this process is replaced here by one with the deeper
     // malloc thread cache (see malloc_tuning.h), which parses the same flags again.
-    const std::optional<std::string> malloc_problem = vfio_dra::cmd::ReexecWithMallocCache(argv);
+    const std::optional<std::string> malloc_problem = vfio_dra::cmd::TuneMallocForServe(argv);
     return vfio_dra::cmd::RunServe(options, environment, malloc_problem);
   }
   return 2;

@@ -8,6 +8,12 @@
 #include <cstring>
 
 namespace vfio_dra::cmd {
+namespace {
+
+std::optional<std::string> ReexecWithMallocCache(char** argv);
+void LimitMallocArenas();
+
+}  // namespace
 
 std::optional<std::string> TunablesWithMallocCache(const char* current) {
   const std::string existing = current == nullptr ? "" : current;
@@ -15,6 +21,15 @@ std::optional<std::string> TunablesWithMallocCache(const char* current) {
   const std::string ours = "glibc.malloc.tcache_count=" + std::to_string(kMallocThreadCacheCount);
   return existing.empty() ? ours : existing + ":" + ours;
 }
+
+std::optional<std::string> TuneMallocForServe(char** argv) {
+  std::optional<std::string> problem = ReexecWithMallocCache(argv);
+  // After the re-execution: the arena limit is set in the process, not inherited through exec.
+  LimitMallocArenas();
+  return problem;
+}
+
+namespace {
 
 std::optional<std::string> ReexecWithMallocCache(char** argv) {
   const char* current = std::getenv("GLIBC_TUNABLES");
@@ -51,4 +66,5 @@ void LimitMallocArenas() {
   ::mallopt(M_ARENA_MAX, 1);
 }
 
+}  // namespace
 }  // namespace vfio_dra::cmd

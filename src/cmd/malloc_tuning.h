@@ -1,8 +1,8 @@
 // How `serve` sets up glibc's allocator for the daemon's shape of work: an idle process that
 // should hold little, and bursts of kubelet calls whose handler threads allocate and free small
 // objects (JSON trees, paths, strings) all at once.
-// - One arena (LimitMallocArenas), for a small idle footprint.
-// - A deeper per-thread cache (ReexecWithMallocCache). With one arena, every allocation or free
+// - One arena, for a small idle footprint.
+// - A deeper per-thread cache. With one arena, every allocation or free
 //   that a thread's cache cannot take locks the arena; glibc's cache holds 7 chunks of a size, so
 //   a JSON tree freed or a record built spills into the lock at once, and 32 prepares at once
 //   spent a quarter of their context switches waiting for it. glibc reads the cache depth
@@ -27,12 +27,11 @@ inline constexpr int kMallocThreadCacheCount = 64;
 // (the operator chose a cache depth), else `current` with the cache depth added.
 std::optional<std::string> TunablesWithMallocCache(const char* current);
 
-// Re-executes this program (/proc/self/exe, same `argv`) with the deeper cache when GLIBC_TUNABLES
-// lacks one. Returns only when nothing was needed (nullopt) or the re-execution failed (why).
-std::optional<std::string> ReexecWithMallocCache(char** argv);
-
-// One malloc arena, unless the operator set MALLOC_ARENA_MAX or glibc.malloc.arena_max. Call
-// before any thread starts.
-void LimitMallocArenas();
+// Sets up the allocator for `serve`, before any thread starts: re-executes this program
+// (/proc/self/exe, same `argv`) with the deeper cache when GLIBC_TUNABLES lacks one, so normally
+// it returns only in the re-executed process; then limits malloc to one arena, unless the operator
+// set MALLOC_ARENA_MAX or glibc.malloc.arena_max. Returns why the cache could not be set, if so;
+// the daemon runs on with glibc's default cache and says so.
+std::optional<std::string> TuneMallocForServe(char** argv);
 
 }  // namespace vfio_dra::cmd

@@ -9,7 +9,6 @@
 #include <string>
 
 #include "base/log.h"
-#include "cmd/malloc_tuning.h"
 #include "cmd/serve_daemon.h"
 
 #ifndef VFIO_DRA_VERSION
@@ -41,7 +40,6 @@ void BlockShutdownSignals() {
 
 int RunServe(const ServeOptions& options, const ServeEnvironment& environment,
              const std::optional<std::string>& malloc_tuning_problem) {
-  LimitMallocArenas();
   Logger root = Logger::ToStderr(options.verbosity);
   Logger log = root.WithComponent("serve");
   log.Info(

@@ -21,7 +21,8 @@ struct ServeEnvironment {
 
 // Returns the process exit code. Signals SIGTERM and SIGINT must already be blocked in every
 // thread (BlockShutdownSignals) so that only the waiting thread receives them.
-// `malloc_tuning_problem` is why the allocator could not be tuned (ReexecWithMallocCache), logged.
+// `malloc_tuning_problem` is why the allocator could not be tuned (TuneMallocForServe, which the
+// caller runs first), logged.
 int RunServe(const ServeOptions& options, const ServeEnvironment& environment = {},
              const std::optional<std::string>& malloc_tuning_problem = std::nullopt);
 
