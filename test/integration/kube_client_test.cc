@@ -80,6 +80,26 @@ class KubeClientTest : public ::testing::Test {
   std::unique_ptr<FakeApiServer> server_;
   std::unique_ptr<HttplibTransport> transport_;
 
+  // A transport of its own to the started server, on `clock`; null, with the test failed, when
+  // the kubeconfig or the transport cannot be made.
+  std::unique_ptr<HttplibTransport> OwnTransport(const Clock& clock = RealClock()) {
+    auto config = LoadKubeconfigFile(server_->WriteKubeconfig(dir_));
+    if (!config.ok()) {
+      ADD_FAILURE() << config.error().message;
+      return nullptr;
+    }
+    auto transport = HttplibTransport::Create(*config, "test", clock);
+    if (!transport.ok()) {
+      ADD_FAILURE() << transport.error().message;
+      return nullptr;
+    }
+    return std::move(*transport);
+  }
+  static HttpRequest VersionRequest() {
+    HttpRequest get;
+    get.path_and_query = "/version";
+    return get;
+  }
   // A self-signed certificate <name>.crt / <name>.key in dir_ with the given subjectAltName.
   ::testing::AssertionResult MakeCertificate(const std::string& name,
                                              const std::string& alt_names) {
@@ -980,15 +1000,12 @@ TEST_F(KubeClientTest, TlsIsVerifiedAgainstTheConfiguredCa) {
 // apart by the client's port.
 TEST_F(KubeClientTest, IdleConnectionsAreReusedUntilTheyExpire) {
   StartServer({});
-  auto config = LoadKubeconfigFile(server_->WriteKubeconfig(dir_));
-  ASSERT_TRUE(config.ok()) << config.error().message;
   testing::FakeClock clock;
-  auto transport = HttplibTransport::Create(*config, "test", clock);
-  ASSERT_TRUE(transport.ok()) << transport.error().message;
-  HttpRequest get;
-  get.path_and_query = "/version";
+  auto transport = OwnTransport(clock);
+  ASSERT_NE(transport, nullptr);
+  const HttpRequest get = VersionRequest();
   const auto client_port_of_a_get = [&]() {
-    auto response = (*transport)->Send(get);
+    auto response = transport->Send(get);
     EXPECT_TRUE(response.ok() && response->status == 200);
     const auto requests = server_->Requests();
     return requests.empty() ? 0 : requests.back().client_port;
@@ -1040,17 +1057,14 @@ TEST_F(KubeClientTest, ABurstLeavesAtMostTheIdleLimitOfConnectionsOpen) {
     all_arrived.wait_for(lock, std::chrono::seconds(60), [&] { return arrived >= kBurst; });
   };
   StartServer(options);
-  auto config = LoadKubeconfigFile(server_->WriteKubeconfig(dir_));
-  ASSERT_TRUE(config.ok()) << config.error().message;
-  auto transport = HttplibTransport::Create(*config, "test");
-  ASSERT_TRUE(transport.ok()) << transport.error().message;
-  HttpRequest get;
-  get.path_and_query = "/version";
+  auto transport = OwnTransport();
+  ASSERT_NE(transport, nullptr);
+  const HttpRequest get = VersionRequest();
   std::vector<std::thread> burst;
   std::atomic<size_t> answered{0};
   for (size_t i = 0; i < kBurst; ++i) {
     burst.emplace_back([&] {
-      auto response = (*transport)->Send(get);
+      auto response = transport->Send(get);
       if (response.ok() && response->status == 200) ++answered;
     });
   }
@@ -1064,26 +1078,22 @@ TEST_F(KubeClientTest, ABurstLeavesAtMostTheIdleLimitOfConnectionsOpen) {
 // the watches' restarts are the only calls.
 TEST_F(KubeClientTest, AStreamStartClosesConnectionsIdlePastTheTimeout) {
   StartServer({});
-  auto config = LoadKubeconfigFile(server_->WriteKubeconfig(dir_));
-  ASSERT_TRUE(config.ok()) << config.error().message;
   testing::FakeClock clock;
-  auto transport = HttplibTransport::Create(*config, "test", clock);
-  ASSERT_TRUE(transport.ok()) << transport.error().message;
-  HttpRequest get;
-  get.path_and_query = "/version";
-  auto response = (*transport)->Send(get);
+  auto transport = OwnTransport(clock);
+  ASSERT_NE(transport, nullptr);
+  const HttpRequest get = VersionRequest();
+  auto response = transport->Send(get);
   ASSERT_TRUE(response.ok() && response->status == 200);
   ASSERT_EQ(OpenConnectionsTo(server_->port()), 1u);
   clock.Advance(HttplibTransport::kIdleClientTimeout + std::chrono::seconds(1));
   std::string body;
-  auto streamed = (*transport)
-                      ->Stream(
-                          get,
-                          [&](std::string_view chunk) {
-                            body.append(chunk);
-                            return true;
-                          },
-                          std::stop_token());
+  auto streamed = transport->Stream(
+      get,
+      [&](std::string_view chunk) {
+        body.append(chunk);
+        return true;
+      },
+      std::stop_token());
   ASSERT_TRUE(streamed.ok()) << streamed.error().message;
   EXPECT_NE(body.find("gitVersion"), std::string::npos) << body;
   EXPECT_EQ(OpenConnectionsTo(server_->port()), 0u)
