@@ -1,19 +1,16 @@
 #include "cmd/malloc_tuning.h"
 
 #include <malloc.h>
+#include <sys/auxv.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 namespace vfio_dra::cmd {
-namespace {
-
-std::optional<std::string> ReexecWithMallocCache(char** argv);
-void LimitMallocArenas();
-
-}  // namespace
 
 std::optional<std::string> TunablesWithMallocCache(const char* current) {
   const std::string existing = current == nullptr ? "" : current;
@@ -22,16 +19,16 @@ std::optional<std::string> TunablesWithMallocCache(const char* current) {
   return existing.empty() ? ours : existing + ":" + ours;
 }
 
-std::optional<std::string> TuneMallocForServe(char** argv) {
-  std::optional<std::string> problem = ReexecWithMallocCache(argv);
-  // After the re-execution: the arena limit is set in the process, not inherited through exec.
-  LimitMallocArenas();
-  return problem;
-}
-
 namespace {
 
 std::optional<std::string> ReexecWithMallocCache(char** argv) {
+  // In a secure-execution process (setuid, file capabilities) glibc drops the tunable, so every
+  // re-execution would find it missing again and re-execute once more, for ever.
+  if (::getauxval(AT_SECURE) != 0) {
+    return std::string(
+        "the process runs in secure-execution mode (setuid or file capabilities), where glibc "
+        "ignores GLIBC_TUNABLES; grant the capabilities to the container instead of the file");
+  }
   const char* current = std::getenv("GLIBC_TUNABLES");
   const std::optional<std::string> previous =
       current == nullptr ? std::nullopt : std::optional<std::string>(current);
@@ -67,4 +64,18 @@ void LimitMallocArenas() {
 }
 
 }  // namespace
+
+std::optional<std::string> TuneMallocForServe(char** argv) {
+  std::optional<std::string> problem = ReexecWithMallocCache(argv);
+  // After the re-execution: the arena limit is set in the process, not inherited through exec.
+  LimitMallocArenas();
+  // Run through /proc/self/exe, the process is named "exe" in ps, top and /proc/<pid>/comm; the
+  // name of the program it was started as is what an admin looks for.
+  if (argv != nullptr && argv[0] != nullptr) {
+    const std::string name = std::filesystem::path(argv[0]).filename().string();
+    if (!name.empty()) ::prctl(PR_SET_NAME, name.substr(0, 15).c_str(), 0, 0, 0);
+  }
+  return problem;
+}
+
 }  // namespace vfio_dra::cmd
