@@ -31,7 +31,7 @@ void DeviceWatcher::RescanAndPublish() {
   if (probe_) last_probe_ = probe_();
   last_full_scan_ = std::chrono::steady_clock::now();
   ++full_scans_;
-  trimmed_since_scan_ = false;
+  settled_since_scan_ = false;
   auto scan = scanner_();
   // A scan that could not read everything (a device half-way through appearing, say) is not a
   // base the probe may vouch for: the next periodic check scans in full again.
@@ -59,11 +59,11 @@ void DeviceWatcher::PeriodicCheck() {
       std::chrono::steady_clock::now() - last_full_scan_ < options_.full_rescan_interval &&
       probe_() == last_probe_) {
     ++skipped_scans_;
-    if (!trimmed_since_scan_) {
+    if (!settled_since_scan_) {
       // The node has settled since the last full scan (and its publish): the pages of that scan
       // and of the slices built from it go back below instead of staying at the peak for good.
       if (options_.on_settled) options_.on_settled();
-      trimmed_since_scan_ = true;
+      settled_since_scan_ = true;
     }
     // Every quiet check, not only the first: what the idle daemon frees in between (a watch's
     // events, a reconnect's TLS state, the probe's own reads) otherwise stays resident, about

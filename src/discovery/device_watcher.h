@@ -73,7 +73,7 @@ class DeviceWatcher {
   std::chrono::steady_clock::time_point last_full_scan_{};
   std::atomic<int> full_scans_{0};
   std::atomic<int> skipped_scans_{0};
-  bool trimmed_since_scan_ = false;  // only touched by the watching thread
+  bool settled_since_scan_ = false;  // only touched by the watching thread
   bool last_scan_complete_ = false;  // the last full scan had no warnings
   Logger log_;
   int wake_fd_ = -1;  // eventfd: Trigger and Stop

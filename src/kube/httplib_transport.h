@@ -90,7 +90,8 @@ class HttplibTransport final : public HttpTransport {
   std::unique_ptr<httplib::ClientImpl> NewClient() const;
   std::unique_ptr<httplib::ClientImpl> TakeClient();
   void ReturnClient(std::unique_ptr<httplib::ClientImpl> client);
-  // Closes the clients idle for kIdleClientTimeout, then runs `change` on the rest, under mu_.
+  // Takes the clients idle for kIdleClientTimeout out of the pool and runs `change` on the rest,
+  // under mu_; the clients taken out close after mu_ is let go.
   void ChangePool(const std::function<void(std::vector<IdleClient>&)>& change);
   Result<HttpResponse> Perform(httplib::ClientImpl& client, const HttpRequest& request,
                                const BodyChunkHandler* on_chunk, const std::stop_token* stop,
