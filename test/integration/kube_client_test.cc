@@ -11,6 +11,7 @@
 #include <functional>
 #include <iterator>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <stop_token>
 #include <string_view>
@@ -1020,41 +1021,75 @@ TEST_F(KubeClientTest, IdleConnectionsAreReusedUntilTheyExpire) {
   EXPECT_NE(after, first) << "a connection idle past the timeout was used again";
 }
 
-// The client ends of this process's TCP connections to `port` that it has not closed (established,
-// or closed by the server and not yet by us), from /proc/self/net/tcp.
+// The client ends of this process's TCP connections to 127.0.0.1:`port` that it has not closed
+// (established, or closed by the server and not yet by us). /proc/self/net/tcp lists the whole
+// network namespace, other test processes included, so only sockets among this process's file
+// descriptors count.
 size_t OpenConnectionsTo(int port) {
+  std::set<std::string> own;  // socket inode numbers
+  std::error_code ec;
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    std::error_code unreadable;
+    const std::string target = std::filesystem::read_symlink(fd.path(), unreadable).string();
+    if (!unreadable && target.rfind("socket:[", 0) == 0 && target.back() == ']') {
+      own.insert(target.substr(8, target.size() - 9));
+    }
+  }
   std::ifstream tcp("/proc/self/net/tcp");
   std::string line;
   std::getline(tcp, line);  // the header
   size_t open = 0;
   while (std::getline(tcp, line)) {
+    // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
     std::istringstream fields(line);
-    std::string slot, local, remote, state;
-    fields >> slot >> local >> remote >> state;
+    std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+    fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >>
+        timeout >> inode;
     const size_t colon = remote.find(':');
-    if (colon == std::string::npos) continue;
+    if (colon == std::string::npos || remote.substr(0, colon) != "0100007F") continue;
     const bool to_port = std::stoi(remote.substr(colon + 1), nullptr, 16) == port;
-    if (to_port && (state == "01" || state == "08")) ++open;  // ESTABLISHED, CLOSE_WAIT
+    const bool open_here = state == "01" || state == "08";  // ESTABLISHED, CLOSE_WAIT
+    if (to_port && open_here && own.count(inode) != 0) ++open;
   }
   return open;
+}
+
+// The count once it is `expected`, or after 10 s the last one seen: the kernel's table is read in
+// pieces while other sockets change state, so one reading can miss an entry.
+size_t OpenConnectionsSettleAt(int port, size_t expected) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    const size_t open = OpenConnectionsTo(port);
+    if (open == expected || std::chrono::steady_clock::now() > give_up) return open;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // polling a condition
+  }
 }
 
 // A burst opens a connection per request in flight; once it is over, the pool keeps
 // kMaxIdleClients of them and closes the rest.
 TEST_F(KubeClientTest, ABurstLeavesAtMostTheIdleLimitOfConnectionsOpen) {
   constexpr size_t kBurst = HttplibTransport::kMaxIdleClients + 6;
-  std::mutex mu;
-  std::condition_variable all_arrived;
-  size_t arrived = 0;
+  // Shared with the server's threads, which may outlive this test's body.
+  struct Hold {
+    std::mutex mu;
+    std::condition_variable changed;
+    size_t arrived = 0;
+    bool released = false;
+    std::chrono::steady_clock::time_point until;
+  };
+  auto hold = std::make_shared<Hold>();
+  hold->until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   FakeApiServerOptions options;
   options.threads = static_cast<int>(kBurst) + 2;
   // Every request waits until the whole burst is in flight, so each has a connection of its own.
-  // The bound only ends a test that failed (a transport that serialises requests).
-  options.hold_request = [&] {
-    std::unique_lock<std::mutex> lock(mu);
-    ++arrived;
-    all_arrived.notify_all();
-    all_arrived.wait_for(lock, std::chrono::seconds(60), [&] { return arrived >= kBurst; });
+  // The one deadline only ends a test that failed (a transport that serialises requests): from
+  // then on no request waits.
+  options.hold_request = [hold] {
+    std::unique_lock<std::mutex> lock(hold->mu);
+    if (++hold->arrived >= kBurst) hold->released = true;
+    hold->changed.notify_all();
+    hold->changed.wait_until(lock, hold->until, [&] { return hold->released; });
+    hold->released = true;
   };
   StartServer(options);
   auto transport = OwnTransport();
@@ -1069,9 +1104,17 @@ TEST_F(KubeClientTest, ABurstLeavesAtMostTheIdleLimitOfConnectionsOpen) {
     });
   }
   for (std::thread& request : burst) request.join();
-  EXPECT_EQ(arrived, kBurst) << "the requests of the burst were not all in flight at once";
+  size_t arrived = 0;
+  {
+    std::lock_guard<std::mutex> lock(hold->mu);
+    arrived = hold->arrived;
+    hold->released = true;
+  }
+  hold->changed.notify_all();
+  EXPECT_EQ(arrived, kBurst);
   EXPECT_EQ(answered, kBurst);
-  EXPECT_EQ(OpenConnectionsTo(server_->port()), HttplibTransport::kMaxIdleClients);
+  EXPECT_EQ(OpenConnectionsSettleAt(server_->port(), HttplibTransport::kMaxIdleClients),
+            HttplibTransport::kMaxIdleClients);
 }
 
 // A watch's start closes the connections idle past the timeout, as a request does: on a quiet node
@@ -1084,7 +1127,7 @@ TEST_F(KubeClientTest, AStreamStartClosesConnectionsIdlePastTheTimeout) {
   const HttpRequest get = VersionRequest();
   auto response = transport->Send(get);
   ASSERT_TRUE(response.ok() && response->status == 200);
-  ASSERT_EQ(OpenConnectionsTo(server_->port()), 1u);
+  ASSERT_EQ(OpenConnectionsSettleAt(server_->port(), 1), 1u);
   clock.Advance(HttplibTransport::kIdleClientTimeout + std::chrono::seconds(1));
   std::string body;
   auto streamed = transport->Stream(
@@ -1096,7 +1139,7 @@ TEST_F(KubeClientTest, AStreamStartClosesConnectionsIdlePastTheTimeout) {
       std::stop_token());
   ASSERT_TRUE(streamed.ok()) << streamed.error().message;
   EXPECT_NE(body.find("gitVersion"), std::string::npos) << body;
-  EXPECT_EQ(OpenConnectionsTo(server_->port()), 0u)
+  EXPECT_EQ(OpenConnectionsSettleAt(server_->port(), 0), 0u)
       << "the connection idle past the timeout was still open after a stream";
 }
 
