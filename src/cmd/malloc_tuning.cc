@@ -2,13 +2,14 @@
 
 #include <malloc.h>
 #include <sys/auxv.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+
+#include "base/thread_name.h"
 
 namespace vfio_dra::cmd {
 
@@ -73,7 +74,7 @@ std::optional<std::string> TuneMallocForServe(char** argv) {
   // name of the program it was started as is what an admin looks for.
   if (argv != nullptr && argv[0] != nullptr) {
     const std::string name = std::filesystem::path(argv[0]).filename().string();
-    if (!name.empty()) ::prctl(PR_SET_NAME, name.substr(0, 15).c_str(), 0, 0, 0);
+    if (!name.empty()) NameThisThread(name.c_str());  // the main thread's name is the process's
   }
   return problem;
 }

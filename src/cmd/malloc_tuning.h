@@ -2,8 +2,8 @@
 // should hold little, and bursts of kubelet calls whose handler threads allocate and free small
 // objects (JSON trees, paths, strings) all at once.
 // - One arena, for a small idle footprint.
-// - A deeper per-thread cache. With one arena, every allocation or free
-//   that a thread's cache cannot take locks the arena; glibc's cache holds 7 chunks of a size, so
+// - A deeper per-thread cache. With one arena, every allocation or free that a thread's cache
+//   cannot take locks the arena; glibc's cache holds 7 chunks of a size, so
 //   a JSON tree freed or a record built spills into the lock at once, and 32 prepares at once
 //   spent a quarter of their context switches waiting for it. glibc reads the cache depth
 //   (glibc.malloc.tcache_count) only from GLIBC_TUNABLES at start-up, so serve re-executes itself
