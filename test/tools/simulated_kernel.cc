@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -73,12 +74,17 @@ std::vector<std::string> Split(const std::string& path) {
   return parts;
 }
 
+// Without exceptions: a VF has no sriov_numvfs, so a bind parses "" every time, and 32 binders
+// throwing at once contend in the unwinder.
 int ParseInt(const std::string& text, int fallback) {
-  try {
-    return std::stoi(Trim(text));
-  } catch (const std::exception&) {
-    return fallback;
-  }
+  const std::string trimmed = Trim(text);
+  size_t start = 0;
+  while (start < trimmed.size() && trimmed[start] == ' ') ++start;
+  int value = 0;
+  const char* end = trimmed.data() + trimmed.size();
+  auto [ptr, ec] = std::from_chars(trimmed.data() + start, end, value);
+  if (ec != std::errc() || ptr == trimmed.data() + start) return fallback;
+  return value;
 }
 
 // vfio-pci and its vendor variants (mlx5_vfio_pci, nvgrace-gpu-vfio-pci, ...), which all end so.
@@ -302,11 +308,13 @@ int SimulatedKernel::NextGroup() const {
 }
 
 void SimulatedKernel::SetUeventDriver(const std::string& dir, const std::string& driver) {
-  std::stringstream in(ReadText(Abs(dir + "/uevent")));
+  const std::string in = ReadText(Abs(dir + "/uevent"));
   std::string out = driver.empty() ? "" : "DRIVER=" + driver + "\n";
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("DRIVER=", 0) != 0) out += line + "\n";
+  for (size_t start = 0; start < in.size();) {
+    size_t end = in.find('\n', start);
+    if (end == std::string::npos) end = in.size();
+    if (in.compare(start, 7, "DRIVER=") != 0) out.append(in, start, end - start).append("\n");
+    start = end + 1;
   }
   WriteText(Abs(dir + "/uevent"), out);
 }
