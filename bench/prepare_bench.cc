@@ -146,6 +146,25 @@ int main(int argc, char** argv) {
     vfs.push_back(testing::MakePciSpec("", 0x8086, 0x154c, 0x020000, "iavf", 200 + i));
   }
   fx.MakeSriovPf("0000:5e:00.0", kPods, 0x154c, vfs);
+  // The PF's network interface and its VFs' settings, as its driver keeps them (the simulated
+  // driver, see vfio::MakeFileVfNetwork) and as a fresh PF has them (no MAC assigned): on a node a
+  // VF's PF has a netdev, so every prepare reads the VF's settings, and none logs that it cannot.
+  const std::string vf_network_dir = mem_dir + "/vfnet";
+  std::filesystem::create_directories(vf_network_dir + "/0000:5e:00.0");
+  bool vf_network_written =
+      WriteFileAtomically(vf_network_dir + "/0000:5e:00.0/netdev", "ens5f0\n", 0644).ok();
+  for (int i = 0; i < kPods && vf_network_written; ++i) {
+    vf_network_written =
+        WriteFileAtomically(
+            vf_network_dir + "/0000:5e:00.0/vf" + std::to_string(i) + ".json",
+            R"({"mac":"00:00:00:00:00:00","vlan":0,"qos":0,"spoofchk":true,"trust":false})", 0644)
+            .ok();
+  }
+  if (!vf_network_written) {
+    std::cerr << "prepare_bench: cannot write the simulated VF settings under " << vf_network_dir
+              << "\n";
+    return 1;
+  }
 
   // As on a node, the daemon reads claims over TLS, verified against the server's CA.
   if (Status cert = testing::MakeSelfSignedCertificate(dir, "apiserver", "IP:127.0.0.1");
@@ -185,7 +204,7 @@ int main(int argc, char** argv) {
       {VFIO_DRA_SIM_DAEMON_BINARY, "serve", "--node-name", "node1", "--kubeconfig", kubeconfig,
        "--registrar-dir", dir + "/registry", "--plugin-data-dir", dir + "/data", "--cdi-dir",
        cdi_dir, "--sysfs-root", mem_dir + "/sys", "--dev-root", mem_dir + "/dev",
-       "--metrics-address", "127.0.0.1:0",
+       "--metrics-address", "127.0.0.1:0", "--simulated-vf-network-dir", vf_network_dir,
        // Off, as for the publish figures: rounds of claims follow each other back to back here,
        // far faster than pods start on a node, and would measure the limit (50/s after a burst
        // of 100) instead of the daemon. One round of 32 is within the default burst.
