@@ -88,8 +88,13 @@ std::pair<std::string, std::string> SplitFilePath(const std::string& path) {
   return {path.substr(0, slash), path.substr(slash + 1)};
 }
 
-Status RemoveFilesAndTemporaries(const std::string& dir, const std::vector<std::string>& names) {
-  if (names.empty()) return Status::Ok();
+Status RemoveFilesAndTemporaries(const std::string& dir, const std::vector<std::string>& names,
+                                 const std::vector<std::string>& prefixes) {
+  if (names.empty() && prefixes.empty()) return Status::Ok();
+  const auto prefixed = [&](std::string_view name) {
+    return std::any_of(prefixes.begin(), prefixes.end(),
+                       [&](const std::string& prefix) { return name.starts_with(prefix); });
+  };
   // Each file is tried even when one before it cannot be removed; the first failure is reported.
   std::optional<Error> first;
   for (const std::string& name : names) {
@@ -110,12 +115,18 @@ Status RemoveFilesAndTemporaries(const std::string& dir, const std::vector<std::
   }
   errno = 0;
   while (const dirent* entry = ::readdir(listing.get())) {
+    const std::string_view name = entry->d_name;
     const auto stands_for = TemporaryFileStandsFor(entry->d_name);
-    if (stands_for && std::find(names.begin(), names.end(), *stands_for) != names.end()) {
-      const std::string leftover = dir + "/" + entry->d_name;
-      if (::unlink(leftover.c_str()) != 0 && errno != ENOENT && !first) {
-        first = MakeError(ErrorKind::kUnavailable, "cannot remove the leftover temporary file " +
-                                                       leftover + ": " + ErrnoText(errno));
+    const bool leftover =
+        stands_for && (std::find(names.begin(), names.end(), *stands_for) != names.end() ||
+                       prefixed(*stands_for));
+    if (leftover || (!stands_for && name != "." && name != ".." && prefixed(name))) {
+      const std::string path = dir + "/" + entry->d_name;
+      if (::unlink(path.c_str()) != 0 && errno != ENOENT && !first) {
+        first = MakeError(ErrorKind::kUnavailable,
+                          std::string(leftover ? "cannot remove the leftover temporary file "
+                                               : "cannot remove ") +
+                              path + ": " + ErrnoText(errno));
       }
     }
     errno = 0;

@@ -51,8 +51,10 @@ std::pair<std::string, std::string> SplitFilePath(const std::string& path);
 // when their process died between creating and renaming them. Only call while no write of `path`
 // can be running (the caller holds whatever orders those writes).
 Status RemoveFileAndTemporaries(const std::string& path);
-// The same for several files of one directory, with one listing of it.
-Status RemoveFilesAndTemporaries(const std::string& dir, const std::vector<std::string>& names);
+// The same for several files of one directory, with one listing of it: those in `names`, and
+// those whose names begin with one of `prefixes` (files the caller cannot name one by one).
+Status RemoveFilesAndTemporaries(const std::string& dir, const std::vector<std::string>& names,
+                                 const std::vector<std::string>& prefixes = {});
 
 // Creates `dir` and its parents if missing; an error (naming the directory) when that fails or
 // `dir` exists and is not a directory.

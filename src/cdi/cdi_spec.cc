@@ -156,14 +156,21 @@ Status SpecDirectory::Write(const std::string& file_name, const Spec& spec) cons
 
 Status SpecDirectory::Remove(const std::string& file_name) const { return RemoveAll({file_name}); }
 
-Status SpecDirectory::RemoveAll(const std::vector<std::string>& file_names) const {
+Status SpecDirectory::RemoveAll(const std::vector<std::string>& file_names,
+                                const std::vector<std::string>& prefixes) const {
   for (const std::string& file_name : file_names) {
     if (!IsSafeFileName(file_name)) {
       return MakeError(ErrorKind::kInvalidArgument,
                        "refusing CDI spec file name \"" + file_name + "\": not a single safe name");
     }
   }
-  if (Status s = RemoveFilesAndTemporaries(dir_, file_names); !s.ok()) {
+  for (const std::string& prefix : prefixes) {
+    if (!IsSafeFileName(prefix)) {
+      return MakeError(ErrorKind::kInvalidArgument, "refusing CDI spec file name prefix \"" +
+                                                        prefix + "\": not a single safe name");
+    }
+  }
+  if (Status s = RemoveFilesAndTemporaries(dir_, file_names, prefixes); !s.ok()) {
     return s.error().Wrap("cannot remove CDI specs of " + dir_);
   }
   return Status::Ok();

@@ -68,8 +68,10 @@ class SpecDirectory {
   // Removing a file that does not exist succeeds. Temporary files its writes left (a process
   // killed midway) go too.
   Status Remove(const std::string& file_name) const;
-  // Remove for each file, in order, with one listing of the directory for all of them.
-  Status RemoveAll(const std::vector<std::string>& file_names) const;
+  // Remove for each file, in order, and for every file whose name begins with one of `prefixes`,
+  // with one listing of the directory for all of them.
+  Status RemoveAll(const std::vector<std::string>& file_names,
+                   const std::vector<std::string>& prefixes = {}) const;
   // Spec files whose names start with `prefix`, and those of which only a write's leftover
   // temporary file is there.
   Result<std::vector<std::string>> List(const std::string& prefix) const;

@@ -71,8 +71,11 @@ class MetadataStore {
   // Removes every metadata file and metadata CDI spec of the claim; succeeds when none exist.
   // Files of the previous layout (<uid>/<request>/metadata.json) go too; a directory of the one
   // before (<namespace>_<claim>) is removed only when the files in it belong to this claim's UID.
+  // `other_cdi_files` (the claim's other specs in the same CDI directory, in the order to remove
+  // them) go first, in the same one pass over that directory.
   Status RemoveClaim(const std::string& claim_namespace, const std::string& claim_name,
-                     const std::string& claim_uid) const;
+                     const std::string& claim_uid,
+                     const std::vector<std::string>& other_cdi_files = {}) const;
   // The claim UIDs that have metadata files on the host (files of this layout, their temporary
   // files, directories of the previous one), to find those no prepared claim owns.
   Result<std::set<std::string>> ClaimUidsOnDisk() const;

@@ -745,11 +745,11 @@ Status VfioDevicePreparer::Undo(const ClaimRecord& record, Deadline deadline) {
     return true;
   };
   Step("cdi:remove");
-  if (Status s = cdi_.RemoveAll({record.cdi_files.rbegin(), record.cdi_files.rend()}); !s.ok()) {
-    note(s.error());
-  }
-  Step("metadata:remove");
-  if (Status s = metadata_.RemoveClaim(record.namespace_, record.name, record.uid); !s.ok()) {
+  // The CDI specs the record names, then every metadata file of the claim (some may not be named:
+  // a prepare killed midway), with one listing of the CDI directory.
+  if (Status s = metadata_.RemoveClaim(record.namespace_, record.name, record.uid,
+                                       {record.cdi_files.rbegin(), record.cdi_files.rend()});
+      !s.ok()) {
     note(s.error());
   }
   for (auto it = record.mdevs.rbegin(); it != record.mdevs.rend(); ++it) {

@@ -123,6 +123,25 @@ TEST(RemoveFilesAndTemporaries, RemovesTheFilesAndTheirLeftoversOnly) {
   std::filesystem::remove_all(dir);
 }
 
+// Files the caller cannot name one by one (a claim's metadata specs, one per request) go by
+// prefix in the same listing, with their leftovers; a name that only contains the prefix stays.
+TEST(RemoveFilesAndTemporaries, RemovesFilesByPrefixInTheSameListing) {
+  char tmpl[] = "/tmp/vfio-dra-remove-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  for (const char* name : {"a.json", "m_u1_gpu.json", "m_u1_nic.json", ".m_u1_x.json.tmp-1",
+                           "m_u2_gpu.json", ".m_u2_gpu.json.tmp-2", "x_m_u1_gpu.json"}) {
+    std::ofstream(dir + "/" + name) << "x";
+  }
+  ASSERT_TRUE(RemoveFilesAndTemporaries(dir, {"a.json"}, {"m_u1_"}).ok());
+  std::set<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    left.insert(e.path().filename().string());
+  }
+  EXPECT_EQ(left,
+            (std::set<std::string>{"m_u2_gpu.json", ".m_u2_gpu.json.tmp-2", "x_m_u1_gpu.json"}));
+  std::filesystem::remove_all(dir);
+}
+
 // The stat that spares each write the creation attempt must not take a file for the directory.
 TEST(EnsureDirectory, CreatesAMissingOneAndRefusesAFile) {
   char tmpl[] = "/tmp/vfio-dra-ensure-XXXXXX";

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <sstream>
 
 #include "cdi/cdi_spec.h"
@@ -215,6 +216,35 @@ TEST_F(CdiTest, RemovingAClaimRemovesTheTemporaryFilesOfWritesCutShort) {
             (std::vector<std::string>{metadata_spec, "vfio.dra.io_metadata_" + uid + "_nic.json"}));
   ASSERT_TRUE(store.RemoveClaim("vms", gpu.claim_name, uid).ok());
   EXPECT_EQ(FilesUnder(dir_ + "/cdi"), 1u) << "only the other claim's leftover remains";
+}
+
+// Unprepare removes the claim's device spec and its metadata specs in one call: the named spec
+// and its leftover go with the metadata files, other claims' files stay.
+TEST_F(CdiTest, RemovingAClaimRemovesTheOtherSpecsItIsGivenToo) {
+  MetadataStore store(dir_ + "/plugin", SpecDirectory(dir_ + "/cdi"), "vfio.dra.io");
+  RequestMetadata gpu = GpuRequest();
+  RequestMetadata other = GpuRequest();
+  other.claim_name = "other";
+  other.claim_uid = "aaaaaaaa-0000-4000-8000-000000000009";
+  ASSERT_TRUE(store.Write(gpu).ok());
+  ASSERT_TRUE(store.Write(other).ok());
+  const std::string device_spec = "vfio.dra.io-vfio_" + gpu.claim_uid + ".json";
+  std::ofstream(dir_ + "/cdi/" + device_spec) << "{}";
+  std::ofstream(dir_ + "/cdi/." + device_spec + ".tmp-5") << "{";
+  std::ofstream(dir_ + "/cdi/vfio.dra.io-vfio_" + other.claim_uid + ".json") << "{}";
+  ASSERT_TRUE(store.RemoveClaim("vms", gpu.claim_name, gpu.claim_uid, {device_spec}).ok());
+  EXPECT_FALSE(fs::exists(store.HostPath(gpu)));
+  EXPECT_TRUE(fs::exists(store.HostPath(other)));
+  std::set<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir_ + "/cdi")) {
+    left.insert(e.path().filename().string());
+  }
+  EXPECT_EQ(left, (std::set<std::string>{"vfio.dra.io-vfio_" + other.claim_uid + ".json",
+                                         "vfio.dra.io_metadata_" + other.claim_uid + "_gpu.json"}));
+  // A name that is not one file of the directory is refused, and the host files still go.
+  ASSERT_TRUE(store.Write(gpu).ok());
+  EXPECT_FALSE(store.RemoveClaim("vms", gpu.claim_name, gpu.claim_uid, {"../x.json"}).ok());
+  EXPECT_FALSE(fs::exists(store.HostPath(gpu)));
 }
 
 TEST_F(CdiTest, MetadataPathsCannotLeaveTheirDirectory) {
