@@ -89,20 +89,27 @@ std::pair<std::string, std::string> SplitFilePath(const std::string& path) {
 }
 
 Status RemoveFilesAndTemporaries(const std::string& dir, const std::vector<std::string>& names,
-                                 const std::vector<std::string>& prefixes) {
-  if (names.empty() && prefixes.empty()) return Status::Ok();
-  const auto prefixed = [&](std::string_view name) {
-    return std::any_of(prefixes.begin(), prefixes.end(),
-                       [&](const std::string& prefix) { return name.starts_with(prefix); });
+                                 const std::vector<FileNamePattern>& patterns) {
+  if (names.empty() && patterns.empty()) return Status::Ok();
+  for (const FileNamePattern& pattern : patterns) {
+    if (pattern.prefix.empty()) {
+      // It would match every file of the directory.
+      return MakeError(ErrorKind::kInvalidArgument,
+                       "refusing to remove files of " + dir + " by an empty name prefix");
+    }
+  }
+  const auto matched = [&](std::string_view name) {
+    return std::any_of(patterns.begin(), patterns.end(),
+                       [&](const FileNamePattern& pattern) { return pattern.Matches(name); });
   };
   // Each file is tried even when one before it cannot be removed; the first failure is reported.
   std::optional<Error> first;
-  for (const std::string& name : names) {
-    const std::string path = dir + "/" + name;
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT && !first) {
-      first = MakeError(ErrorKind::kUnavailable, "cannot remove " + path + ": " + ErrnoText(errno));
-    }
-  }
+  const auto remove = [&](const std::string& path, const char* what) {
+    if (::unlink(path.c_str()) == 0 || errno == ENOENT || first) return;
+    const int err = errno;
+    first = MakeError(ErrorKind::kUnavailable, std::string(what) + path + ": " + ErrnoText(err));
+  };
+  for (const std::string& name : names) remove(dir + "/" + name, "cannot remove ");
   // Every unprepare lists a directory that holds a file per prepared claim, once for all of the
   // claim's files: plain readdir, which does not build and parse a std::filesystem::path per
   // entry the way directory_iterator does.
@@ -116,18 +123,14 @@ Status RemoveFilesAndTemporaries(const std::string& dir, const std::vector<std::
   errno = 0;
   while (const dirent* entry = ::readdir(listing.get())) {
     const std::string_view name = entry->d_name;
-    const auto stands_for = TemporaryFileStandsFor(entry->d_name);
-    const bool leftover =
-        stands_for && (std::find(names.begin(), names.end(), *stands_for) != names.end() ||
-                       prefixed(*stands_for));
-    if (leftover || (!stands_for && name != "." && name != ".." && prefixed(name))) {
-      const std::string path = dir + "/" + entry->d_name;
-      if (::unlink(path.c_str()) != 0 && errno != ENOENT && !first) {
-        first = MakeError(ErrorKind::kUnavailable,
-                          std::string(leftover ? "cannot remove the leftover temporary file "
-                                               : "cannot remove ") +
-                              path + ": " + ErrnoText(errno));
+    const auto stands_for = TemporaryFileStandsFor(name);
+    if (stands_for) {
+      if (std::find(names.begin(), names.end(), *stands_for) != names.end() ||
+          matched(*stands_for)) {
+        remove(dir + "/" + std::string(name), "cannot remove the leftover temporary file ");
       }
+    } else if (entry->d_type != DT_DIR && name != "." && name != ".." && matched(name)) {
+      remove(dir + "/" + std::string(name), "cannot remove ");
     }
     errno = 0;
   }

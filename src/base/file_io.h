@@ -51,10 +51,20 @@ std::pair<std::string, std::string> SplitFilePath(const std::string& path);
 // when their process died between creating and renaming them. Only call while no write of `path`
 // can be running (the caller holds whatever orders those writes).
 Status RemoveFileAndTemporaries(const std::string& path);
+// Files a caller cannot name one by one (a claim's metadata specs, one per request): a name that
+// begins with `prefix` and ends with `suffix`. The prefix must not be empty.
+struct FileNamePattern {
+  std::string prefix;
+  std::string suffix;
+  bool Matches(std::string_view name) const {
+    return name.size() >= prefix.size() + suffix.size() && name.starts_with(prefix) &&
+           name.ends_with(suffix);
+  }
+};
 // The same for several files of one directory, with one listing of it: those in `names`, and
-// those whose names begin with one of `prefixes` (files the caller cannot name one by one).
+// the regular files (and leftover temporary files) that match one of `patterns`.
 Status RemoveFilesAndTemporaries(const std::string& dir, const std::vector<std::string>& names,
-                                 const std::vector<std::string>& prefixes = {});
+                                 const std::vector<FileNamePattern>& patterns = {});
 
 // Creates `dir` and its parents if missing; an error (naming the directory) when that fails or
 // `dir` exists and is not a directory.

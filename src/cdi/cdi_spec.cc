@@ -158,22 +158,34 @@ Status SpecDirectory::Remove(const std::string& file_name) const { return Remove
 
 Status SpecDirectory::RemoveAll(const std::vector<std::string>& file_names,
                                 const std::vector<std::string>& prefixes) const {
+  // An unsafe name (from a damaged checkpoint record) is refused, and the others still go.
+  std::optional<Error> refused;
+  const auto refuse = [&](const std::string& what, const std::string& name) {
+    if (!refused) {
+      refused = MakeError(ErrorKind::kInvalidArgument, "refusing CDI spec file " + what + " \"" +
+                                                           name + "\": not a single safe name");
+    }
+  };
+  std::vector<std::string> safe_names;
   for (const std::string& file_name : file_names) {
-    if (!IsSafeFileName(file_name)) {
-      return MakeError(ErrorKind::kInvalidArgument,
-                       "refusing CDI spec file name \"" + file_name + "\": not a single safe name");
+    if (IsSafeFileName(file_name)) {
+      safe_names.push_back(file_name);
+    } else {
+      refuse("name", file_name);
     }
   }
+  std::vector<FileNamePattern> patterns;
   for (const std::string& prefix : prefixes) {
-    if (!IsSafeFileName(prefix)) {
-      return MakeError(ErrorKind::kInvalidArgument, "refusing CDI spec file name prefix \"" +
-                                                        prefix + "\": not a single safe name");
+    if (IsSafeFileName(prefix)) {
+      patterns.push_back({prefix, ".json"});
+    } else {
+      refuse("name prefix", prefix);
     }
   }
-  if (Status s = RemoveFilesAndTemporaries(dir_, file_names, prefixes); !s.ok()) {
+  if (Status s = RemoveFilesAndTemporaries(dir_, safe_names, patterns); !s.ok()) {
     return s.error().Wrap("cannot remove CDI specs of " + dir_);
   }
-  return Status::Ok();
+  return refused ? Status(*refused) : Status::Ok();
 }
 
 Result<std::vector<std::string>> SpecDirectory::List(const std::string& prefix) const {

@@ -68,8 +68,9 @@ class SpecDirectory {
   // Removing a file that does not exist succeeds. Temporary files its writes left (a process
   // killed midway) go too.
   Status Remove(const std::string& file_name) const;
-  // Remove for each file, in order, and for every file whose name begins with one of `prefixes`,
-  // with one listing of the directory for all of them.
+  // Remove for each file, in order, and for every spec file (.json) whose name begins with one of
+  // `prefixes`, with one listing of the directory for all of them. A name or prefix that is not
+  // one safe file name is refused (the error says which) and the others still go.
   Status RemoveAll(const std::vector<std::string>& file_names,
                    const std::vector<std::string>& prefixes = {}) const;
   // Spec files whose names start with `prefix`, and those of which only a write's leftover

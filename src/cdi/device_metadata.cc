@@ -185,14 +185,15 @@ Status MetadataStore::RemoveHostFiles(const std::string& claim_uid) const {
 Status MetadataStore::RemoveClaim(const std::string& claim_namespace, const std::string& claim_name,
                                   const std::string& claim_uid,
                                   const std::vector<std::string>& other_cdi_files) const {
-  if (!IsDnsLabel(claim_namespace)) return BadName("namespace", claim_namespace);
-  if (!IsDnsSubdomain(claim_name)) return BadName("claim", claim_name);
   if (!IsObjectUid(claim_uid)) return BadName("claim uid", claim_uid);
-  // The host files go even when a spec cannot: each is tried, the first failure reported.
+  // Everything named by the UID goes even when something else cannot (a spec that cannot be
+  // removed, a damaged record's namespace or name): each is tried, the first failure reported.
   Status specs_removed =
       cdi_.RemoveAll(other_cdi_files, {driver_ + "_metadata_" + claim_uid + "_"});
   if (Status s = RemoveHostFiles(claim_uid); !s.ok()) return specs_removed.ok() ? s : specs_removed;
   if (!specs_removed.ok()) return specs_removed;
+  if (!IsDnsLabel(claim_namespace)) return BadName("namespace", claim_namespace);
+  if (!IsDnsSubdomain(claim_name)) return BadName("claim", claim_name);
   const std::string base = BaseDirectory() + "/";
   std::error_code ec;
   // The earlier layout kept a claim's files under <namespace>_<claim>; that name may now be a

@@ -72,7 +72,8 @@ class MetadataStore {
   // Files of the previous layout (<uid>/<request>/metadata.json) go too; a directory of the one
   // before (<namespace>_<claim>) is removed only when the files in it belong to this claim's UID.
   // `other_cdi_files` (the claim's other specs in the same CDI directory, in the order to remove
-  // them) go first, in the same one pass over that directory.
+  // them) go first, in the same one pass over that directory. What the UID names goes even when
+  // the namespace or name is refused (the error names it) or another file cannot be removed.
   Status RemoveClaim(const std::string& claim_namespace, const std::string& claim_name,
                      const std::string& claim_uid,
                      const std::vector<std::string>& other_cdi_files = {}) const;

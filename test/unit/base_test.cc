@@ -124,21 +124,25 @@ TEST(RemoveFilesAndTemporaries, RemovesTheFilesAndTheirLeftoversOnly) {
 }
 
 // Files the caller cannot name one by one (a claim's metadata specs, one per request) go by
-// prefix in the same listing, with their leftovers; a name that only contains the prefix stays.
+// prefix and suffix in the same listing, with their leftovers; a name that only contains the
+// prefix, another suffix and a directory stay, and an empty prefix is refused.
 TEST(RemoveFilesAndTemporaries, RemovesFilesByPrefixInTheSameListing) {
   char tmpl[] = "/tmp/vfio-dra-remove-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
-  for (const char* name : {"a.json", "m_u1_gpu.json", "m_u1_nic.json", ".m_u1_x.json.tmp-1",
-                           "m_u2_gpu.json", ".m_u2_gpu.json.tmp-2", "x_m_u1_gpu.json"}) {
+  for (const char* name :
+       {"a.json", "m_u1_gpu.json", "m_u1_nic.json", ".m_u1_x.json.tmp-1", "m_u2_gpu.json",
+        ".m_u2_gpu.json.tmp-2", "x_m_u1_gpu.json", "m_u1_gpu.json.bak"}) {
     std::ofstream(dir + "/" + name) << "x";
   }
-  ASSERT_TRUE(RemoveFilesAndTemporaries(dir, {"a.json"}, {"m_u1_"}).ok());
+  std::filesystem::create_directory(dir + "/m_u1_dir.json");
+  EXPECT_FALSE(RemoveFilesAndTemporaries(dir, {}, {{"", ".json"}}).ok()) << "matches everything";
+  ASSERT_TRUE(RemoveFilesAndTemporaries(dir, {"a.json"}, {{"m_u1_", ".json"}}).ok());
   std::set<std::string> left;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     left.insert(e.path().filename().string());
   }
-  EXPECT_EQ(left,
-            (std::set<std::string>{"m_u2_gpu.json", ".m_u2_gpu.json.tmp-2", "x_m_u1_gpu.json"}));
+  EXPECT_EQ(left, (std::set<std::string>{"m_u2_gpu.json", ".m_u2_gpu.json.tmp-2", "x_m_u1_gpu.json",
+                                         "m_u1_gpu.json.bak", "m_u1_dir.json"}));
   std::filesystem::remove_all(dir);
 }
 

@@ -241,10 +241,27 @@ TEST_F(CdiTest, RemovingAClaimRemovesTheOtherSpecsItIsGivenToo) {
   }
   EXPECT_EQ(left, (std::set<std::string>{"vfio.dra.io-vfio_" + other.claim_uid + ".json",
                                          "vfio.dra.io_metadata_" + other.claim_uid + "_gpu.json"}));
-  // A name that is not one file of the directory is refused, and the host files still go.
+  // A name that is not one file of the directory (a damaged record) is refused, naming it, and
+  // everything else still goes; so does everything the UID names when the claim's name is bad.
   ASSERT_TRUE(store.Write(gpu).ok());
-  EXPECT_FALSE(store.RemoveClaim("vms", gpu.claim_name, gpu.claim_uid, {"../x.json"}).ok());
+  std::ofstream(dir_ + "/cdi/" + device_spec) << "{}";
+  auto refused =
+      store.RemoveClaim("vms", gpu.claim_name, gpu.claim_uid, {"../x.json", device_spec});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error().message, HasSubstr("\"../x.json\""));
   EXPECT_FALSE(fs::exists(store.HostPath(gpu)));
+  EXPECT_FALSE(fs::exists(dir_ + "/cdi/" + device_spec));
+  EXPECT_FALSE(fs::exists(dir_ + "/cdi/vfio.dra.io_metadata_" + gpu.claim_uid + "_gpu.json"));
+  ASSERT_TRUE(store.Write(gpu).ok());
+  EXPECT_FALSE(store.RemoveClaim("vms", "Not_A_Name", gpu.claim_uid).ok());
+  EXPECT_FALSE(fs::exists(store.HostPath(gpu)));
+  EXPECT_FALSE(fs::exists(dir_ + "/cdi/vfio.dra.io_metadata_" + gpu.claim_uid + "_gpu.json"));
+  // Only spec files go by prefix: a directory or a file of another kind with the prefix stays.
+  fs::create_directories(dir_ + "/cdi/vfio.dra.io_metadata_" + gpu.claim_uid + "_dir.json");
+  std::ofstream(dir_ + "/cdi/vfio.dra.io_metadata_" + gpu.claim_uid + "_gpu.json.bak") << "{}";
+  EXPECT_TRUE(store.RemoveClaim("vms", gpu.claim_name, gpu.claim_uid).ok());
+  EXPECT_TRUE(fs::is_directory(dir_ + "/cdi/vfio.dra.io_metadata_" + gpu.claim_uid + "_dir.json"));
+  EXPECT_TRUE(fs::exists(dir_ + "/cdi/vfio.dra.io_metadata_" + gpu.claim_uid + "_gpu.json.bak"));
 }
 
 TEST_F(CdiTest, MetadataPathsCannotLeaveTheirDirectory) {
