@@ -5,6 +5,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <csignal>
@@ -78,8 +79,11 @@ std::vector<std::string> Split(const std::string& path) {
 // throwing at once contend in the unwinder.
 int ParseInt(const std::string& text, int fallback) {
   const std::string trimmed = Trim(text);
-  size_t start = 0;
-  while (start < trimmed.size() && trimmed[start] == ' ') ++start;
+  size_t start = 0;  // as std::stoi: leading white space, then an optional '+'
+  while (start < trimmed.size() && std::isspace(static_cast<unsigned char>(trimmed[start]))) {
+    ++start;
+  }
+  if (start + 1 < trimmed.size() && trimmed[start] == '+' && trimmed[start + 1] != '-') ++start;
   int value = 0;
   const char* end = trimmed.data() + trimmed.size();
   auto [ptr, ec] = std::from_chars(trimmed.data() + start, end, value);
