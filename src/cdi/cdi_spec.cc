@@ -27,6 +27,9 @@ nlohmann::json NodeJson(const DeviceNode& node) {
   return out;
 }
 
+// What List finds and RemoveAll removes by prefix: spec files, never other files of the directory.
+FileNamePattern SpecFilesStartingWith(const std::string& prefix) { return {prefix, ".json"}; }
+
 }  // namespace
 
 bool IsSafeFileName(const std::string& name) {
@@ -177,7 +180,7 @@ Status SpecDirectory::RemoveAll(const std::vector<std::string>& file_names,
   std::vector<FileNamePattern> patterns;
   for (const std::string& prefix : prefixes) {
     if (IsSafeFileName(prefix)) {
-      patterns.push_back({prefix, ".json"});
+      patterns.push_back(SpecFilesStartingWith(prefix));
     } else {
       refuse("name prefix", prefix);
     }
@@ -205,10 +208,7 @@ Result<std::vector<std::string>> SpecDirectory::List(const std::string& prefix) 
       if (!stands_for) continue;
       name = std::string(*stands_for);
     }
-    if (name.rfind(prefix, 0) == 0 && name.size() > 5 &&
-        name.compare(name.size() - 5, 5, ".json") == 0) {
-      names.insert(name);
-    }
+    if (SpecFilesStartingWith(prefix).Matches(name)) names.insert(name);
   }
   ::closedir(dir);
   out.assign(names.begin(), names.end());
