@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/file_io.h"
+
 namespace vfio_dra::kubeletplugin {
 namespace {
 
@@ -16,6 +18,7 @@ namespace {
 // client can make the plugin hold.
 constexpr uint32_t kMaxConcurrentStreams = 128;
 constexpr size_t kReadChunk = size_t{16} << 10;
+constexpr size_t kSendBatch = size_t{64} << 10;
 
 nghttp2_nv Header(std::string_view name, std::string_view value) {
   // nghttp2 copies names and values when the frame is submitted (no NO_COPY flags).
@@ -75,7 +78,6 @@ GrpcConnection::~GrpcConnection() {
 bool GrpcConnection::Open() {
   nghttp2_session_callbacks* callbacks = nullptr;
   if (nghttp2_session_callbacks_new(&callbacks) != 0) return false;
-  nghttp2_session_callbacks_set_send_callback(callbacks, &GrpcConnection::Send);
   nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks,
                                                           &GrpcConnection::OnBeginHeaders);
   nghttp2_session_callbacks_set_on_header_callback(callbacks, &GrpcConnection::OnHeader);
@@ -126,17 +128,50 @@ bool GrpcConnection::OnReadable() {
 
 bool GrpcConnection::Flush() {
   blocked_ = false;
-  const int rv = nghttp2_session_send(session_);
-  if (rv != 0 && failure_.empty()) failure_ = "cannot send: " + std::string(nghttp2_strerror(rv));
-  return rv == 0;
+  while (true) {
+    while (unsent_pos_ < unsent_.size()) {
+      const ssize_t sent =
+          ::send(fd_, unsent_.data() + unsent_pos_, unsent_.size() - unsent_pos_, MSG_NOSIGNAL);
+      if (sent >= 0) {
+        unsent_pos_ += static_cast<size_t>(sent);
+      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        blocked_ = true;
+        return true;
+      } else if (errno != EINTR) {
+        if (failure_.empty()) failure_ = "cannot send: " + ErrnoText(errno);
+        return false;
+      }
+    }
+    unsent_.clear();
+    unsent_pos_ = 0;
+    // Everything the session has ready leaves in one send: a unary answer's headers, message and
+    // trailers, and the answers of the other calls that finished meanwhile, reach the client as
+    // one segment instead of one per frame (each a wakeup of its reader). Batches stay bounded, so
+    // a client that does not read holds back at most one.
+    while (unsent_.size() < kSendBatch) {
+      const uint8_t* data = nullptr;
+      const ssize_t n = nghttp2_session_mem_send(session_, &data);
+      if (n < 0) {
+        if (failure_.empty()) {
+          failure_ = "cannot send: " + std::string(nghttp2_strerror(static_cast<int>(n)));
+        }
+        return false;
+      }
+      if (n == 0) break;
+      unsent_.append(reinterpret_cast<const char*>(data), static_cast<size_t>(n));
+    }
+    if (unsent_.empty()) return true;
+  }
 }
 
 bool GrpcConnection::Finished() const {
-  return nghttp2_session_want_read(session_) == 0 && nghttp2_session_want_write(session_) == 0;
+  return nghttp2_session_want_read(session_) == 0 && nghttp2_session_want_write(session_) == 0 &&
+         unsent_pos_ == unsent_.size();
 }
 
 bool GrpcConnection::Quiet() const {
-  return streams_.empty() && nghttp2_session_want_write(session_) == 0 && !blocked_;
+  return streams_.empty() && nghttp2_session_want_write(session_) == 0 &&
+         unsent_pos_ == unsent_.size() && !blocked_;
 }
 
 void GrpcConnection::GoAway() {
@@ -253,21 +288,6 @@ int GrpcConnection::OnStreamClose(nghttp2_session* /*session*/, int32_t stream_i
   connection->streams_.erase(it);
   if (connection->streams_.empty()) connection->idle_since_ = std::chrono::steady_clock::now();
   return 0;
-}
-
-ssize_t GrpcConnection::Send(nghttp2_session* /*session*/, const uint8_t* data, size_t length,
-                             int /*flags*/, void* self) {
-  auto* connection = static_cast<GrpcConnection*>(self);
-  while (true) {
-    const ssize_t sent = ::send(connection->fd_, data, length, MSG_NOSIGNAL);
-    if (sent >= 0) return sent;
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      connection->blocked_ = true;
-      return NGHTTP2_ERR_WOULDBLOCK;
-    }
-    return NGHTTP2_ERR_CALLBACK_FAILURE;
-  }
 }
 
 void GrpcConnection::Dispatch(int32_t stream_id, Stream& stream) {

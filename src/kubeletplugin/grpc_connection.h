@@ -88,8 +88,6 @@ class GrpcConnection {
   static int OnFrameSent(nghttp2_session* session, const nghttp2_frame* frame, void* self);
   static int OnStreamClose(nghttp2_session* session, int32_t stream_id, uint32_t error_code,
                            void* self);
-  static ssize_t Send(nghttp2_session* session, const uint8_t* data, size_t length, int flags,
-                      void* self);
   static ssize_t ReadCallOutput(nghttp2_session* session, int32_t stream_id, uint8_t* buf,
                                 size_t length, uint32_t* data_flags, nghttp2_data_source* source,
                                 void* self);
@@ -108,6 +106,9 @@ class GrpcConnection {
   CallEvents& events_;
   CallStarter start_;
   nghttp2_session* session_ = nullptr;
+  // Bytes the session produced that the socket has not taken yet (from unsent_pos_ on).
+  std::string unsent_;
+  size_t unsent_pos_ = 0;
   bool blocked_ = false;
   bool going_away_ = false;
   std::optional<std::chrono::steady_clock::time_point> noticed_at_;

@@ -14,11 +14,15 @@ CallEvents::~CallEvents() {
 }
 
 void CallEvents::Post(CallEvent event) {
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // Events already queued have had their wakeup, and the I/O thread clears the eventfd before it
+    // takes the queue, so it takes this one with them: a burst of answers costs one write.
+    wake = events_.empty();
     events_.push_back(event);
   }
-  Wake();
+  if (wake) Wake();
 }
 
 void CallEvents::Wake() {
@@ -61,6 +65,17 @@ bool ServerCall::Write(std::string message) {
   }
   events_.Post(id_);
   return true;
+}
+
+void ServerCall::Answer(const std::string& message, GrpcStatus status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    if (status.ok() && !cancelled_.load()) out_ += FrameMessage(message);
+    finished_ = true;
+    status_ = std::move(status);
+  }
+  events_.Post(id_);
 }
 
 void ServerCall::Finish(GrpcStatus status) {

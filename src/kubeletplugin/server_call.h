@@ -68,6 +68,9 @@ class ServerCall final : public CallContext, public MessageSink {
 
   // The handler is done; `status` goes out as the trailers.
   void Finish(GrpcStatus status);
+  // A unary handler is done: its one `message` (sent only when `status` is ok) and `status`, in
+  // one hand-over to the I/O thread, so that both leave in one write.
+  void Answer(const std::string& message, GrpcStatus status);
 
   // The caller reset the stream or went away, or the server stops.
   void Cancel();

@@ -336,8 +336,7 @@ void UnixGrpcServer::RunHandler(const GrpcMethod& method, ServerCall& call,
     if (method.unary) {
       std::string response;
       GrpcStatus status = method.unary(message, call, &response);
-      if (status.ok()) call.Write(std::move(response));
-      call.Finish(std::move(status));
+      call.Answer(response, std::move(status));
     } else {
       call.Finish(method.server_streaming(message, call, call));
     }
