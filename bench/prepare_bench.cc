@@ -5,14 +5,22 @@
 // and
 // 32. Prints JSON.
 //   prepare_bench [--rounds N] [--dir DIR] [--cdi-base DIR] [--daemon-fsync on|off]
+//                 [--apiserver-keepalive-poll stretched|packaged]
 // DIR holds the plugin data dir (checkpoint, metadata files; default /tmp); the CDI specs and the
 // simulated sysfs and /dev go under --cdi-base, by default /dev/shm: /var/run/cdi is a tmpfs on
 // nodes, and sysfs and devtmpfs live in memory. `--daemon-fsync off` is a diagnostic: the daemon
 // runs with fsync and fdatasync made no-ops (bench/no_fsync_preload.cc), the floor keeps them, so
 // the ratio then shows what the daemon's work other than durability costs against the floor.
+// The fake API server runs in this process on the packaged cpp-httplib, which polls every idle
+// kept-alive connection every 10 ms; an API server does not, and on two cores those wakeups take
+// CPU from whichever side is busy. By default this process re-executes itself with
+// bench/keepalive_poll_preload.cc preloaded, which stretches that poll to a second;
+// `--apiserver-keepalive-poll packaged` measures with the polling as packaged.
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -85,10 +93,11 @@ int main(int argc, char** argv) {
   std::string base = "/tmp";
   std::string cdi_base = std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "/tmp";
   bool daemon_fsync = true;
+  bool stretched_keepalive_poll = true;
   const auto usage = [](const std::string& problem) {
     std::cerr << "prepare_bench: " << problem
               << "\nusage: prepare_bench [--rounds N] [--dir DIR] [--cdi-base DIR] "
-                 "[--daemon-fsync on|off]\n";
+                 "[--daemon-fsync on|off] [--apiserver-keepalive-poll stretched|packaged]\n";
     return 2;
   };
   for (int i = 1; i < argc; i += 2) {
@@ -115,9 +124,27 @@ int main(int argc, char** argv) {
         return usage("--daemon-fsync takes on or off, not \"" + value + "\"");
       }
       daemon_fsync = value == "on";
+    } else if (flag == "--apiserver-keepalive-poll") {
+      if (value != "stretched" && value != "packaged") {
+        return usage("--apiserver-keepalive-poll takes stretched or packaged, not \"" + value +
+                     "\"");
+      }
+      stretched_keepalive_poll = value == "stretched";
     } else {
       return usage("unknown flag \"" + flag + "\"");
     }
+  }
+  // The fake API server's polling is this process's own: the preload has to be in place before
+  // it starts, so the process starts again with it.
+  const char* preloaded = std::getenv("LD_PRELOAD");
+  if (stretched_keepalive_poll &&
+      (preloaded == nullptr || std::strcmp(preloaded, VFIO_DRA_KEEPALIVE_POLL_PRELOAD) != 0)) {
+    ::setenv("LD_PRELOAD", VFIO_DRA_KEEPALIVE_POLL_PRELOAD, 1);
+    ::execv("/proc/self/exe", argv);
+    std::cerr << "prepare_bench: cannot start again with " << VFIO_DRA_KEEPALIVE_POLL_PRELOAD
+              << " preloaded: " << std::strerror(errno)
+              << " (--apiserver-keepalive-poll packaged measures without it)\n";
+    return 1;
   }
   const std::string tmpl_text = base + "/vfio-dra-prepare-bench-XXXXXX";
   std::vector<char> tmpl(tmpl_text.begin(), tmpl_text.end());
@@ -210,9 +237,9 @@ int main(int argc, char** argv) {
        // of 100) instead of the daemon. One round of 32 is within the default burst.
        "--claim-api-qps", "0"},
       dir + "/daemon.log",
-      daemon_fsync
-          ? std::vector<std::string>{}
-          : std::vector<std::string>{std::string("LD_PRELOAD=") + VFIO_DRA_NO_FSYNC_PRELOAD});
+      // The daemon gets no preload of this process's (an empty LD_PRELOAD replaces it).
+      std::vector<std::string>{std::string("LD_PRELOAD=") +
+                               (daemon_fsync ? "" : VFIO_DRA_NO_FSYNC_PRELOAD)});
   testing::KubeletSimulator sim;
   sim.KeepConnections();  // as the kubelet does (one connection per plugin)
   auto socket = sim.WaitForRegistrationSocket(dir + "/registry", std::chrono::seconds(20));
@@ -311,6 +338,7 @@ int main(int argc, char** argv) {
   nlohmann::json out = {
       {"data_dir", dir},
       {"daemon_fsync", daemon_fsync},
+      {"apiserver_keepalive_poll_ms", stretched_keepalive_poll ? 1000 : 10},
       {"cdi_dir", cdi_dir},
       {"prepare_1_pod", Summary(one_pod)},
       {"prepare_8_pods", Summary(eight_pods)},

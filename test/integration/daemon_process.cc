@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -20,19 +21,29 @@ DaemonProcess::DaemonProcess(std::vector<std::string> args, std::string log_path
                              std::vector<std::string> extra_env)
     : log_path_(std::move(log_path)) {
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::vector<std::string> env_strings;
+  // A variable of `extra_env` replaces the inherited one (a second entry would be ignored).
+  const auto overridden = [&](const char* entry) {
+    return std::any_of(extra_env.begin(), extra_env.end(), [&](const std::string& e) {
+      const size_t name_end = e.find('=');
+      return name_end != std::string::npos && std::strncmp(entry, e.c_str(), name_end + 1) == 0;
+    });
+  };
   for (char** e = environ; *e != nullptr; ++e) {
     // Isolate the child from the developer's cluster settings.
     if (std::strncmp(*e, "KUBECONFIG=", 11) == 0 || std::strncmp(*e, "NODE_NAME=", 10) == 0 ||
-        std::strncmp(*e, "KUBERNETES_SERVICE_", 19) == 0 || std::strncmp(*e, "POD_UID=", 8) == 0) {
+        std::strncmp(*e, "KUBERNETES_SERVICE_", 19) == 0 || std::strncmp(*e, "POD_UID=", 8) == 0 ||
+        overridden(*e)) {
       continue;
     }
     env_strings.emplace_back(*e);
   }
   for (auto& e : extra_env) env_strings.push_back(e);
   std::vector<char*> envp;
+  envp.reserve(env_strings.size() + 1);
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
 
