@@ -71,7 +71,9 @@ void ServerCall::Answer(const std::string& message, GrpcStatus status) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_) return;
-    if (status.ok() && !cancelled_.load()) out_ += FrameMessage(message);
+    // Even when cancelled: a server that stops cancels its calls and still delivers what they
+    // answer, and a stream the client reset drops it anyway.
+    if (status.ok()) out_ += FrameMessage(message);
     finished_ = true;
     status_ = std::move(status);
   }

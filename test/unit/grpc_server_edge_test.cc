@@ -235,6 +235,33 @@ TEST_F(GrpcServerEdgeTest, AStoppingServerDeliversAnAnswerLargerThanTheClientsWi
   EXPECT_EQ(client.headers_[id]["grpc-status"], "0");
 }
 
+// A handler that the stopping server cancels but that still completes its answer: the answer is
+// delivered whole, not a bare OK status without the message (which a client takes as an error).
+TEST_F(GrpcServerEdgeTest, AStoppingServerDeliversTheAnswerOfACancelledHandlerThatCompleted) {
+  std::promise<void> entered;
+  Serve({RawUnaryMethod("/t.S/Late", [&](std::string_view, CallContext& context, std::string* out) {
+    entered.set_value();
+    const auto until = std::chrono::steady_clock::now() + kPatience;
+    while (!context.IsCancelled() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    *out = "answer";
+    return GrpcStatus::Ok();
+  })});
+  RawH2Client client(socket_);
+  ASSERT_TRUE(client.connected());
+  const int32_t id = client.Request("/t.S/Late", kEmptyMessage);
+  auto running = entered.get_future();
+  ASSERT_TRUE(client.PumpUntil(
+      [&] { return running.wait_for(milliseconds(0)) == std::future_status::ready; }));
+  // No grace: the call is cancelled at once, and the handler answers after that.
+  auto stopped = std::async(std::launch::async, [&] { server_->Shutdown(milliseconds(0)); });
+  ASSERT_TRUE(client.PumpUntil([&] { return client.closed_.count(id) > 0; }));
+  stopped.get();
+  EXPECT_EQ(client.data_bytes_[id], std::string("answer").size() + 5);
+  EXPECT_EQ(client.headers_[id]["grpc-status"], "0");
+}
+
 // Over the limit: RESOURCE_EXHAUSTED naming the method, and the upload is cut short rather than
 // taken in whole (32 MiB here).
 TEST_F(GrpcServerEdgeTest, AnOversizedRequestIsRefusedAndItsUploadStopped) {
