@@ -16,6 +16,7 @@
 // CPU from whichever side is busy. By default this process re-executes itself with
 // bench/keepalive_poll_preload.cc preloaded, which stretches that poll to a second;
 // `--apiserver-keepalive-poll packaged` measures with the polling as packaged.
+#include <dlfcn.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -33,6 +34,7 @@
 #include "base/clock.h"
 #include "base/directory_sync.h"
 #include "base/file_io.h"
+#include "base/thread_name.h"
 #include "discovery/inventory.h"
 #include "fake_apiserver.h"
 #include "integration/daemon_process.h"
@@ -86,6 +88,11 @@ std::vector<double> Measure(int pods, int rounds, One one, Between between) {
   return samples;
 }
 
+// Defined by bench/keepalive_poll_preload.cc.
+constexpr const char* kKeepAlivePollShimSymbol = "vfio_dra_keepalive_poll_stretched";
+// Set when this process re-executed itself with the shim, so that it does so once.
+constexpr const char* kReexecutedVariable = "VFIO_DRA_PREPARE_BENCH_REEXECUTED";
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -135,16 +142,34 @@ int main(int argc, char** argv) {
     }
   }
   // The fake API server's polling is this process's own: the preload has to be in place before
-  // it starts, so the process starts again with it.
-  const char* preloaded = std::getenv("LD_PRELOAD");
-  if (stretched_keepalive_poll &&
-      (preloaded == nullptr || std::strcmp(preloaded, VFIO_DRA_KEEPALIVE_POLL_PRELOAD) != 0)) {
-    ::setenv("LD_PRELOAD", VFIO_DRA_KEEPALIVE_POLL_PRELOAD, 1);
+  // it starts, so the process starts again with it, once. The shim says it is loaded through a
+  // symbol, so a preload the loader ignored (a moved build, a secure-execution process) fails
+  // here instead of being reported as in effect.
+  NameThisThread("prepare_bench");  // not "exe", after the re-execution
+  const bool shim_loaded = dlsym(RTLD_DEFAULT, kKeepAlivePollShimSymbol) != nullptr;
+  if (stretched_keepalive_poll && !shim_loaded) {
+    if (std::getenv(kReexecutedVariable) != nullptr) {
+      std::cerr << "prepare_bench: " << VFIO_DRA_KEEPALIVE_POLL_PRELOAD
+                << " is in LD_PRELOAD but was not loaded (is the build there?); "
+                   "--apiserver-keepalive-poll packaged measures without it\n";
+      return 1;
+    }
+    const char* preloaded = std::getenv("LD_PRELOAD");
+    const std::string preload = (preloaded != nullptr && *preloaded != '\0')
+                                    ? std::string(preloaded) + ":" + VFIO_DRA_KEEPALIVE_POLL_PRELOAD
+                                    : std::string(VFIO_DRA_KEEPALIVE_POLL_PRELOAD);
+    ::setenv("LD_PRELOAD", preload.c_str(), 1);
+    ::setenv(kReexecutedVariable, "1", 1);
     ::execv("/proc/self/exe", argv);
     std::cerr << "prepare_bench: cannot start again with " << VFIO_DRA_KEEPALIVE_POLL_PRELOAD
               << " preloaded: " << std::strerror(errno)
               << " (--apiserver-keepalive-poll packaged measures without it)\n";
     return 1;
+  }
+  if (!stretched_keepalive_poll && shim_loaded) {
+    std::cerr << "prepare_bench: --apiserver-keepalive-poll packaged, but "
+              << VFIO_DRA_KEEPALIVE_POLL_PRELOAD << " is preloaded; start it without\n";
+    return 2;
   }
   const std::string tmpl_text = base + "/vfio-dra-prepare-bench-XXXXXX";
   std::vector<char> tmpl(tmpl_text.begin(), tmpl_text.end());
