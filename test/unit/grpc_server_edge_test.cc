@@ -7,6 +7,7 @@
 #include <malloc.h>
 #include <nghttp2/nghttp2.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -93,6 +94,20 @@ class RawH2Client {
     Flush();
     return id;
   }
+  // Lets the server send up to `bytes` on the connection and on each stream without waiting for
+  // a WINDOW_UPDATE, so that only the socket's buffer holds it back.
+  void OpenWindows(int32_t bytes) {
+    const std::array<nghttp2_settings_entry, 1> settings = {
+        {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<uint32_t>(bytes)}}};
+    nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings.data(), settings.size());
+    nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, bytes);
+    Flush();
+  }
+  // Bytes that have arrived on the socket and not been read yet.
+  size_t Unread() const {
+    int n = 0;
+    return ::ioctl(fd_, FIONREAD, &n) == 0 ? static_cast<size_t>(n) : 0;
+  }
   void Flush() { nghttp2_session_send(session_); }
   // Reads and answers frames until `done` or the patience runs out; false if it ran out.
   bool PumpUntil(const std::function<bool()>& done) {
@@ -116,6 +131,7 @@ class RawH2Client {
 
   std::map<int32_t, std::map<std::string, std::string>> headers_;
   std::map<int32_t, size_t> data_bytes_;
+  std::map<int32_t, std::string> data_;  // the DATA payloads, gRPC framing included
   std::map<int32_t, uint32_t> closed_;
   std::map<int32_t, size_t> body_sent_;
   bool eof_ = false;
@@ -151,8 +167,9 @@ class RawH2Client {
     return 0;
   }
   static int DataCallback(nghttp2_session* /*session*/, uint8_t /*flags*/, int32_t id,
-                          const uint8_t* /*data*/, size_t size, void* self) {
+                          const uint8_t* data, size_t size, void* self) {
     static_cast<RawH2Client*>(self)->data_bytes_[id] += size;
+    static_cast<RawH2Client*>(self)->data_[id].append(reinterpret_cast<const char*>(data), size);
     return 0;
   }
   static int CloseCallback(nghttp2_session* /*session*/, int32_t id, uint32_t error, void* self) {
@@ -259,6 +276,37 @@ TEST_F(GrpcServerEdgeTest, AStoppingServerDeliversTheAnswerOfACancelledHandlerTh
   ASSERT_TRUE(client.PumpUntil([&] { return client.closed_.count(id) > 0; }));
   stopped.get();
   EXPECT_EQ(client.data_bytes_[id], std::string("answer").size() + 5);
+  EXPECT_EQ(client.headers_[id]["grpc-status"], "0");
+}
+
+// An answer larger than the socket's buffer, to a client that reads nothing until the buffer is
+// full: the server keeps what the socket refuses and sends it as the client drains, whole and
+// in order.
+TEST_F(GrpcServerEdgeTest, AnAnswerLargerThanTheSocketBufferArrivesWholeWhenTheClientReadsLate) {
+  const size_t size = size_t{4} << 20;
+  std::string answer(size, '\0');
+  for (size_t i = 0; i < size; ++i) answer[i] = static_cast<char>('a' + i % 26);
+  Serve({RawUnaryMethod("/t.S/Big", [&](std::string_view, CallContext&, std::string* out) {
+    *out = answer;
+    return GrpcStatus::Ok();
+  })});
+  RawH2Client client(socket_);
+  ASSERT_TRUE(client.connected());
+  client.OpenWindows(int32_t{64} << 20);
+  const int32_t id = client.Request("/t.S/Big", kEmptyMessage);
+  // Not reading: the server writes until the socket refuses more (far less than 4 MiB).
+  const auto until = std::chrono::steady_clock::now() + kPatience;
+  size_t unread = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    const size_t now = client.Unread();
+    if (now >= (size_t{64} << 10) && now == unread) break;  // stopped growing: the buffer is full
+    unread = now;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  ASSERT_GE(unread, size_t{64} << 10) << "the server sent nothing while the client did not read";
+  ASSERT_TRUE(client.PumpUntil([&] { return client.closed_.count(id) > 0; }));
+  EXPECT_EQ(client.data_bytes_[id], size + 5);
+  EXPECT_EQ(client.data_[id].substr(5), answer);
   EXPECT_EQ(client.headers_[id]["grpc-status"], "0");
 }
 
