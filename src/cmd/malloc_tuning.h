@@ -3,11 +3,10 @@
 // objects (JSON trees, paths, strings) all at once.
 // - One arena, for a small idle footprint.
 // - A deeper per-thread cache. With one arena, every allocation or free that a thread's cache
-//   cannot take locks the arena; glibc's cache holds 7 chunks of a size, so
-//   a JSON tree freed or a record built spills into the lock at once, and 32 prepares at once
-//   spent a quarter of their context switches waiting for it. glibc reads the cache depth
-//   (glibc.malloc.tcache_count) only from GLIBC_TUNABLES at start-up, so serve re-executes itself
-//   once with it set.
+//   cannot take locks the arena; glibc's cache holds 7 chunks of a size, so a JSON tree freed or a
+//   record built spills into the lock at once, and 32 prepares at once spent a quarter of their
+//   context switches waiting for it. glibc reads the cache depth (glibc.malloc.tcache_count) only
+//   from GLIBC_TUNABLES at start-up, so serve re-executes itself once with it set.
 // Invariants: an operator's own setting (MALLOC_ARENA_MAX, or arena_max or tcache_count in
 // GLIBC_TUNABLES) is never overridden; the re-execution happens at most once, before any thread
 // exists (the variable it sets is its own guard), with the same arguments, environment and PID;
