@@ -199,6 +199,7 @@ Result<std::vector<std::string>> SpecDirectory::List(const std::string& prefix) 
     return MakeError(ErrorKind::kUnavailable, "cannot list " + dir_ + ": " + ErrnoText(errno));
   }
   std::set<std::string> names;
+  const FileNamePattern spec_file = SpecFilesStartingWith(prefix);
   while (const dirent* entry = ::readdir(dir)) {
     std::string name = entry->d_name;
     // A write cut short by a crash leaves ".<name>.tmp-<n>": it stands for <name>, whose Remove
@@ -208,7 +209,7 @@ Result<std::vector<std::string>> SpecDirectory::List(const std::string& prefix) 
       if (!stands_for) continue;
       name = std::string(*stands_for);
     }
-    if (SpecFilesStartingWith(prefix).Matches(name)) names.insert(name);
+    if (spec_file.Matches(name)) names.insert(name);
   }
   ::closedir(dir);
   out.assign(names.begin(), names.end());

@@ -25,7 +25,8 @@ DaemonProcess::DaemonProcess(std::vector<std::string> args, std::string log_path
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::vector<std::string> env_strings;
-  // A variable of `extra_env` replaces the inherited one (a second entry would be ignored).
+  // A variable of `extra_env` replaces the inherited one: with two entries of one name, getenv
+  // reads the first and the dynamic loader the last.
   const auto overridden = [&](const char* entry) {
     return std::any_of(extra_env.begin(), extra_env.end(), [&](const std::string& e) {
       const size_t name_end = e.find('=');
