@@ -322,6 +322,14 @@ std::string MoveAside(const std::string& path, const std::string& reason,
          aside + "; " + consequence;
 }
 
+// The claim uid a file name in the directory is the record of, if any (not temporary files).
+std::optional<std::string> UidOfRecordFile(const std::string& name) {
+  if (name.size() <= 5 || name.compare(name.size() - 5, 5, kSuffix) != 0) return std::nullopt;
+  std::string uid = name.substr(0, name.size() - 5);
+  if (!IsObjectUid(uid)) return std::nullopt;
+  return uid;
+}
+
 }  // namespace
 
 std::string PciIdentity::Display() const {
@@ -441,8 +449,55 @@ Result<std::shared_ptr<const ClaimRecord>> PrepareCheckpoint::Read(const std::st
   }
 }
 
+void PrepareCheckpoint::LoadRecord(RecordIndex& index, const std::string& uid, int dir_fd,
+                                   CheckpointView& view) const {
+  index.records.erase(uid);
+  index.retry.erase(uid);
+  bool dropped_empty = false;
+  auto record = Read(uid, &dropped_empty, dir_fd);
+  if (dropped_empty) {
+    view.problems.push_back("removed the empty prepare checkpoint record " + PathOf(uid) +
+                            ": a power loss came before the record of that prepare reached "
+                            "the disk, so nothing was done for it");
+  }
+  if (record.ok()) {
+    if (*record) index.records.emplace(uid, std::move(*record));
+    return;
+  }
+  if (record.error().kind == ErrorKind::kDataLoss) {
+    const std::string path = PathOf(uid);
+    view.problems.push_back(MoveAside(path, record.error().message,
+                                      "the claim's devices cannot be undone automatically, "
+                                      "check them by hand"));
+    // Not moved: reported again at every Load, as an unreadable record is.
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) index.retry.insert(uid);
+    return;
+  }
+  index.retry.insert(uid);
+  view.unreadable[uid] = record.error().message;
+  view.problems.push_back(record.error().message +
+                          "; the claim is kept and retried on its next prepare or unprepare");
+}
+
 CheckpointView PrepareCheckpoint::Load() const {
   CheckpointView view;
+  RecordIndex& index = *index_;
+  std::lock_guard<std::mutex> lock(index.mu);
+  // Taken before anything is read: a change made while this Load reads is read again by the next.
+  DirectoryChanges::Batch changed = index.changes.Take();
+  if (!changed.everything && index.complete) {
+    std::set<std::string> uids = index.retry;
+    for (const std::string& name : changed.names) {
+      if (auto uid = UidOfRecordFile(name)) uids.insert(std::move(*uid));
+    }
+    for (const std::string& uid : uids) LoadRecord(index, uid, -1, view);
+    view.claims = index.records;
+    return view;
+  }
+  index.complete = false;
+  index.records.clear();
+  index.retry.clear();
   DIR* dir = ::opendir(dir_.c_str());
   if (dir == nullptr) {
     view.listing_error =
@@ -450,37 +505,15 @@ CheckpointView PrepareCheckpoint::Load() const {
     view.problems.push_back(*view.listing_error);
     return view;
   }
-  std::vector<std::string> uids;
-  while (const dirent* entry = ::readdir(dir)) {
-    const std::string name = entry->d_name;
-    if (name.size() <= 5 || name.compare(name.size() - 5, 5, kSuffix) != 0) continue;
-    const std::string uid = name.substr(0, name.size() - 5);
-    if (IsObjectUid(uid)) uids.push_back(uid);
-  }
   // Open until the records are read: they are looked up relative to it.
   std::unique_ptr<DIR, int (*)(DIR*)> open_dir(dir, &::closedir);
-  for (const std::string& uid : uids) {
-    bool dropped_empty = false;
-    auto record = Read(uid, &dropped_empty, ::dirfd(dir));
-    if (dropped_empty) {
-      view.problems.push_back("removed the empty prepare checkpoint record " + PathOf(uid) +
-                              ": a power loss came before the record of that prepare reached "
-                              "the disk, so nothing was done for it");
-    }
-    if (record.ok()) {
-      if (*record) view.claims.emplace(uid, std::move(*record));
-      continue;
-    }
-    if (record.error().kind == ErrorKind::kDataLoss) {
-      view.problems.push_back(MoveAside(PathOf(uid), record.error().message,
-                                        "the claim's devices cannot be undone automatically, "
-                                        "check them by hand"));
-      continue;
-    }
-    view.unreadable[uid] = record.error().message;
-    view.problems.push_back(record.error().message +
-                            "; the claim is kept and retried on its next prepare or unprepare");
+  std::vector<std::string> uids;
+  while (const dirent* entry = ::readdir(dir)) {
+    if (auto uid = UidOfRecordFile(entry->d_name)) uids.push_back(std::move(*uid));
   }
+  for (const std::string& uid : uids) LoadRecord(index, uid, ::dirfd(dir), view);
+  index.complete = true;
+  view.claims = index.records;
   return view;
 }
 

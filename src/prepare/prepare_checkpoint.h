@@ -5,8 +5,11 @@
 // writes the claim it works on and never a stale copy of another's.
 //
 // Invariants:
-// - There is no cached view: callers Load() under the node-wide lock (CallSerializer) every time
-//   they act, so two instances serving calls at once see each other's work.
+// - Callers Load() under the node-wide lock every time they act, so two instances serving calls
+//   at once see each other's work. Load keeps an index of the records that the directory's
+//   change events (inotify) keep current, so it reads only the records written or removed since
+//   the Load before, by either instance; without events it reads every record, as it does after
+//   an event queue overflow.
 // - A claim goes through two phases. PrepareStarted is written before anything on the node is
 //   touched and holds everything needed to undo it (each function's original driver,
 //   driver_override and identity, the mdevs to create, the plan of every device); it becomes
@@ -28,9 +31,11 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "base/directory_changes.h"
 #include "base/directory_sync.h"
 #include "base/file_io.h"
 #include "base/result.h"
@@ -154,10 +159,12 @@ class PrepareCheckpoint {
   const std::string& boot_id() const { return boot_id_; }
   const std::string& directory() const { return dir_; }
 
-  // Reads every record. Call under the node-wide lock before acting on what it says. A record
-  // whose file is unchanged since it was last parsed or written here (same inode, size and
-  // timestamps) is not parsed again.
+  // Every record. Call under the node-wide lock before acting on what it says. Records that
+  // changed since the last Load (by the directory's change events) are stat'ed, and parsed when
+  // their file is not the version last parsed or written here (same inode, size and timestamps).
   CheckpointView Load() const;
+  // Why Load cannot follow the directory's changes and reads every record each time, or nothing.
+  const std::optional<std::string>& unwatched() const { return index_->changes.unwatched(); }
   // Reads one claim's record: nullopt when there is none; an error when it cannot be read.
   Result<std::optional<ClaimRecord>> Find(const std::string& uid) const;
   // Writes a claim's record (stamped with this boot's ID) durably before returning, and returns
@@ -184,7 +191,8 @@ class PrepareCheckpoint {
         dir_(std::move(dir)),
         boot_id_(std::move(boot_id)),
         dir_sync_(std::make_shared<GroupDirectorySync>(dir_)),
-        parsed_(std::make_shared<ParsedRecords>()) {}
+        parsed_(std::make_shared<ParsedRecords>()),
+        index_(std::make_shared<RecordIndex>(dir_)) {}
   std::string PathOf(const std::string& uid) const;
   // Put (kDataOnly, then the shared directory fsync) or Stage (kVolatile).
   Result<std::shared_ptr<const ClaimRecord>> Write(ClaimRecord record, Durability durability) const;
@@ -212,11 +220,26 @@ class PrepareCheckpoint {
     std::map<std::string, std::pair<FileVersion, std::shared_ptr<const ClaimRecord>>> by_uid;
   };
 
+  // The records as of the last Load. Every change to the directory after that Load is in the
+  // next Take of `changes`, so the records it does not name are still current.
+  struct RecordIndex {
+    explicit RecordIndex(const std::string& dir) : changes(dir) {}
+    std::mutex mu;  // serializes Loads
+    DirectoryChanges changes;
+    bool complete = false;  // `records` holds every record (not after a failed listing)
+    std::map<std::string, std::shared_ptr<const ClaimRecord>> records;
+    std::set<std::string> retry;  // records that could not be read: read again at every Load
+  };
+  // Reads `uid` into the index, and what went wrong into `view`.
+  void LoadRecord(RecordIndex& index, const std::string& uid, int dir_fd,
+                  CheckpointView& view) const;
+
   std::string data_dir_;
   std::string dir_;
   std::string boot_id_;
   std::shared_ptr<GroupDirectorySync> dir_sync_;
   std::shared_ptr<ParsedRecords> parsed_;  // a cache of parsing only: each use stats the file
+  std::shared_ptr<RecordIndex> index_;
 };
 
 // A device of a completed prepare and what it occupies on the node (the health stream checks it).

@@ -62,6 +62,10 @@ Result<std::unique_ptr<VfioDevicePreparer>> VfioDevicePreparer::Open(
   if (!boot_id.ok()) return boot_id.error();
   auto checkpoint = PrepareCheckpoint::Open(options.plugin_data_dir, *boot_id);
   if (!checkpoint.ok()) return checkpoint.error();
+  if (const auto& unwatched = checkpoint->unwatched()) {
+    // Still correct, only slower: every prepare reads every record.
+    log.Warn("prepare checkpoint not watched for changes", {{"problem", *unwatched}});
+  }
   auto locks = PrepareLocks::Open(options.plugin_data_dir);
   if (!locks.ok()) return locks.error();
   return std::unique_ptr<VfioDevicePreparer>(

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 namespace vfio_dra::prepare {
 namespace {
@@ -260,6 +261,81 @@ TEST_F(PrepareCheckpointTest, ARecordReplacedByAnotherInstanceIsReadAfresh) {
   EXPECT_EQ(b.Find(kUid)->value().state, PrepareState::kPrepareCompleted);
   ASSERT_TRUE(a.Remove(kUid).ok());
   EXPECT_FALSE(b.Find(kUid)->has_value());
+}
+
+// Load follows the directory's changes: what another instance (or a person) did since the last
+// Load is in the next one, while the records nobody touched are not read again.
+TEST_F(PrepareCheckpointTest, ALoadSeesEveryChangeSinceTheLastOne) {
+  PrepareCheckpoint a = Open();
+  PrepareCheckpoint b = Open();
+  ASSERT_FALSE(a.unwatched().has_value()) << *a.unwatched();
+  ASSERT_TRUE(a.Put(Started(kOtherUid)).ok());
+  EXPECT_EQ(a.Load().claims.size(), 1u);
+
+  ASSERT_TRUE(b.Put(Started()).ok());
+  CheckpointView view = a.Load();
+  ASSERT_NE(view.Find(kUid), nullptr);
+  EXPECT_EQ(view.Find(kUid)->state, PrepareState::kPrepareStarted);
+  ClaimRecord completed = Started();
+  completed.state = PrepareState::kPrepareCompleted;
+  ASSERT_TRUE(b.Put(completed).ok());
+  EXPECT_EQ(a.Load().Find(kUid)->state, PrepareState::kPrepareCompleted);
+  ASSERT_TRUE(b.Remove(kUid).ok());
+  view = a.Load();
+  EXPECT_EQ(view.Find(kUid), nullptr);
+  EXPECT_NE(view.Find(kOtherUid), nullptr);
+
+  // Rewritten in place by hand.
+  const std::string text = [&] {
+    std::ifstream in(RecordPath(kOtherUid));
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  const std::string renamed = std::regex_replace(text, std::regex("gpu-claim"), "renamed");
+  ASSERT_NE(renamed, text);
+  std::ofstream(RecordPath(kOtherUid), std::ios::trunc) << renamed;
+  EXPECT_EQ(a.Load().Find(kOtherUid)->name, "renamed");
+
+  // Unusable records appearing later are handled as at the first Load: a corrupt one moved aside
+  // once, an unreadable one reported at every Load until it can be read.
+  std::ofstream(RecordPath(kUid)) << "{not json";
+  view = a.Load();
+  ASSERT_EQ(view.problems.size(), 1u);
+  EXPECT_THAT(view.problems[0], HasSubstr("moved it to " + RecordPath(kUid) + ".corrupt-"));
+  EXPECT_EQ(view.claims.size(), 1u);
+  EXPECT_TRUE(a.Load().problems.empty());
+  for (const auto& entry : fs::directory_iterator(ClaimsDir())) {
+    if (entry.path().string().find(".corrupt-") != std::string::npos) fs::remove(entry.path());
+  }
+  fs::create_directories(RecordPath(kUid));
+  for (int i = 0; i < 2; ++i) {
+    view = a.Load();
+    EXPECT_EQ(view.unreadable.count(kUid), 1u) << "Load " << i;
+    EXPECT_EQ(view.problems.size(), 1u) << "Load " << i;
+  }
+  fs::remove(RecordPath(kUid));
+  ASSERT_TRUE(b.Put(Started()).ok());
+  view = a.Load();
+  EXPECT_TRUE(view.unreadable.empty());
+  EXPECT_NE(view.Find(kUid), nullptr);
+}
+
+// When the kernel drops change events (its queue overflowed), Load reads every record again
+// rather than miss the ones whose events were lost.
+TEST_F(PrepareCheckpointTest, ALoadAfterLostChangeEventsReadsEveryRecord) {
+  PrepareCheckpoint a = Open();
+  PrepareCheckpoint b = Open();
+  EXPECT_TRUE(a.Load().claims.empty());
+  long queued = 16384;
+  std::ifstream("/proc/sys/fs/inotify/max_queued_events") >> queued;
+  for (long i = 0; i < queued / 2 + 8; ++i) {
+    std::ofstream(ClaimsDir() + "/notes.txt") << i;
+    fs::remove(ClaimsDir() + "/notes.txt");
+  }
+  ASSERT_TRUE(b.Put(Started()).ok());  // its events come after the overflow: lost
+  const CheckpointView view = a.Load();
+  EXPECT_NE(view.Find(kUid), nullptr);
+  ASSERT_TRUE(b.Put(Started(kOtherUid)).ok());
+  EXPECT_EQ(a.Load().claims.size(), 2u) << "and follows the changes again afterwards";
 }
 
 // A process killed while writing a record leaves its temporary file; removing the record takes
