@@ -602,14 +602,25 @@ int SimulatedKernel::Unbind(const std::string& driver, const std::string& addres
   return 0;
 }
 
-int SimulatedKernel::FreeVfioDevIndex() const {
-  std::set<int> used;
-  for (const std::string& name : ValueOr(tree_.List("class/vfio-dev"), {})) {
-    if (name.rfind("vfio", 0) == 0) used.insert(ParseInt(name.substr(4), -1));
+std::string SimulatedKernel::ClaimVfioDev(const std::string& dir) {
+  // The lowest free number, as the kernel's IDA hands out, without listing every number in use:
+  // each number below the hint is taken, and the class link, made atomically, claims the number
+  // (so a number taken by a fixture or by another process's bind is skipped, not shared).
+  for (int index = vfio_dev_hint_;; ++index) {
+    std::string cdev = "vfio" + std::to_string(index);
+    const std::string link = Abs("class/vfio-dev/" + cdev);
+    if (::symlink(("../../" + dir + "/vfio-dev/" + cdev).c_str(), link.c_str()) == 0) {
+      vfio_dev_hint_ = index + 1;
+      return cdev;
+    }
+    if (errno == ENOENT) {
+      fs::create_directories(Abs("class/vfio-dev"));
+      --index;  // the same number again, now that its directory exists
+    } else if (errno != EEXIST) {
+      throw std::runtime_error("simulated kernel: cannot make " + link + ": " +
+                               std::strerror(errno));
+    }
   }
-  int index = 0;
-  while (used.count(index) != 0) ++index;
-  return index;
 }
 
 void SimulatedKernel::DoBind(const std::string& driver, const std::string& address) {
@@ -621,11 +632,12 @@ void SimulatedKernel::DoBind(const std::string& driver, const std::string& addre
   // Numbers and group nodes are shared by all devices: handed out one binder at a time, as the
   // kernel's IDA and group lock do.
   std::lock_guard<std::mutex> nodes(nodes_mu_);
-  const int index = FreeVfioDevIndex();
-  const std::string cdev = "vfio" + std::to_string(index);
+  const std::string cdev = ClaimVfioDev(dir);
+  const int index = ParseInt(cdev.substr(4), -1);
+  ::mkdir(Abs(dir + "/vfio-dev").c_str(), 0755);
+  ::mkdir(Abs(dir + "/vfio-dev/" + cdev).c_str(), 0755);
   WriteText(Abs(dir + "/vfio-dev/" + cdev + "/dev"),
             std::to_string(kVfioDevMajor) + ":" + std::to_string(index) + "\n");
-  MakeRelativeSymlink(root_, "class/vfio-dev/" + cdev, dir + "/vfio-dev/" + cdev);
   MakeNode("vfio/devices/" + cdev, kVfioDevMajor, index);
   const int group = GroupOf(dir);
   if (group < 0) return;
@@ -646,6 +658,9 @@ void SimulatedKernel::DoUnbind(const std::string& driver, const std::string& add
   std::lock_guard<std::mutex> nodes(nodes_mu_);
   const std::string cdevs = Abs(dir + "/vfio-dev");
   for (const std::string& cdev : ValueOr(tree_.List(dir + "/vfio-dev"), {})) {
+    if (cdev.rfind("vfio", 0) == 0) {
+      vfio_dev_hint_ = std::min(vfio_dev_hint_, ParseInt(cdev.substr(4), vfio_dev_hint_));
+    }
     ::unlink(Abs("class/vfio-dev/" + cdev).c_str());
     RemoveNode("vfio/devices/" + cdev);
     ::unlink((cdevs + "/" + cdev + "/dev").c_str());

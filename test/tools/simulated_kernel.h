@@ -128,7 +128,9 @@ class SimulatedKernel final : public sysfs::SysfsWriter {
   std::string OverrideOf(const std::string& address) const;
   int GroupOf(const std::string& rel_device_link) const;
   int NextGroup() const;
-  int FreeVfioDevIndex() const;  // the lowest vfioN not in /sys/class/vfio-dev; nodes_mu_ held
+  // Takes the lowest free vfio-dev number for the device at `dir` and links it from
+  // /sys/class/vfio-dev; returns its name ("vfio3"). nodes_mu_ held.
+  std::string ClaimVfioDev(const std::string& dir);
   void SetUeventDriver(const std::string& dir, const std::string& driver);
   void MakeNode(const std::string& dev_relative, int major, int minor) const;
   void RemoveNode(const std::string& dev_relative) const;
@@ -144,6 +146,7 @@ class SimulatedKernel final : public sysfs::SysfsWriter {
 
   std::shared_mutex tree_mu_;  // taken before mu_ when both are held
   std::mutex nodes_mu_;        // vfio-dev numbers and group nodes; taken last
+  int vfio_dev_hint_ = 0;      // every vfio-dev number below it is taken; nodes_mu_
   mutable std::mutex mu_;      // what follows, and the counts
   mutable std::condition_variable cv_;
   std::set<std::string> busy_;                      // devices a write of this process acts on

@@ -172,6 +172,68 @@ TEST_F(SimulatedKernelTest, ConcurrentBindsOfDifferentDevicesGetDistinctNodes) {
   for (const std::string& cdev : cdevs) EXPECT_TRUE(IsCharDevice("vfio/devices/" + cdev)) << cdev;
 }
 
+// vfio-dev numbers come as the kernel's IDA hands them out: the lowest free one, a freed number
+// first; a number taken outside this simulated kernel (a fixture, another process) is skipped.
+TEST_F(SimulatedKernelTest, VfioDevNumbersAreTheLowestFreeAndNeverShared) {
+  ASSERT_EQ(Write("bus/pci/devices/0000:5e:00.0/sriov_numvfs", "0"), 0);
+  ASSERT_EQ(Write("bus/pci/devices/0000:5e:00.0/sriov_numvfs", "4"), 0);
+  const auto cdev_of = [&](const std::string& vf) {
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (const auto& entry :
+         fs::directory_iterator(node_->sysfs_root() + "/bus/pci/devices/" + vf + "/vfio-dev", ec)) {
+      names.push_back(entry.path().filename().string());
+    }
+    return names.size() == 1 ? names.front() : "";
+  };
+  const auto bind = [&](const std::string& vf) {
+    EXPECT_EQ(Write("bus/pci/devices/" + vf + "/driver_override", "vfio-pci"), 0);
+    EXPECT_EQ(Write("bus/pci/drivers/vfio-pci/bind", vf), 0);
+    return cdev_of(vf);
+  };
+  // Taken by someone else: a link the simulated kernel did not make.
+  fs::create_directories(node_->sysfs_root() + "/class/vfio-dev");
+  fs::create_symlink("../../devices/elsewhere", node_->sysfs_root() + "/class/vfio-dev/vfio1");
+  EXPECT_EQ(bind("0000:5e:02.0"), "vfio0");
+  EXPECT_EQ(bind("0000:5e:02.1"), "vfio2");
+  EXPECT_EQ(bind("0000:5e:02.2"), "vfio3");
+  EXPECT_EQ(Write("bus/pci/drivers/vfio-pci/unbind", "0000:5e:02.0"), 0);
+  EXPECT_FALSE(fs::is_symlink(node_->sysfs_root() + "/class/vfio-dev/vfio0"));
+  EXPECT_FALSE(IsCharDevice("vfio/devices/vfio0"));
+  EXPECT_EQ(bind("0000:5e:02.3"), "vfio0");
+  EXPECT_EQ(bind("0000:5e:02.0"), "vfio4");
+  EXPECT_EQ(fs::read_symlink(node_->sysfs_root() + "/class/vfio-dev/vfio4").string(),
+            "../../" +
+                fs::relative(fs::canonical(node_->sysfs_root() + "/bus/pci/devices/0000:5e:02.0"),
+                             fs::canonical(node_->sysfs_root()))
+                    .string() +
+                "/vfio-dev/vfio4");
+  for (const char* cdev : {"vfio0", "vfio2", "vfio3", "vfio4"}) {
+    EXPECT_TRUE(IsCharDevice(std::string("vfio/devices/") + cdev)) << cdev;
+  }
+}
+
+// Links are written as the kernel writes sysfs links, which is what lexically_relative gives.
+TEST(RelativeLinkTarget, IsWhatLexicallyRelativeGives) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"devices/pci0000:00/0000:00:01.0/driver", "bus/pci/drivers/vfio-pci"},
+      {"bus/pci/drivers/vfio-pci/0000:00:01.0", "devices/pci0000:00/0000:00:01.0"},
+      {"class/vfio-dev/vfio3", "devices/pci0000:00/0000:00:01.0/vfio-dev/vfio3"},
+      {"devices/a/b/link", "devices/a/b/c/d"},
+      {"devices/a/b/link", "devices/a/b"},
+      {"devices/a/b/link", "devices/a"},
+      {"link", "devices/a"},
+      {"a//b/link", "a/c"},
+      {"a/b/link", "a/../c"},
+      {"a/./link", "a/c"},
+  };
+  for (const auto& [link, target] : cases) {
+    EXPECT_EQ(RelativeLinkTarget(link, target),
+              fs::path(target).lexically_relative(fs::path(link).parent_path()).string())
+        << link << " -> " << target;
+  }
+}
+
 TEST_F(SimulatedKernelTest, MdevCreateCountsInstancesAndAppliesNvidiasOneTypeRule) {
   const std::string types = "class/mdev_bus/0000:3b:00.0/mdev_supported_types/";
   const std::string uuid = "7a1c2f0e-5b7d-4c1e-9a11-000000000001";
