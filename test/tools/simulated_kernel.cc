@@ -642,7 +642,9 @@ void SimulatedKernel::DoBind(const std::string& driver, const std::string& addre
   const int group = GroupOf(dir);
   if (group < 0) return;
   const std::string name = std::to_string(group);
-  if (!fs::exists(Abs("class/vfio/" + name + "/dev"))) {
+  struct stat st {};
+  if (::stat(Abs("class/vfio/" + name + "/dev").c_str(), &st) != 0) {
+    ::mkdir(Abs("class/vfio/" + name).c_str(), 0755);
     WriteText(Abs("class/vfio/" + name + "/dev"),
               std::to_string(kVfioGroupMajor) + ":" + name + "\n");
     MakeNode("vfio/" + name, kVfioGroupMajor, group);
