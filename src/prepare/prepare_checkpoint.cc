@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "base/file_io.h"
+#include "base/json_writer.h"
 #include "base/k8s_names.h"
 #include "sysfs/sysfs_parse.h"
 
@@ -34,26 +35,36 @@ PrepareState ParseState(const std::string& state) {
 
 // The records are built with emplace rather than initializer lists: every record is written twice
 // per prepare, and a list makes (and frees) a two-element array per key before the object.
-json FunctionsJson(const std::vector<FunctionRecord>& functions) {
-  json out = json::array();
+void WriteFunctions(JsonWriter& w, const std::vector<FunctionRecord>& functions) {
+  w.BeginArray();
   for (const FunctionRecord& f : functions) {
-    json entry = json::object();
-    entry.emplace("address", f.address);
-    entry.emplace("originalDriver", f.driver);
-    entry.emplace("originalOverride", f.override);
-    entry.emplace("wasOnVfio", f.was_on_vfio);
-    entry.emplace("vfioDriver", f.vfio_driver);
+    w.BeginObject();
+    w.Key("address");
+    w.String(f.address);
+    w.Key("originalDriver");
+    w.String(f.driver);
+    w.Key("originalOverride");
+    w.String(f.override);
+    w.Key("wasOnVfio");
+    w.Bool(f.was_on_vfio);
+    w.Key("vfioDriver");
+    w.String(f.vfio_driver);
     if (f.identity.Known()) {
-      json identity = json::object();
-      identity.emplace("vendor", f.identity.vendor);
-      identity.emplace("device", f.identity.device);
-      identity.emplace("subsystemVendor", f.identity.subsystem_vendor);
-      identity.emplace("subsystemDevice", f.identity.subsystem_device);
-      entry.emplace("identity", std::move(identity));
+      w.Key("identity");
+      w.BeginObject();
+      w.Key("vendor");
+      w.String(f.identity.vendor);
+      w.Key("device");
+      w.String(f.identity.device);
+      w.Key("subsystemVendor");
+      w.String(f.identity.subsystem_vendor);
+      w.Key("subsystemDevice");
+      w.String(f.identity.subsystem_device);
+      w.EndObject();
     }
-    out.push_back(std::move(entry));
+    w.EndObject();
   }
-  return out;
+  w.EndArray();
 }
 
 std::string OptionalString(const json& object, const char* key) {
@@ -83,17 +94,21 @@ FunctionRecord FunctionFromJson(const json& f) {
   return r;
 }
 
-json MdevsJson(const std::vector<MdevRecord>& mdevs) {
-  json out = json::array();
+void WriteMdevs(JsonWriter& w, const std::vector<MdevRecord>& mdevs) {
+  w.BeginArray();
   for (const MdevRecord& m : mdevs) {
-    json entry = json::object();
-    entry.emplace("parent", m.parent);
-    entry.emplace("type", m.type_id);
-    entry.emplace("uuid", m.uuid);
-    entry.emplace("createdByUs", m.created_by_us);
-    out.push_back(std::move(entry));
+    w.BeginObject();
+    w.Key("parent");
+    w.String(m.parent);
+    w.Key("type");
+    w.String(m.type_id);
+    w.Key("uuid");
+    w.String(m.uuid);
+    w.Key("createdByUs");
+    w.Bool(m.created_by_us);
+    w.EndObject();
   }
-  return out;
+  w.EndArray();
 }
 
 MdevRecord MdevFromJson(const json& m) {
@@ -103,14 +118,29 @@ MdevRecord MdevFromJson(const json& m) {
 
 // Only the fields that are set: an absent field is one the driver did not report (previous) or
 // prepare does not change (applied).
-json SettingsJson(const vfio::VfNetSettings& settings) {
-  json out = json::object();
-  if (settings.mac) out["mac"] = *settings.mac;
-  if (settings.vlan) out["vlan"] = *settings.vlan;
-  if (settings.qos) out["qos"] = *settings.qos;
-  if (settings.spoof_check) out["spoofChk"] = *settings.spoof_check;
-  if (settings.trust) out["trust"] = *settings.trust;
-  return out;
+void WriteSettings(JsonWriter& w, const vfio::VfNetSettings& settings) {
+  w.BeginObject();
+  if (settings.mac) {
+    w.Key("mac");
+    w.String(*settings.mac);
+  }
+  if (settings.vlan) {
+    w.Key("vlan");
+    w.Int(*settings.vlan);
+  }
+  if (settings.qos) {
+    w.Key("qos");
+    w.Int(*settings.qos);
+  }
+  if (settings.spoof_check) {
+    w.Key("spoofChk");
+    w.Bool(*settings.spoof_check);
+  }
+  if (settings.trust) {
+    w.Key("trust");
+    w.Bool(*settings.trust);
+  }
+  w.EndObject();
 }
 
 vfio::VfNetSettings SettingsFromJson(const json& j) {
@@ -123,28 +153,34 @@ vfio::VfNetSettings SettingsFromJson(const json& j) {
   return out;
 }
 
-json LinkJson(const vfio::VfLink& link) {
-  json out = json::object();
-  out.emplace("pfDevice", link.pf_device);
-  out.emplace("vfIndex", link.vf_index);
-  return out;
+void WriteLink(JsonWriter& w, const vfio::VfLink& link) {
+  w.BeginObject();
+  w.Key("pfDevice");
+  w.String(link.pf_device);
+  w.Key("vfIndex");
+  w.Int(link.vf_index);
+  w.EndObject();
 }
 
 vfio::VfLink LinkFromJson(const json& j) {
   return {j.at("pfDevice").get<std::string>(), j.at("vfIndex").get<int>()};
 }
 
-json VfNetworksJson(const std::vector<VfNetworkRecord>& records) {
-  json out = json::array();
+void WriteVfNetworks(JsonWriter& w, const std::vector<VfNetworkRecord>& records) {
+  w.BeginArray();
   for (const VfNetworkRecord& r : records) {
-    json entry = json::object();
-    entry.emplace("address", r.address);
-    entry.emplace("link", LinkJson(r.link));
-    entry.emplace("previous", SettingsJson(r.previous));
-    entry.emplace("applied", SettingsJson(r.applied));
-    out.push_back(std::move(entry));
+    w.BeginObject();
+    w.Key("address");
+    w.String(r.address);
+    w.Key("link");
+    WriteLink(w, r.link);
+    w.Key("previous");
+    WriteSettings(w, r.previous);
+    w.Key("applied");
+    WriteSettings(w, r.applied);
+    w.EndObject();
   }
-  return out;
+  w.EndArray();
 }
 
 VfNetworkRecord VfNetworkFromJson(const json& j) {
@@ -152,33 +188,60 @@ VfNetworkRecord VfNetworkFromJson(const json& j) {
           SettingsFromJson(j.at("previous")), SettingsFromJson(j.at("applied"))};
 }
 
-json DeviceJson(const RecordedDevice& d) {
-  json out = json::object();
-  out.emplace("request", d.request);
-  out.emplace("pool", d.pool);
-  out.emplace("device", d.device);
-  out.emplace("kind", d.is_mdev ? "mdev" : "pci");
-  out.emplace("iommuInterface", d.iommu_interface);
-  out.emplace("attributes", d.attributes);
-  out.emplace("cdiDeviceIDs", d.cdi_device_ids);
-  if (d.share_id) out.emplace("shareID", *d.share_id);
+void WriteDevice(JsonWriter& w, const RecordedDevice& d) {
+  w.BeginObject();
+  w.Key("request");
+  w.String(d.request);
+  w.Key("pool");
+  w.String(d.pool);
+  w.Key("device");
+  w.String(d.device);
+  w.Key("kind");
+  w.String(d.is_mdev ? "mdev" : "pci");
+  w.Key("iommuInterface");
+  w.String(d.iommu_interface);
+  w.Key("attributes");
+  w.BeginObject();
+  for (const auto& [name, value] : d.attributes) {
+    w.Key(name);
+    w.Raw(value.dump());
+  }
+  w.EndObject();
+  w.Key("cdiDeviceIDs");
+  w.StringArray(d.cdi_device_ids);
+  if (d.share_id) {
+    w.Key("shareID");
+    w.String(*d.share_id);
+  }
   if (d.is_mdev) {
-    json mdev = json::object();
-    mdev.emplace("parent", d.mdev.parent);
-    mdev.emplace("type", d.mdev.type_id);
-    mdev.emplace("uuid", d.mdev.uuid);
-    out.emplace("mdev", std::move(mdev));
-    out.emplace("createdByDriver", d.mdev_created_by_driver);
+    w.Key("mdev");
+    w.BeginObject();
+    w.Key("parent");
+    w.String(d.mdev.parent);
+    w.Key("type");
+    w.String(d.mdev.type_id);
+    w.Key("uuid");
+    w.String(d.mdev.uuid);
+    w.EndObject();
+    w.Key("createdByDriver");
+    w.Bool(d.mdev_created_by_driver);
   } else {
-    out.emplace("address", d.address);
-    out.emplace("functions", d.functions);
-    if (d.iommu_group) out.emplace("iommuGroup", *d.iommu_group);
+    w.Key("address");
+    w.String(d.address);
+    w.Key("functions");
+    w.StringArray(d.functions);
+    if (d.iommu_group) {
+      w.Key("iommuGroup");
+      w.Int(*d.iommu_group);
+    }
     if (d.vf_link) {
-      out.emplace("vfLink", LinkJson(*d.vf_link));
-      out.emplace("network", SettingsJson(d.network));
+      w.Key("vfLink");
+      WriteLink(w, *d.vf_link);
+      w.Key("network");
+      WriteSettings(w, d.network);
     }
   }
-  return out;
+  w.EndObject();
 }
 
 RecordedDevice DeviceFromJson(const json& j) {
@@ -212,25 +275,44 @@ RecordedDevice DeviceFromJson(const json& j) {
   return d;
 }
 
-json RecordJson(const ClaimRecord& r) {
-  json devices = json::array();
-  for (const RecordedDevice& d : r.devices) devices.push_back(DeviceJson(d));
-  json claim = json::object();
-  claim.emplace("uid", r.uid);
-  claim.emplace("namespace", r.namespace_);
-  claim.emplace("name", r.name);
-  claim.emplace("state", StateName(r.state));
-  claim.emplace("functions", FunctionsJson(r.functions));
-  claim.emplace("mdevs", MdevsJson(r.mdevs));
-  claim.emplace("vfNetworks", VfNetworksJson(r.vf_networks));
-  claim.emplace("cdiFiles", r.cdi_files);
-  claim.emplace("devices", std::move(devices));
-  claim.emplace("replayable", r.replayable);
-  json out = json::object();
-  out.emplace("version", kCheckpointVersion);
-  out.emplace("bootID", r.boot_id);
-  out.emplace("claim", std::move(claim));
-  return out;
+// The record file's text. Written member by member: records are written twice per prepare, and a
+// tree built for one dump cost as much again as the writing.
+std::string RecordText(const ClaimRecord& r) {
+  JsonWriter w(1);
+  w.BeginObject();
+  w.Key("version");
+  w.Int(kCheckpointVersion);
+  w.Key("bootID");
+  w.String(r.boot_id);
+  w.Key("claim");
+  w.BeginObject();
+  w.Key("uid");
+  w.String(r.uid);
+  w.Key("namespace");
+  w.String(r.namespace_);
+  w.Key("name");
+  w.String(r.name);
+  w.Key("state");
+  w.String(StateName(r.state));
+  w.Key("functions");
+  WriteFunctions(w, r.functions);
+  w.Key("mdevs");
+  WriteMdevs(w, r.mdevs);
+  w.Key("vfNetworks");
+  WriteVfNetworks(w, r.vf_networks);
+  w.Key("cdiFiles");
+  w.StringArray(r.cdi_files);
+  w.Key("devices");
+  w.BeginArray();
+  for (const RecordedDevice& d : r.devices) WriteDevice(w, d);
+  w.EndArray();
+  w.Key("replayable");
+  w.Bool(r.replayable);
+  w.EndObject();
+  w.EndObject();
+  std::string text = w.Take();
+  text.push_back('\n');
+  return text;
 }
 
 // The fields version 1 and version 2 records name alike.
@@ -525,7 +607,7 @@ Result<std::shared_ptr<const ClaimRecord>> PrepareCheckpoint::Write(ClaimRecord 
   }
   record.boot_id = boot_id_;
   const std::string path = PathOf(record.uid);
-  Status status = WriteFileAtomically(path, RecordJson(record).dump(1) + "\n", 0600, durability);
+  Status status = WriteFileAtomically(path, RecordText(record), 0600, durability);
   if (!status.ok()) return status.error().Wrap("cannot write the prepare checkpoint");
   auto written = std::make_shared<const ClaimRecord>(std::move(record));
   // What was written needs no parsing when the next Load meets it. A claim's record is written
@@ -610,8 +692,7 @@ Result<int> PrepareCheckpoint::Upgrade(std::string* problem) const {
   for (const ClaimRecord& record : records) {
     if (!IsObjectUid(record.uid)) continue;
     // Written as is: the boot ID stays the one of the old file, so a reboot since is noticed.
-    Status status =
-        WriteFileAtomically(PathOf(record.uid), RecordJson(record).dump(1) + "\n", 0600);
+    Status status = WriteFileAtomically(PathOf(record.uid), RecordText(record), 0600);
     if (!status.ok()) return status.error().Wrap("upgrading the prepare checkpoint");
   }
   if (::unlink(path.c_str()) != 0) {

@@ -1,0 +1,118 @@
+#include "base/json_writer.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace vfio_dra {
+namespace {
+
+using json = nlohmann::json;
+
+// What nlohmann::json reads back is what was written, and the layout is the one dump(indent)
+// gives for the same document (members in the order written).
+TEST(JsonWriter, WritesWhatNlohmannReadsBackInDumpsLayout) {
+  for (int indent : {-1, 0, 1, 2}) {
+    JsonWriter w(indent);
+    w.BeginObject();
+    w.Key("version");
+    w.Int(2);
+    w.Key("negative");
+    w.Int(-9007199254740993LL);
+    w.Key("name");
+    w.String("vm-gpu");
+    w.Key("flags");
+    w.BeginArray();
+    w.Bool(true);
+    w.Bool(false);
+    w.EndArray();
+    w.Key("empty object");
+    w.BeginObject();
+    w.EndObject();
+    w.Key("empty array");
+    w.StringArray({});
+    w.Key("names");
+    w.StringArray({"a", "b"});
+    w.Key("raw");
+    w.Raw(R"({"string":"0000:3b:00.0"})");
+    w.Key("nested");
+    w.BeginArray();
+    w.BeginObject();
+    w.Key("k");
+    w.String("v");
+    w.EndObject();
+    w.BeginArray();
+    w.EndArray();
+    w.EndArray();
+    w.EndObject();
+    const std::string text = w.Take();
+    const json expected = json::parse(R"({"version": 2, "negative": -9007199254740993,
+        "name": "vm-gpu", "flags": [true, false], "empty object": {}, "empty array": [],
+        "names": ["a", "b"], "raw": {"string": "0000:3b:00.0"},
+        "nested": [{"k": "v"}, []]})");
+    const json parsed = json::parse(text);
+    EXPECT_EQ(parsed, expected) << text;
+    if (indent >= 0) {
+      EXPECT_NE(text.find("\n" + std::string(indent, ' ') + "\"version\": 2,\n"), std::string::npos)
+          << text;
+    } else {
+      EXPECT_EQ(text.find('\n'), std::string::npos);
+      EXPECT_NE(text.find(R"("nested":[{"k":"v"},[]])"), std::string::npos) << text;
+    }
+  }
+}
+
+TEST(JsonWriter, TakeEmptiesTheWriter) {
+  JsonWriter w;
+  w.StringArray({"x"});
+  EXPECT_EQ(w.Take(), R"(["x"])");
+  w.Int(7);
+  EXPECT_EQ(w.Take(), "7");
+}
+
+// Every string round-trips through nlohmann's parser: escapes for what JSON requires, UTF-8 kept.
+TEST(AppendJsonString, EscapesWhatJsonRequiresAndKeepsUtf8) {
+  const std::string cases[] = {
+      "",
+      "plain",
+      "quote \" and backslash \\",
+      std::string("nul \0 here", 10),
+      "\n\t\r\b\f \x01\x1f\x7f",
+      "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80",  // é € 😀
+      "edge \xED\x9F\xBF \xEE\x80\x80 \xF4\x8F\xBF\xBF",
+  };
+  for (const std::string& value : cases) {
+    std::string out;
+    AppendJsonString(out, value);
+    EXPECT_EQ(json::parse(out).get<std::string>(), value) << out;
+  }
+  std::string out;
+  AppendJsonString(out, std::string("\x01\x1f", 2));
+  EXPECT_EQ(out, R"("\u0001\u001f")");
+}
+
+// Bytes that are not UTF-8 (cut sequences, overlong forms, surrogates, past U+10FFFF) become
+// U+FFFD, one per byte that cannot start a sequence, so the text always parses.
+TEST(AppendJsonString, ReplacesWhatIsNotUtf8) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"a\xFFz", "a\xEF\xBF\xBDz"},
+      {"cut \xC3", "cut \xEF\xBF\xBD"},
+      {"cut \xE2\x82", "cut \xEF\xBF\xBD\xEF\xBF\xBD"},
+      {"overlong \xC0\xAF", "overlong \xEF\xBF\xBD\xEF\xBF\xBD"},
+      {"overlong \xE0\x80\xAF", "overlong \xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
+      {"surrogate \xED\xA0\x80", "surrogate \xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
+      {"too high \xF4\x90\x80\x80", "too high \xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
+      {"latin-1 caf\xE9!", "latin-1 caf\xEF\xBF\xBD!"},
+  };
+  for (const auto& [value, expected] : cases) {
+    std::string out;
+    AppendJsonString(out, value);
+    json parsed;
+    ASSERT_NO_THROW(parsed = json::parse(out)) << out;
+    EXPECT_EQ(parsed.get<std::string>(), expected) << out;
+  }
+}
+
+}  // namespace
+}  // namespace vfio_dra
