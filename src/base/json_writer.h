@@ -1,7 +1,7 @@
-// JsonWriter: writes JSON text as it goes, without building a document first. For files written
-// on every kubelet call (the checkpoint record of each claim), where nlohmann::json's tree, a map
-// node and a string per member, made and freed for one dump, cost more than the writing itself.
-// Reading stays with nlohmann::json.
+// JsonWriter: writes JSON text as it goes, without building a document first. For the files
+// written on every prepare (the claim's checkpoint record, twice; its CDI specs; KubeVirt's
+// metadata file), where nlohmann::json's tree, a map node and a string per member, made and freed
+// for one dump, cost as much as the writing itself. Reading stays with nlohmann::json.
 // Invariants:
 // - The text is always valid UTF-8 JSON once every Begin has its End: strings are escaped as
 //   RFC 8259 requires (quote, backslash, control characters), and a byte sequence that is not

@@ -9,22 +9,28 @@
 #include <set>
 
 #include "base/file_io.h"
+#include "base/json_writer.h"
 
 namespace vfio_dra::cdi {
 namespace {
 
-nlohmann::json NodeJson(const DeviceNode& node) {
-  nlohmann::json out = nlohmann::json::object();
-  out.emplace("path", node.path);
+void WriteNode(JsonWriter& w, const DeviceNode& node) {
+  w.BeginObject();
+  w.Key("path");
+  w.String(node.path);
   if (!node.host_path.empty() && node.host_path != node.path) {
-    out.emplace("hostPath", node.host_path);
+    w.Key("hostPath");
+    w.String(node.host_path);
   }
   if (node.major && node.minor) {
-    out.emplace("type", "c");
-    out.emplace("major", *node.major);
-    out.emplace("minor", *node.minor);
+    w.Key("type");
+    w.String("c");
+    w.Key("major");
+    w.Int(*node.major);
+    w.Key("minor");
+    w.Int(*node.minor);
   }
-  return out;
+  w.EndObject();
 }
 
 // What List finds and RemoveAll removes by prefix: spec files, never other files of the directory.
@@ -86,46 +92,61 @@ Status ValidateSpec(const Spec& spec) {
   return Status::Ok();
 }
 
-// Built with emplace and moves: a spec is written (twice) on every prepare, and initializer lists
-// copy each named part and make a two-element array per key.
-nlohmann::json SpecJson(const Spec& spec) {
-  using nlohmann::json;
-  json devices = json::array();
+// Written member by member: a spec is written twice on every prepare, and a json tree built for
+// one dump cost as much again as the writing.
+std::string SpecText(const Spec& spec) {
+  JsonWriter w(2);
+  w.BeginObject();
+  w.Key("cdiVersion");
+  w.String(MinimumCdiVersion(spec));
+  w.Key("kind");
+  w.String(spec.kind);
+  w.Key("devices");
+  w.BeginArray();
   for (const Device& device : spec.devices) {
-    json edits = json::object();
+    w.BeginObject();
+    w.Key("name");
+    w.String(device.name);
+    w.Key("containerEdits");
+    w.BeginObject();
     if (!device.device_nodes.empty()) {
-      json nodes = json::array();
-      for (const DeviceNode& node : device.device_nodes) nodes.push_back(NodeJson(node));
-      edits.emplace("deviceNodes", std::move(nodes));
+      w.Key("deviceNodes");
+      w.BeginArray();
+      for (const DeviceNode& node : device.device_nodes) WriteNode(w, node);
+      w.EndArray();
     }
     if (!device.mounts.empty()) {
-      json mounts = json::array();
+      w.Key("mounts");
+      w.BeginArray();
       for (const Mount& m : device.mounts) {
-        json mount = json::object();
-        mount.emplace("hostPath", m.host_path);
-        mount.emplace("containerPath", m.container_path);
-        mount.emplace("options", m.options);
-        mounts.push_back(std::move(mount));
+        w.BeginObject();
+        w.Key("hostPath");
+        w.String(m.host_path);
+        w.Key("containerPath");
+        w.String(m.container_path);
+        w.Key("options");
+        w.StringArray(m.options);
+        w.EndObject();
       }
-      edits.emplace("mounts", std::move(mounts));
+      w.EndArray();
     }
-    json entry = json::object();
-    entry.emplace("name", device.name);
-    entry.emplace("containerEdits", std::move(edits));
-    devices.push_back(std::move(entry));
+    w.EndObject();
+    w.EndObject();
   }
-  json out = json::object();
-  out.emplace("cdiVersion", MinimumCdiVersion(spec));
-  out.emplace("kind", spec.kind);
-  out.emplace("devices", std::move(devices));
+  w.EndArray();
   if (!spec.common_device_nodes.empty()) {
-    json nodes = json::array();
-    for (const DeviceNode& node : spec.common_device_nodes) nodes.push_back(NodeJson(node));
-    json edits = json::object();
-    edits.emplace("deviceNodes", std::move(nodes));
-    out.emplace("containerEdits", std::move(edits));
+    w.Key("containerEdits");
+    w.BeginObject();
+    w.Key("deviceNodes");
+    w.BeginArray();
+    for (const DeviceNode& node : spec.common_device_nodes) WriteNode(w, node);
+    w.EndArray();
+    w.EndObject();
   }
-  return out;
+  w.EndObject();
+  std::string text = w.Take();
+  text.push_back('\n');
+  return text;
 }
 
 std::string QualifiedDeviceId(const std::string& kind, const std::string& device_name) {
@@ -153,8 +174,7 @@ Status SpecDirectory::Write(const std::string& file_name, const Spec& spec) cons
   if (Status s = EnsureDirectory(dir_); !s.ok()) return s.error().Wrap("CDI directory");
   // Volatile: the CDI directory is tmpfs on a node (/var/run/cdi), and a spec only serves a
   // container started after this prepare in this boot; every prepare writes it again.
-  return WriteFileAtomically(PathOf(file_name), SpecJson(spec).dump(2) + "\n", file_mode_,
-                             Durability::kVolatile);
+  return WriteFileAtomically(PathOf(file_name), SpecText(spec), file_mode_, Durability::kVolatile);
 }
 
 Status SpecDirectory::Remove(const std::string& file_name) const { return RemoveAll({file_name}); }

@@ -49,7 +49,8 @@ std::string MinimumCdiVersion(const Spec& spec);
 // a malformed kind), naming what is wrong.
 Status ValidateSpec(const Spec& spec);
 
-nlohmann::json SpecJson(const Spec& spec);
+// The spec file's text, ending in a newline.
+std::string SpecText(const Spec& spec);
 
 // "kind=name": the fully qualified CDI device ID handed to the kubelet.
 std::string QualifiedDeviceId(const std::string& kind, const std::string& device_name);

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "base/file_io.h"
+#include "base/json_writer.h"
 #include "base/k8s_names.h"
 #include "base/text.h"
 
@@ -31,38 +32,59 @@ Status MakeDirs(const std::filesystem::path& dir) {
 
 }  // namespace
 
-// Built with emplace and moves: initializer lists copy every named lvalue (the attributes, the
-// device list) and make a two-element array per key, on every prepare.
-nlohmann::json DeviceMetadataJson(const RequestMetadata& metadata) {
-  using nlohmann::json;
-  json devices = json::array();
-  for (const MetadataDevice& device : metadata.devices) {
-    json attributes = json::object();
-    for (const auto& [name, value] : device.attributes) attributes.emplace(name, value);
-    json entry = json::object();
-    entry.emplace("driver", device.driver);
-    entry.emplace("pool", device.pool);
-    entry.emplace("name", device.name);
-    entry.emplace("attributes", std::move(attributes));
-    devices.push_back(std::move(entry));
+// Written member by member: a metadata file is written on every prepare, and a json tree built
+// for one dump cost as much again as the writing.
+std::string DeviceMetadataText(const RequestMetadata& metadata) {
+  JsonWriter w;
+  w.BeginObject();
+  w.Key("apiVersion");
+  w.String(kMetadataApiVersion);
+  w.Key("kind");
+  w.String("DeviceMetadata");
+  w.Key("metadata");
+  w.BeginObject();
+  w.Key("name");
+  w.String(metadata.claim_name);
+  w.Key("namespace");
+  w.String(metadata.claim_namespace);
+  w.Key("uid");
+  w.String(metadata.claim_uid);
+  w.Key("generation");
+  w.Int(metadata.generation);
+  w.EndObject();
+  if (metadata.pod_claim_name) {
+    w.Key("podClaimName");
+    w.String(*metadata.pod_claim_name);
   }
-  json object_meta = json::object();
-  object_meta.emplace("name", metadata.claim_name);
-  object_meta.emplace("namespace", metadata.claim_namespace);
-  object_meta.emplace("uid", metadata.claim_uid);
-  object_meta.emplace("generation", metadata.generation);
-  json request = json::object();
-  request.emplace("name", metadata.request);
-  request.emplace("devices", std::move(devices));
-  json out = json::object();
-  out.emplace("apiVersion", kMetadataApiVersion);
-  out.emplace("kind", "DeviceMetadata");
-  out.emplace("metadata", std::move(object_meta));
-  if (metadata.pod_claim_name) out.emplace("podClaimName", *metadata.pod_claim_name);
-  json requests = json::array();
-  requests.push_back(std::move(request));
-  out.emplace("requests", std::move(requests));
-  return out;
+  w.Key("requests");
+  w.BeginArray();
+  w.BeginObject();
+  w.Key("name");
+  w.String(metadata.request);
+  w.Key("devices");
+  w.BeginArray();
+  for (const MetadataDevice& device : metadata.devices) {
+    w.BeginObject();
+    w.Key("driver");
+    w.String(device.driver);
+    w.Key("pool");
+    w.String(device.pool);
+    w.Key("name");
+    w.String(device.name);
+    w.Key("attributes");
+    w.BeginObject();
+    for (const auto& [name, value] : device.attributes) {
+      w.Key(name);
+      w.Raw(value.dump());
+    }
+    w.EndObject();
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  w.EndArray();
+  w.EndObject();
+  return w.Take();
 }
 
 Status MetadataStore::CheckNames(const RequestMetadata& metadata) const {
@@ -109,8 +131,8 @@ Result<std::string> MetadataStore::Write(const RequestMetadata& metadata) const 
   // Volatile for the same reason as the CDI spec that mounts it: it is read only by a container
   // started after this prepare in this boot, and every prepare (the kubelet's after a reboot too)
   // writes it again.
-  if (Status s = WriteFileAtomically(host.string(), DeviceMetadataJson(metadata).dump() + "\n",
-                                     0644, Durability::kVolatile);
+  if (Status s = WriteFileAtomically(host.string(), DeviceMetadataText(metadata) + "\n", 0644,
+                                     Durability::kVolatile);
       !s.ok()) {
     return s.error();
   }

@@ -51,7 +51,7 @@ struct RequestMetadata {
 };
 
 // The DeviceMetadata object (without the trailing newline of the stream).
-nlohmann::json DeviceMetadataJson(const RequestMetadata& metadata);
+std::string DeviceMetadataText(const RequestMetadata& metadata);
 
 class MetadataStore {
  public:

@@ -86,7 +86,7 @@ TEST_F(CdiTest, SpecsTheLoaderWouldRejectAreRefused) {
   EXPECT_THAT(cdi.Write("a.json", bad_kind).error().message, HasSubstr("vendor/class"));
   Spec letters = bad_kind;
   letters.kind = "vfio.dra.io/vfio";
-  EXPECT_EQ(SpecJson(letters)["cdiVersion"], "0.3.0");
+  EXPECT_EQ(nlohmann::json::parse(SpecText(letters))["cdiVersion"], "0.3.0");
 }
 
 TEST_F(CdiTest, FileNamesCannotLeaveTheDirectory) {
