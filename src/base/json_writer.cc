@@ -150,9 +150,35 @@ void JsonWriter::Bool(bool value) {
   out_.append(value ? "true" : "false");
 }
 
-void JsonWriter::Raw(std::string_view json) {
-  BeforeValue();
-  out_.append(json);
+void JsonWriter::Value(const nlohmann::json& value) {
+  switch (value.type()) {
+    case nlohmann::json::value_t::object:
+      BeginObject();
+      for (const auto& [key, member] : value.items()) {
+        Key(key);
+        Value(member);
+      }
+      EndObject();
+      return;
+    case nlohmann::json::value_t::array:
+      BeginArray();
+      for (const nlohmann::json& element : value) Value(element);
+      EndArray();
+      return;
+    case nlohmann::json::value_t::string:
+      String(value.get_ref<const std::string&>());
+      return;
+    case nlohmann::json::value_t::boolean:
+      Bool(value.get<bool>());
+      return;
+    case nlohmann::json::value_t::number_integer:
+      Int(value.get<int64_t>());
+      return;
+    default:
+      // null, unsigned and floating-point numbers, binary: as nlohmann::json writes them.
+      BeforeValue();
+      out_.append(value.dump());
+  }
 }
 
 void JsonWriter::StringArray(const std::vector<std::string>& values) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,7 +24,10 @@ class JsonWriter {
  public:
   // `indent`: spaces per level, one member or element per line, as nlohmann::json's dump(indent)
   // lays it out; negative: all on one line.
-  explicit JsonWriter(int indent = -1) : indent_(indent) {}
+  explicit JsonWriter(int indent = -1) : indent_(indent) {
+    levels_.reserve(8);
+    out_.reserve(1024);  // a record or a spec; grown like any string past it
+  }
 
   void BeginObject() { Open('{', true); }
   void EndObject() { Close('}'); }
@@ -34,8 +38,8 @@ class JsonWriter {
   void String(std::string_view value);
   void Int(int64_t value);
   void Bool(bool value);
-  // A value already written as JSON (by nlohmann::json's dump, say), put in as it is.
-  void Raw(std::string_view json);
+  // A document read with nlohmann::json (a published attribute, say), written back as it is.
+  void Value(const nlohmann::json& value);
   void StringArray(const std::vector<std::string>& values);
 
   // The text written so far; the writer is empty afterwards.

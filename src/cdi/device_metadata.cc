@@ -75,7 +75,7 @@ std::string DeviceMetadataText(const RequestMetadata& metadata) {
     w.BeginObject();
     for (const auto& [name, value] : device.attributes) {
       w.Key(name);
-      w.Raw(value.dump());
+      w.Value(value);
     }
     w.EndObject();
     w.EndObject();

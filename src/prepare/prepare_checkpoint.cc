@@ -204,7 +204,7 @@ void WriteDevice(JsonWriter& w, const RecordedDevice& d) {
   w.BeginObject();
   for (const auto& [name, value] : d.attributes) {
     w.Key(name);
-    w.Raw(value.dump());
+    w.Value(value);
   }
   w.EndObject();
   w.Key("cdiDeviceIDs");

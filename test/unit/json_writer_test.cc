@@ -34,8 +34,9 @@ TEST(JsonWriter, WritesWhatNlohmannReadsBackInDumpsLayout) {
     w.StringArray({});
     w.Key("names");
     w.StringArray({"a", "b"});
-    w.Key("raw");
-    w.Raw(R"({"string":"0000:3b:00.0"})");
+    w.Key("value");
+    w.Value(json::parse(R"({"string": "0000:3b:00.0", "list": [1, -2, 3.5, null, false, "x"],
+                            "big": 18446744073709551615, "empty": {}})"));
     w.Key("nested");
     w.BeginArray();
     w.BeginObject();
@@ -49,7 +50,8 @@ TEST(JsonWriter, WritesWhatNlohmannReadsBackInDumpsLayout) {
     const std::string text = w.Take();
     const json expected = json::parse(R"({"version": 2, "negative": -9007199254740993,
         "name": "vm-gpu", "flags": [true, false], "empty object": {}, "empty array": [],
-        "names": ["a", "b"], "raw": {"string": "0000:3b:00.0"},
+        "names": ["a", "b"], "value": {"string": "0000:3b:00.0",
+        "list": [1, -2, 3.5, null, false, "x"], "big": 18446744073709551615, "empty": {}},
         "nested": [{"k": "v"}, []]})");
     const json parsed = json::parse(text);
     EXPECT_EQ(parsed, expected) << text;
