@@ -38,6 +38,19 @@ class JsonWriter {
   void String(std::string_view value);
   void Int(int64_t value);
   void Bool(bool value);
+  // A member of the object being written: Key, then the value.
+  void StringMember(std::string_view key, std::string_view value) {
+    Key(key);
+    String(value);
+  }
+  void IntMember(std::string_view key, int64_t value) {
+    Key(key);
+    Int(value);
+  }
+  void BoolMember(std::string_view key, bool value) {
+    Key(key);
+    Bool(value);
+  }
   // A document read with nlohmann::json (a published attribute, say), written back as it is.
   void Value(const nlohmann::json& value);
   void StringArray(const std::vector<std::string>& values);

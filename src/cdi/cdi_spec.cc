@@ -16,19 +16,14 @@ namespace {
 
 void WriteNode(JsonWriter& w, const DeviceNode& node) {
   w.BeginObject();
-  w.Key("path");
-  w.String(node.path);
+  w.StringMember("path", node.path);
   if (!node.host_path.empty() && node.host_path != node.path) {
-    w.Key("hostPath");
-    w.String(node.host_path);
+    w.StringMember("hostPath", node.host_path);
   }
   if (node.major && node.minor) {
-    w.Key("type");
-    w.String("c");
-    w.Key("major");
-    w.Int(*node.major);
-    w.Key("minor");
-    w.Int(*node.minor);
+    w.StringMember("type", "c");
+    w.IntMember("major", *node.major);
+    w.IntMember("minor", *node.minor);
   }
   w.EndObject();
 }
@@ -97,16 +92,13 @@ Status ValidateSpec(const Spec& spec) {
 std::string SpecText(const Spec& spec) {
   JsonWriter w(2);
   w.BeginObject();
-  w.Key("cdiVersion");
-  w.String(MinimumCdiVersion(spec));
-  w.Key("kind");
-  w.String(spec.kind);
+  w.StringMember("cdiVersion", MinimumCdiVersion(spec));
+  w.StringMember("kind", spec.kind);
   w.Key("devices");
   w.BeginArray();
   for (const Device& device : spec.devices) {
     w.BeginObject();
-    w.Key("name");
-    w.String(device.name);
+    w.StringMember("name", device.name);
     w.Key("containerEdits");
     w.BeginObject();
     if (!device.device_nodes.empty()) {
@@ -120,10 +112,8 @@ std::string SpecText(const Spec& spec) {
       w.BeginArray();
       for (const Mount& m : device.mounts) {
         w.BeginObject();
-        w.Key("hostPath");
-        w.String(m.host_path);
-        w.Key("containerPath");
-        w.String(m.container_path);
+        w.StringMember("hostPath", m.host_path);
+        w.StringMember("containerPath", m.container_path);
         w.Key("options");
         w.StringArray(m.options);
         w.EndObject();

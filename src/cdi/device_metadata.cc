@@ -37,40 +37,29 @@ Status MakeDirs(const std::filesystem::path& dir) {
 std::string DeviceMetadataText(const RequestMetadata& metadata) {
   JsonWriter w;
   w.BeginObject();
-  w.Key("apiVersion");
-  w.String(kMetadataApiVersion);
-  w.Key("kind");
-  w.String("DeviceMetadata");
+  w.StringMember("apiVersion", kMetadataApiVersion);
+  w.StringMember("kind", "DeviceMetadata");
   w.Key("metadata");
   w.BeginObject();
-  w.Key("name");
-  w.String(metadata.claim_name);
-  w.Key("namespace");
-  w.String(metadata.claim_namespace);
-  w.Key("uid");
-  w.String(metadata.claim_uid);
-  w.Key("generation");
-  w.Int(metadata.generation);
+  w.StringMember("name", metadata.claim_name);
+  w.StringMember("namespace", metadata.claim_namespace);
+  w.StringMember("uid", metadata.claim_uid);
+  w.IntMember("generation", metadata.generation);
   w.EndObject();
   if (metadata.pod_claim_name) {
-    w.Key("podClaimName");
-    w.String(*metadata.pod_claim_name);
+    w.StringMember("podClaimName", *metadata.pod_claim_name);
   }
   w.Key("requests");
   w.BeginArray();
   w.BeginObject();
-  w.Key("name");
-  w.String(metadata.request);
+  w.StringMember("name", metadata.request);
   w.Key("devices");
   w.BeginArray();
   for (const MetadataDevice& device : metadata.devices) {
     w.BeginObject();
-    w.Key("driver");
-    w.String(device.driver);
-    w.Key("pool");
-    w.String(device.pool);
-    w.Key("name");
-    w.String(device.name);
+    w.StringMember("driver", device.driver);
+    w.StringMember("pool", device.pool);
+    w.StringMember("name", device.name);
     w.Key("attributes");
     w.BeginObject();
     for (const auto& [name, value] : device.attributes) {

@@ -39,27 +39,18 @@ void WriteFunctions(JsonWriter& w, const std::vector<FunctionRecord>& functions)
   w.BeginArray();
   for (const FunctionRecord& f : functions) {
     w.BeginObject();
-    w.Key("address");
-    w.String(f.address);
-    w.Key("originalDriver");
-    w.String(f.driver);
-    w.Key("originalOverride");
-    w.String(f.override);
-    w.Key("wasOnVfio");
-    w.Bool(f.was_on_vfio);
-    w.Key("vfioDriver");
-    w.String(f.vfio_driver);
+    w.StringMember("address", f.address);
+    w.StringMember("originalDriver", f.driver);
+    w.StringMember("originalOverride", f.override);
+    w.BoolMember("wasOnVfio", f.was_on_vfio);
+    w.StringMember("vfioDriver", f.vfio_driver);
     if (f.identity.Known()) {
       w.Key("identity");
       w.BeginObject();
-      w.Key("vendor");
-      w.String(f.identity.vendor);
-      w.Key("device");
-      w.String(f.identity.device);
-      w.Key("subsystemVendor");
-      w.String(f.identity.subsystem_vendor);
-      w.Key("subsystemDevice");
-      w.String(f.identity.subsystem_device);
+      w.StringMember("vendor", f.identity.vendor);
+      w.StringMember("device", f.identity.device);
+      w.StringMember("subsystemVendor", f.identity.subsystem_vendor);
+      w.StringMember("subsystemDevice", f.identity.subsystem_device);
       w.EndObject();
     }
     w.EndObject();
@@ -98,14 +89,10 @@ void WriteMdevs(JsonWriter& w, const std::vector<MdevRecord>& mdevs) {
   w.BeginArray();
   for (const MdevRecord& m : mdevs) {
     w.BeginObject();
-    w.Key("parent");
-    w.String(m.parent);
-    w.Key("type");
-    w.String(m.type_id);
-    w.Key("uuid");
-    w.String(m.uuid);
-    w.Key("createdByUs");
-    w.Bool(m.created_by_us);
+    w.StringMember("parent", m.parent);
+    w.StringMember("type", m.type_id);
+    w.StringMember("uuid", m.uuid);
+    w.BoolMember("createdByUs", m.created_by_us);
     w.EndObject();
   }
   w.EndArray();
@@ -121,24 +108,19 @@ MdevRecord MdevFromJson(const json& m) {
 void WriteSettings(JsonWriter& w, const vfio::VfNetSettings& settings) {
   w.BeginObject();
   if (settings.mac) {
-    w.Key("mac");
-    w.String(*settings.mac);
+    w.StringMember("mac", *settings.mac);
   }
   if (settings.vlan) {
-    w.Key("vlan");
-    w.Int(*settings.vlan);
+    w.IntMember("vlan", *settings.vlan);
   }
   if (settings.qos) {
-    w.Key("qos");
-    w.Int(*settings.qos);
+    w.IntMember("qos", *settings.qos);
   }
   if (settings.spoof_check) {
-    w.Key("spoofChk");
-    w.Bool(*settings.spoof_check);
+    w.BoolMember("spoofChk", *settings.spoof_check);
   }
   if (settings.trust) {
-    w.Key("trust");
-    w.Bool(*settings.trust);
+    w.BoolMember("trust", *settings.trust);
   }
   w.EndObject();
 }
@@ -155,10 +137,8 @@ vfio::VfNetSettings SettingsFromJson(const json& j) {
 
 void WriteLink(JsonWriter& w, const vfio::VfLink& link) {
   w.BeginObject();
-  w.Key("pfDevice");
-  w.String(link.pf_device);
-  w.Key("vfIndex");
-  w.Int(link.vf_index);
+  w.StringMember("pfDevice", link.pf_device);
+  w.IntMember("vfIndex", link.vf_index);
   w.EndObject();
 }
 
@@ -170,8 +150,7 @@ void WriteVfNetworks(JsonWriter& w, const std::vector<VfNetworkRecord>& records)
   w.BeginArray();
   for (const VfNetworkRecord& r : records) {
     w.BeginObject();
-    w.Key("address");
-    w.String(r.address);
+    w.StringMember("address", r.address);
     w.Key("link");
     WriteLink(w, r.link);
     w.Key("previous");
@@ -190,16 +169,11 @@ VfNetworkRecord VfNetworkFromJson(const json& j) {
 
 void WriteDevice(JsonWriter& w, const RecordedDevice& d) {
   w.BeginObject();
-  w.Key("request");
-  w.String(d.request);
-  w.Key("pool");
-  w.String(d.pool);
-  w.Key("device");
-  w.String(d.device);
-  w.Key("kind");
-  w.String(d.is_mdev ? "mdev" : "pci");
-  w.Key("iommuInterface");
-  w.String(d.iommu_interface);
+  w.StringMember("request", d.request);
+  w.StringMember("pool", d.pool);
+  w.StringMember("device", d.device);
+  w.StringMember("kind", d.is_mdev ? "mdev" : "pci");
+  w.StringMember("iommuInterface", d.iommu_interface);
   w.Key("attributes");
   w.BeginObject();
   for (const auto& [name, value] : d.attributes) {
@@ -210,29 +184,22 @@ void WriteDevice(JsonWriter& w, const RecordedDevice& d) {
   w.Key("cdiDeviceIDs");
   w.StringArray(d.cdi_device_ids);
   if (d.share_id) {
-    w.Key("shareID");
-    w.String(*d.share_id);
+    w.StringMember("shareID", *d.share_id);
   }
   if (d.is_mdev) {
     w.Key("mdev");
     w.BeginObject();
-    w.Key("parent");
-    w.String(d.mdev.parent);
-    w.Key("type");
-    w.String(d.mdev.type_id);
-    w.Key("uuid");
-    w.String(d.mdev.uuid);
+    w.StringMember("parent", d.mdev.parent);
+    w.StringMember("type", d.mdev.type_id);
+    w.StringMember("uuid", d.mdev.uuid);
     w.EndObject();
-    w.Key("createdByDriver");
-    w.Bool(d.mdev_created_by_driver);
+    w.BoolMember("createdByDriver", d.mdev_created_by_driver);
   } else {
-    w.Key("address");
-    w.String(d.address);
+    w.StringMember("address", d.address);
     w.Key("functions");
     w.StringArray(d.functions);
     if (d.iommu_group) {
-      w.Key("iommuGroup");
-      w.Int(*d.iommu_group);
+      w.IntMember("iommuGroup", *d.iommu_group);
     }
     if (d.vf_link) {
       w.Key("vfLink");
@@ -280,20 +247,14 @@ RecordedDevice DeviceFromJson(const json& j) {
 std::string RecordText(const ClaimRecord& r) {
   JsonWriter w(1);
   w.BeginObject();
-  w.Key("version");
-  w.Int(kCheckpointVersion);
-  w.Key("bootID");
-  w.String(r.boot_id);
+  w.IntMember("version", kCheckpointVersion);
+  w.StringMember("bootID", r.boot_id);
   w.Key("claim");
   w.BeginObject();
-  w.Key("uid");
-  w.String(r.uid);
-  w.Key("namespace");
-  w.String(r.namespace_);
-  w.Key("name");
-  w.String(r.name);
-  w.Key("state");
-  w.String(StateName(r.state));
+  w.StringMember("uid", r.uid);
+  w.StringMember("namespace", r.namespace_);
+  w.StringMember("name", r.name);
+  w.StringMember("state", StateName(r.state));
   w.Key("functions");
   WriteFunctions(w, r.functions);
   w.Key("mdevs");
@@ -306,8 +267,7 @@ std::string RecordText(const ClaimRecord& r) {
   w.BeginArray();
   for (const RecordedDevice& d : r.devices) WriteDevice(w, d);
   w.EndArray();
-  w.Key("replayable");
-  w.Bool(r.replayable);
+  w.BoolMember("replayable", r.replayable);
   w.EndObject();
   w.EndObject();
   std::string text = w.Take();
