@@ -1,6 +1,8 @@
 #include "base/directory_changes.h"
 
+#include <fcntl.h>
 #include <sys/inotify.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -39,14 +41,34 @@ DirectoryChanges::~DirectoryChanges() {
 }
 
 void DirectoryChanges::Watch() {
-  wd_ = ::inotify_add_watch(fd_, directory_.c_str(), kEntryEvents | kSelfEvents | IN_ONLYDIR);
-  if (wd_ < 0) {
-    unwatched_ = "cannot watch " + directory_ +
-                 " for changes (inotify_add_watch: " + ErrnoText(errno) +
+  // Watched through a descriptor, so the watch and the identity Take compares are of the same
+  // directory even if the path names another one by now.
+  const int dir_fd = ::open(directory_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) {
+    unwatched_ = "cannot watch " + directory_ + " for changes (open: " + ErrnoText(errno) +
                  "); every read lists the whole directory until it can";
-  } else {
-    unwatched_.reset();
+    return;
   }
+  struct stat st {};
+  const bool identified = ::fstat(dir_fd, &st) == 0;
+  wd_ = ::inotify_add_watch(fd_, ("/proc/self/fd/" + std::to_string(dir_fd)).c_str(),
+                            kEntryEvents | kSelfEvents | IN_ONLYDIR);
+  if (wd_ < 0 && errno == ENOENT) {  // no /proc: by path, in the same instant
+    wd_ = ::inotify_add_watch(fd_, directory_.c_str(), kEntryEvents | kSelfEvents | IN_ONLYDIR);
+  }
+  const int err = errno;
+  ::close(dir_fd);
+  if (wd_ < 0 || !identified) {
+    if (wd_ >= 0) ::inotify_rm_watch(fd_, wd_);
+    wd_ = -1;
+    unwatched_ = "cannot watch " + directory_ +
+                 " for changes (inotify_add_watch: " + ErrnoText(err) +
+                 "); every read lists the whole directory until it can";
+    return;
+  }
+  watched_device_ = st.st_dev;
+  watched_inode_ = st.st_ino;
+  unwatched_.reset();
 }
 
 DirectoryChanges::Batch DirectoryChanges::Take() {
@@ -54,6 +76,15 @@ DirectoryChanges::Batch DirectoryChanges::Take() {
   batch.everything = first_ || wd_ < 0;
   first_ = false;
   if (fd_ < 0) return batch;
+  // The directory the path names now may not be the one watched (it, or a directory above it,
+  // was renamed or replaced, or something was mounted over it): no event says so.
+  struct stat st {};
+  if (wd_ >= 0 && (::stat(directory_.c_str(), &st) != 0 || st.st_dev != watched_device_ ||
+                   st.st_ino != watched_inode_)) {
+    batch.everything = true;
+    ::inotify_rm_watch(fd_, wd_);
+    wd_ = -1;
+  }
   // Large enough for one event with the longest name; a read returns whole events only.
   alignas(inotify_event) char buffer[sizeof(inotify_event) + NAME_MAX + 1 + 3072];
   for (;;) {

@@ -9,10 +9,15 @@
 //   therefore sees it.
 // - Whenever the changes cannot be known, Take says `everything` and the caller must read the
 //   whole directory again: the first Take; no watch (inotify unavailable or out of instances, the
-//   directory missing); the watch lost (the directory removed or renamed); the kernel's event
-//   queue overflowed; a read of the events failed. The watch is set again at the next Take.
+//   directory missing); the path naming another directory than the one watched (it, or one
+//   above it, removed, renamed or mounted over); the kernel's event queue overflowed; a read of
+//   the events failed. The watch is set again at the next Take.
+// - Not reported: changes that end no write and move no name (a truncate(2) by path, a chmod, a
+//   write whose file is still open). The readers here replace files whole, by rename.
 // - Not thread-safe: one caller at a time (the owner's lock).
 #pragma once
+
+#include <sys/types.h>
 
 #include <optional>
 #include <set>
@@ -43,8 +48,10 @@ class DirectoryChanges {
   void Watch();
 
   const std::string directory_;
-  int fd_ = -1;  // the inotify instance
-  int wd_ = -1;  // the watch of directory_ in it; -1 when there is none
+  int fd_ = -1;               // the inotify instance
+  int wd_ = -1;               // the watch of directory_ in it; -1 when there is none
+  dev_t watched_device_ = 0;  // what directory_ was when it was watched
+  ino_t watched_inode_ = 0;
   bool first_ = true;
   std::optional<std::string> unwatched_;
 };

@@ -40,7 +40,8 @@ size_t Utf8SequenceLength(std::string_view s, size_t at) {
 
 }  // namespace
 
-void AppendJsonString(std::string& out, std::string_view value) {
+bool AppendJsonString(std::string& out, std::string_view value) {
+  bool faithful = true;
   static constexpr char kHex[] = "0123456789abcdef";
   out.push_back('"');
   size_t run = 0;  // the start of the bytes that go out as they are
@@ -85,12 +86,14 @@ void AppendJsonString(std::string& out, std::string_view value) {
           out.push_back(kHex[c & 0xF]);
         } else {
           out.append("\xEF\xBF\xBD");  // not UTF-8: U+FFFD REPLACEMENT CHARACTER
+          faithful = false;
         }
     }
     run = ++i;
   }
   out.append(value.substr(run));
   out.push_back('"');
+  return faithful;
 }
 
 void JsonWriter::NewLine() {
@@ -116,7 +119,7 @@ void JsonWriter::Key(std::string_view key) {
   if (!levels_.back().empty) out_.push_back(',');
   levels_.back().empty = false;
   NewLine();
-  AppendJsonString(out_, key);
+  if (!AppendJsonString(out_, key)) replaced_ = true;
   out_.append(indent_ < 0 ? ":" : ": ");
   after_key_ = true;
 }
@@ -137,7 +140,7 @@ void JsonWriter::Close(char bracket) {
 
 void JsonWriter::String(std::string_view value) {
   BeforeValue();
-  AppendJsonString(out_, value);
+  if (!AppendJsonString(out_, value)) replaced_ = true;
 }
 
 void JsonWriter::Int(int64_t value) {
@@ -192,6 +195,7 @@ std::string JsonWriter::Take() {
   out_.clear();
   levels_.clear();
   after_key_ = false;
+  replaced_ = false;
   return text;
 }
 

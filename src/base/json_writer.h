@@ -6,7 +6,8 @@
 // - The text is always valid UTF-8 JSON once every Begin has its End: strings are escaped as
 //   RFC 8259 requires (quote, backslash, control characters), and a byte sequence that is not
 //   UTF-8 is written as U+FFFD (nlohmann::json's parser, which reads these files back, rejects
-//   invalid UTF-8, and a record that cannot be parsed is lost to its claim).
+//   invalid UTF-8, and a record that cannot be parsed is lost to its claim); replaced() says so,
+//   for a caller that must not record a value other than the one it was given.
 // - Members come out in the order written (a reader must not depend on the order).
 // - Misuse (a value without a key in an object, an End that does not match) is a programming
 //   error, caught by assertions in debug builds.
@@ -55,6 +56,8 @@ class JsonWriter {
   void Value(const nlohmann::json& value);
   void StringArray(const std::vector<std::string>& values);
 
+  // Whether a string written so far held bytes that are not UTF-8 (written as U+FFFD).
+  bool replaced() const { return replaced_; }
   // The text written so far; the writer is empty afterwards.
   std::string Take();
 
@@ -72,10 +75,12 @@ class JsonWriter {
   int indent_;
   std::vector<Level> levels_;
   bool after_key_ = false;
+  bool replaced_ = false;
   std::string out_;
 };
 
 // Appends `value` to `out` as a JSON string, quotes included (see JsonWriter for the rules).
-void AppendJsonString(std::string& out, std::string_view value);
+// Returns false when bytes that are not UTF-8 were written as U+FFFD.
+bool AppendJsonString(std::string& out, std::string_view value);
 
 }  // namespace vfio_dra

@@ -33,8 +33,8 @@ PrepareState ParseState(const std::string& state) {
   throw json::other_error::create(501, "unknown state \"" + state + "\"", nullptr);
 }
 
-// The records are built with emplace rather than initializer lists: every record is written twice
-// per prepare, and a list makes (and frees) a two-element array per key before the object.
+// The record is written member by member (JsonWriter): every record is written twice per prepare,
+// and a json tree built for one dump cost as much again as the writing.
 void WriteFunctions(JsonWriter& w, const std::vector<FunctionRecord>& functions) {
   w.BeginArray();
   for (const FunctionRecord& f : functions) {
@@ -167,25 +167,15 @@ VfNetworkRecord VfNetworkFromJson(const json& j) {
           SettingsFromJson(j.at("previous")), SettingsFromJson(j.at("applied"))};
 }
 
+// In the order docs/checkpoint.md shows: what was allocated, where it is, then how it was handed
+// out.
 void WriteDevice(JsonWriter& w, const RecordedDevice& d) {
   w.BeginObject();
   w.StringMember("request", d.request);
   w.StringMember("pool", d.pool);
   w.StringMember("device", d.device);
+  if (d.share_id) w.StringMember("shareID", *d.share_id);
   w.StringMember("kind", d.is_mdev ? "mdev" : "pci");
-  w.StringMember("iommuInterface", d.iommu_interface);
-  w.Key("attributes");
-  w.BeginObject();
-  for (const auto& [name, value] : d.attributes) {
-    w.Key(name);
-    w.Value(value);
-  }
-  w.EndObject();
-  w.Key("cdiDeviceIDs");
-  w.StringArray(d.cdi_device_ids);
-  if (d.share_id) {
-    w.StringMember("shareID", *d.share_id);
-  }
   if (d.is_mdev) {
     w.Key("mdev");
     w.BeginObject();
@@ -198,9 +188,7 @@ void WriteDevice(JsonWriter& w, const RecordedDevice& d) {
     w.StringMember("address", d.address);
     w.Key("functions");
     w.StringArray(d.functions);
-    if (d.iommu_group) {
-      w.IntMember("iommuGroup", *d.iommu_group);
-    }
+    if (d.iommu_group) w.IntMember("iommuGroup", *d.iommu_group);
     if (d.vf_link) {
       w.Key("vfLink");
       WriteLink(w, *d.vf_link);
@@ -208,6 +196,16 @@ void WriteDevice(JsonWriter& w, const RecordedDevice& d) {
       WriteSettings(w, d.network);
     }
   }
+  w.StringMember("iommuInterface", d.iommu_interface);
+  w.Key("attributes");
+  w.BeginObject();
+  for (const auto& [name, value] : d.attributes) {
+    w.Key(name);
+    w.Value(value);
+  }
+  w.EndObject();
+  w.Key("cdiDeviceIDs");
+  w.StringArray(d.cdi_device_ids);
   w.EndObject();
 }
 
@@ -244,7 +242,9 @@ RecordedDevice DeviceFromJson(const json& j) {
 
 // The record file's text. Written member by member: records are written twice per prepare, and a
 // tree built for one dump cost as much again as the writing.
-std::string RecordText(const ClaimRecord& r) {
+// An error when a value is not UTF-8 (a driver name or driver_override read from sysfs can be
+// any bytes): it would be recorded as something else, and undone wrongly.
+Result<std::string> RecordText(const ClaimRecord& r) {
   JsonWriter w(1);
   w.BeginObject();
   w.IntMember("version", kCheckpointVersion);
@@ -270,6 +270,13 @@ std::string RecordText(const ClaimRecord& r) {
   w.BoolMember("replayable", r.replayable);
   w.EndObject();
   w.EndObject();
+  if (w.replaced()) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "the record of " + r.Display() +
+                         " holds a value that is not UTF-8 (a driver name or driver_override "
+                         "read from sysfs, say); it cannot be recorded as it is, so nothing is "
+                         "done for the claim");
+  }
   std::string text = w.Take();
   text.push_back('\n');
   return text;
@@ -529,11 +536,15 @@ CheckpointView PrepareCheckpoint::Load() const {
   // Taken before anything is read: a change made while this Load reads is read again by the next.
   DirectoryChanges::Batch changed = index.changes.Take();
   if (!changed.everything && index.complete) {
+    // The batch is gone from the kernel's queue: until every record it names is read, the index
+    // is not to be trusted (an exception on the way leaves the next Load to read everything).
+    index.complete = false;
     std::set<std::string> uids = index.retry;
     for (const std::string& name : changed.names) {
       if (auto uid = UidOfRecordFile(name)) uids.insert(std::move(*uid));
     }
     for (const std::string& uid : uids) LoadRecord(index, uid, -1, view);
+    index.complete = true;
     view.claims = index.records;
     return view;
   }
@@ -550,8 +561,18 @@ CheckpointView PrepareCheckpoint::Load() const {
   // Open until the records are read: they are looked up relative to it.
   std::unique_ptr<DIR, int (*)(DIR*)> open_dir(dir, &::closedir);
   std::vector<std::string> uids;
-  while (const dirent* entry = ::readdir(dir)) {
+  for (;;) {
+    errno = 0;
+    const dirent* entry = ::readdir(dir);
+    if (entry == nullptr) break;
     if (auto uid = UidOfRecordFile(entry->d_name)) uids.push_back(std::move(*uid));
+  }
+  if (errno != 0) {
+    // A listing cut short would leave records out of the index until they are written again.
+    view.listing_error =
+        "cannot list the prepare checkpoint directory " + dir_ + ": " + ErrnoText(errno);
+    view.problems.push_back(*view.listing_error);
+    return view;
   }
   for (const std::string& uid : uids) LoadRecord(index, uid, ::dirfd(dir), view);
   index.complete = true;
@@ -567,7 +588,9 @@ Result<std::shared_ptr<const ClaimRecord>> PrepareCheckpoint::Write(ClaimRecord 
   }
   record.boot_id = boot_id_;
   const std::string path = PathOf(record.uid);
-  Status status = WriteFileAtomically(path, RecordText(record), 0600, durability);
+  auto text = RecordText(record);
+  if (!text.ok()) return text.error().Wrap("cannot write the prepare checkpoint");
+  Status status = WriteFileAtomically(path, *text, 0600, durability);
   if (!status.ok()) return status.error().Wrap("cannot write the prepare checkpoint");
   auto written = std::make_shared<const ClaimRecord>(std::move(record));
   // What was written needs no parsing when the next Load meets it. A claim's record is written
@@ -652,7 +675,9 @@ Result<int> PrepareCheckpoint::Upgrade(std::string* problem) const {
   for (const ClaimRecord& record : records) {
     if (!IsObjectUid(record.uid)) continue;
     // Written as is: the boot ID stays the one of the old file, so a reboot since is noticed.
-    Status status = WriteFileAtomically(PathOf(record.uid), RecordText(record), 0600);
+    auto record_text = RecordText(record);
+    if (!record_text.ok()) return record_text.error().Wrap("upgrading the prepare checkpoint");
+    Status status = WriteFileAtomically(PathOf(record.uid), *record_text, 0600);
     if (!status.ok()) return status.error().Wrap("upgrading the prepare checkpoint");
   }
   if (::unlink(path.c_str()) != 0) {

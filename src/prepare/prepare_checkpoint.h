@@ -164,7 +164,10 @@ class PrepareCheckpoint {
   // their file is not the version last parsed or written here (same inode, size and timestamps).
   CheckpointView Load() const;
   // Why Load cannot follow the directory's changes and reads every record each time, or nothing.
-  const std::optional<std::string>& unwatched() const { return index_->changes.unwatched(); }
+  std::optional<std::string> unwatched() const {
+    std::lock_guard<std::mutex> lock(index_->mu);
+    return index_->changes.unwatched();
+  }
   // Reads one claim's record: nullopt when there is none; an error when it cannot be read.
   Result<std::optional<ClaimRecord>> Find(const std::string& uid) const;
   // Writes a claim's record (stamped with this boot's ID) durably before returning, and returns

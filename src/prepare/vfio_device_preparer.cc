@@ -62,7 +62,7 @@ Result<std::unique_ptr<VfioDevicePreparer>> VfioDevicePreparer::Open(
   if (!boot_id.ok()) return boot_id.error();
   auto checkpoint = PrepareCheckpoint::Open(options.plugin_data_dir, *boot_id);
   if (!checkpoint.ok()) return checkpoint.error();
-  if (const auto& unwatched = checkpoint->unwatched()) {
+  if (const auto unwatched = checkpoint->unwatched()) {
     // Still correct, only slower: every prepare reads every record.
     log.Warn("prepare checkpoint not watched for changes", {{"problem", *unwatched}});
   }

@@ -605,7 +605,9 @@ int SimulatedKernel::Unbind(const std::string& driver, const std::string& addres
 std::string SimulatedKernel::ClaimVfioDev(const std::string& dir) {
   // The lowest free number, as the kernel's IDA hands out, without listing every number in use:
   // each number below the hint is taken, and the class link, made atomically, claims the number
-  // (so a number taken by a fixture or by another process's bind is skipped, not shared).
+  // (so a number taken by a fixture or by another process's bind is skipped, not shared). The link
+  // comes before the device's vfio-dev directory it points to, which the daemon reads; nothing
+  // follows the class link in that moment.
   for (int index = vfio_dev_hint_;; ++index) {
     std::string cdev = "vfio" + std::to_string(index);
     const std::string link = Abs("class/vfio-dev/" + cdev);

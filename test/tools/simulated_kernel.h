@@ -146,8 +146,10 @@ class SimulatedKernel final : public sysfs::SysfsWriter {
 
   std::shared_mutex tree_mu_;  // taken before mu_ when both are held
   std::mutex nodes_mu_;        // vfio-dev numbers and group nodes; taken last
-  int vfio_dev_hint_ = 0;      // every vfio-dev number below it is taken; nodes_mu_
-  mutable std::mutex mu_;      // what follows, and the counts
+  // Every vfio-dev number below it is taken, as far as this process knows (numbers another process
+  // frees are not reused before higher ones; the class link still keeps each one unshared).
+  int vfio_dev_hint_ = 0;  // nodes_mu_
+  mutable std::mutex mu_;  // what follows, and the counts
   mutable std::condition_variable cv_;
   std::set<std::string> busy_;                      // devices a write of this process acts on
   std::map<std::string, std::string> host_driver_;  // address -> matching host driver

@@ -85,6 +85,21 @@ TEST_F(DirectoryChangesTest, ADirectoryReplacedIsReadWholeAndWatchedAgain) {
   EXPECT_EQ(changes.Take().names, Names({"c"})) << "the path is watched, not the old directory";
 }
 
+// A directory above the watched one renamed, and the path made again: the watched directory sends
+// no event, but the path names another directory now.
+TEST_F(DirectoryChangesTest, APathThatNamesAnotherDirectoryIsReadWholeAndWatchedAgain) {
+  fs::create_directories(root_ + "/parent/watched");
+  DirectoryChanges changes(root_ + "/parent/watched");
+  changes.Take();
+  fs::rename(root_ + "/parent", root_ + "/old-parent");
+  fs::create_directories(root_ + "/parent/watched");
+  std::ofstream(root_ + "/parent/watched/a") << "1";
+  EXPECT_TRUE(changes.Take().everything);
+  std::ofstream(root_ + "/old-parent/watched/b") << "1";
+  std::ofstream(root_ + "/parent/watched/c") << "1";
+  EXPECT_EQ(changes.Take().names, Names({"c"}));
+}
+
 TEST_F(DirectoryChangesTest, WithoutADirectoryToWatchEveryTakeSaysEverythingUntilThereIsOne) {
   DirectoryChanges changes(root_ + "/missing");
   ASSERT_TRUE(changes.unwatched().has_value());
@@ -105,7 +120,7 @@ TEST_F(DirectoryChangesTest, AnOverflowedEventQueueSaysEverything) {
   changes.Take();
   long queued = 16384;
   std::ifstream("/proc/sys/fs/inotify/max_queued_events") >> queued;
-  // A create and a remove are two events that the kernel does not merge.
+  // A create, the close of the write and a remove: three events the kernel does not merge.
   for (long i = 0; i < queued / 2 + 8; ++i) {
     const int fd = ::open((dir_ + "/x").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     ASSERT_GE(fd, 0);

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -82,6 +83,35 @@ TEST_F(PrepareCheckpointTest, EveryFieldRoundTripsAndTheTwoPhasesSurviveARestart
   PrepareCheckpoint checkpoint = Open();
   EXPECT_TRUE(checkpoint.Load().claims.empty());
   ClaimRecord record = Started();
+  // A network VF, with every setting, and an mdev the driver did not create.
+  RecordedDevice vf;
+  vf.request = "nic";
+  vf.pool = "node1";
+  vf.device = "vf-0000-3b-02-1";
+  vf.address = "0000:3b:02.1";
+  vf.functions = {"0000:3b:02.1"};
+  vf.iommu_interface = "iommufd";
+  vf.vf_link = vfio::VfLink{"0000:3b:00.0", 9};
+  vf.network.mac = "02:00:00:aa:bb:cc";
+  vf.network.vlan = 42;
+  vf.network.qos = 3;
+  vf.network.spoof_check = false;
+  vf.network.trust = true;
+  vf.attributes["vfio.dra.io/vfIndex"] = {{"int", 9}};
+  vf.attributes["vfio.dra.io/trusted"] = {{"bool", true}};
+  record.devices.push_back(vf);
+  record.devices[1].mdev_created_by_driver = false;
+  VfNetworkRecord network;
+  network.address = "0000:3b:02.1";
+  network.link = vfio::VfLink{"0000:3b:00.0", 9};
+  network.previous.mac = "00:00:00:00:00:00";
+  network.previous.vlan = 0;
+  network.previous.spoof_check = true;
+  network.previous.trust = false;
+  network.applied.mac = "02:00:00:aa:bb:cc";
+  network.applied.vlan = 42;
+  network.applied.qos = 3;
+  record.vf_networks.push_back(network);
   ASSERT_TRUE(checkpoint.Put(record).ok());
   record.boot_id = "boot-1";  // stamped by Put
   const CheckpointView reloaded = Open().Load();
@@ -336,6 +366,42 @@ TEST_F(PrepareCheckpointTest, ALoadAfterLostChangeEventsReadsEveryRecord) {
   EXPECT_NE(view.Find(kUid), nullptr);
   ASSERT_TRUE(b.Put(Started(kOtherUid)).ok());
   EXPECT_EQ(a.Load().claims.size(), 2u) << "and follows the changes again afterwards";
+}
+
+// A value that is not UTF-8 (driver_override can hold any bytes) would be recorded as something
+// else and restored wrongly: the record is refused, and nothing is written.
+TEST_F(PrepareCheckpointTest, AValueThatIsNotUtf8IsRefusedNotAltered) {
+  PrepareCheckpoint checkpoint = Open();
+  ClaimRecord record = Started();
+  record.functions[0].override = "drv\xFF";
+  auto written = checkpoint.Put(record);
+  ASSERT_FALSE(written.ok());
+  EXPECT_EQ(written.error().kind, ErrorKind::kInvalidArgument);
+  EXPECT_THAT(written.error().message, HasSubstr("not UTF-8"));
+  EXPECT_THAT(written.error().message, HasSubstr(kUid));
+  EXPECT_FALSE(checkpoint.Stage(record).ok());
+  EXPECT_EQ(Entries(), 0u);
+}
+
+// What Load does not follow: a change that ends no write and moves no name (here a truncate by
+// path) leaves the record as it was last read, until its next write. This is also what shows
+// that a Load after the first reads only what changed.
+TEST_F(PrepareCheckpointTest, ALoadReadsOnlyTheRecordsThatChanged) {
+  PrepareCheckpoint a = Open();
+  PrepareCheckpoint b = Open();
+  ASSERT_TRUE(b.Put(Started()).ok());
+  ASSERT_TRUE(b.Put(Started(kOtherUid)).ok());
+  ASSERT_EQ(a.Load().claims.size(), 2u);
+  ASSERT_EQ(::truncate(RecordPath(kUid).c_str(), 0), 0);
+  ClaimRecord completed = Started(kOtherUid);
+  completed.state = PrepareState::kPrepareCompleted;
+  ASSERT_TRUE(b.Put(completed).ok());
+  const CheckpointView view = a.Load();
+  ASSERT_NE(view.Find(kUid), nullptr) << "not read again: nothing said it changed";
+  EXPECT_EQ(view.Find(kOtherUid)->state, PrepareState::kPrepareCompleted);
+  EXPECT_TRUE(view.problems.empty());
+  // Another checkpoint reads everything at its first Load: the empty record is dropped.
+  EXPECT_EQ(Open().Load().Find(kUid), nullptr);
 }
 
 // A process killed while writing a record leaves its temporary file; removing the record takes

@@ -172,8 +172,8 @@ TEST_F(SimulatedKernelTest, ConcurrentBindsOfDifferentDevicesGetDistinctNodes) {
   for (const std::string& cdev : cdevs) EXPECT_TRUE(IsCharDevice("vfio/devices/" + cdev)) << cdev;
 }
 
-// vfio-dev numbers come as the kernel's IDA hands them out: the lowest free one, a freed number
-// first; a number taken outside this simulated kernel (a fixture, another process) is skipped.
+// vfio-dev numbers come as the kernel's IDA hands them out: the lowest free one, a number this
+// simulated kernel freed first; a number taken outside it (a fixture, another process) is skipped.
 TEST_F(SimulatedKernelTest, VfioDevNumbersAreTheLowestFreeAndNeverShared) {
   ASSERT_EQ(Write("bus/pci/devices/0000:5e:00.0/sriov_numvfs", "0"), 0);
   ASSERT_EQ(Write("bus/pci/devices/0000:5e:00.0/sriov_numvfs", "4"), 0);
@@ -226,6 +226,9 @@ TEST(RelativeLinkTarget, IsWhatLexicallyRelativeGives) {
       {"a//b/link", "a/c"},
       {"a/b/link", "a/../c"},
       {"a/./link", "a/c"},
+      {"/abs/link", "a/c"},
+      {"a/link", "/abs/c"},
+      {"a/b/", "a/c"},
   };
   for (const auto& [link, target] : cases) {
     EXPECT_EQ(RelativeLinkTarget(link, target),
