@@ -757,17 +757,22 @@ def check_nothing_left(node):
 
 def scenario_two_instances():
     """A rolling update: instances A and B (different --pod-uid) share one plugin data dir. A
-    prepares claim 1, B claim 2, A stops, B unprepares both: the node is as it was."""
+    prepares claim 1, B claim 2, A stops, B unprepares both: the node is as it was. In between, B
+    is asked for claim 1's GPU under a third claim and refuses: it reads the checkpoint through
+    its change events (inotify) since its start-up read, so it must have seen A's record."""
     uid1 = "e2e00000-0000-4000-8000-000000000008"
     uid2 = "e2e00000-0000-4000-8000-000000000009"
     claim1 = f"vms/vm1-gpu/{uid1}"
     claim2 = f"vms/vm2-nic/{uid2}"
+    uid3 = "e2e00000-0000-4000-8000-00000000000a"
+    claim3 = f"vms/vm3-gpu/{uid3}"
     functions = ("0000:01:00.0", "0000:01:00.1", "0000:02:00.0")
     originals = {a: (driver(a), read(f"{SYS}/{a}/driver_override")) for a in functions}
     check(originals == {"0000:01:00.0": ("", "(null)"), "0000:01:00.1": ("snd_hda_intel", "(null)"),
                         "0000:02:00.0": ("e1000e", "(null)")}, f"drivers before: {originals}")
     a = Node([claim("vm1-gpu", uid1, [("gpu", "gpu-0000-01-00-0")]),
-              claim("vm2-nic", uid2, [("nic", "hostdev-0000-02-00-0")])],
+              claim("vm2-nic", uid2, [("nic", "hostdev-0000-02-00-0")]),
+              claim("vm3-gpu", uid3, [("gpu", "gpu-0000-01-00-0")])],
              label="a", pod_uid="aaaaaaaa-0000-4000-8000-00000000000a")
     b = Node(None, api=a, label="b", pod_uid="bbbbbbbb-0000-4000-8000-00000000000b")
     a.start()
@@ -783,6 +788,11 @@ def scenario_two_instances():
     check(timed_answer(call, uid2, "B prepares claim 2") == "", "B prepares claim 2")
     prepared = {f: driver(f) for f in functions}
     check(all(d == "vfio-pci" for d in prepared.values()), f"all on vfio-pci: {prepared}")
+    call = b.kubelet_call("prepare", claim3)
+    error = timed_answer(call, uid3, "B is asked for claim 1's GPU under claim 3")
+    check("is already prepared for claim vms/vm1-gpu" in error,
+          f"B refuses claim 3, naming claim 1 that A prepared after B's start: {error!r}")
+    check(not any(uid3 in entry for entry in checkpoint_claims()), "nothing recorded for claim 3")
     recorded = checkpoint_claims()
     for uid, what in ((uid1, "claim 1 (prepared by A)"), (uid2, "claim 2 (prepared by B)")):
         check(any(uid in entry for entry in recorded),
