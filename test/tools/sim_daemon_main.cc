@@ -6,6 +6,8 @@
 //   VFIO_DRA_SIM_STEP_LOG=FILE    append every step name to FILE
 //   VFIO_DRA_SIM_WRITE_LOG=FILE   append every sysfs write (JSON lines) to FILE
 //   VFIO_DRA_SIM_HANG_UNBIND=BDF  unbinds of that function block (until the process exits)
+//   VFIO_DRA_TEST_PAUSE_AT=STEP[,STEP...] with VFIO_DRA_TEST_PAUSE_DIR=DIR
+//                                 pause at those steps until the test resumes (step_pause.h)
 #include <signal.h>
 
 #include <atomic>
@@ -15,6 +17,7 @@
 
 #include "cmd/cli.h"
 #include "simulated_kernel.h"
+#include "step_pause.h"
 
 namespace {
 
@@ -45,23 +48,24 @@ int main(int argc, char** argv) {
   };
   const std::string crash_at = Env("VFIO_DRA_SIM_CRASH_AT_STEP");
   const std::string step_log = Env("VFIO_DRA_SIM_STEP_LOG");
-  if (!crash_at.empty() || !step_log.empty()) {
-    const long target = crash_at.empty() ? 0 : std::stol(crash_at);
-    auto count = std::make_shared<std::atomic<long>>(0);
-    environment.before_prepare_step = [target, step_log, count,
-                                       kernel_of_daemon](const std::string& step) {
-      const long n = ++*count;
-      if (!step_log.empty()) {
-        std::ofstream out(step_log, std::ios::app);
-        out << step << "\n";
-      }
-      if (n != target) return;
-      // Another claim's thread may be in a sysfs write right now: the kernel would finish it.
-      if (vfio_dra::testing::SimulatedKernel* kernel = *kernel_of_daemon) {
-        kernel->KillProcessBetweenWrites();
-      }
-      ::raise(SIGKILL);
-    };
-  }
+  auto pause = vfio_dra::testing::MakeStepPause(Env("VFIO_DRA_TEST_PAUSE_AT"),
+                                                Env("VFIO_DRA_TEST_PAUSE_DIR"));
+  const long target = crash_at.empty() ? 0 : std::stol(crash_at);
+  auto count = std::make_shared<std::atomic<long>>(0);
+  environment.before_prepare_step = [target, step_log, count, kernel_of_daemon,
+                                     pause](const std::string& step) {
+    pause(step);
+    const long n = ++*count;
+    if (!step_log.empty()) {
+      std::ofstream out(step_log, std::ios::app);
+      out << step << "\n";
+    }
+    if (n != target) return;
+    // Another claim's thread may be in a sysfs write right now: the kernel would finish it.
+    if (vfio_dra::testing::SimulatedKernel* kernel = *kernel_of_daemon) {
+      kernel->KillProcessBetweenWrites();
+    }
+    ::raise(SIGKILL);
+  };
   return vfio_dra::cmd::RunCli(argc, argv, environment);
 }
