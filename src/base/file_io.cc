@@ -47,25 +47,27 @@ Result<std::string> ReadFileToString(const std::string& path, size_t max_bytes) 
     return MakeError(err == ENOENT ? ErrorKind::kNotFound : ErrorKind::kUnavailable,
                      "cannot open " + path + ": " + ErrnoText(err));
   }
+  auto out = ReadOpenFileToString(fd, path, max_bytes);
+  ::close(fd);
+  return out;
+}
+
+Result<std::string> ReadOpenFileToString(int fd, const std::string& path, size_t max_bytes) {
   std::string out;
   char buf[65536];
   while (true) {
     ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0) {
       if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      return MakeError(ErrorKind::kUnavailable, "cannot read " + path + ": " + ErrnoText(err));
+      return MakeError(ErrorKind::kUnavailable, "cannot read " + path + ": " + ErrnoText(errno));
     }
     if (n == 0) break;
     out.append(buf, static_cast<size_t>(n));
     if (out.size() > max_bytes) {
-      ::close(fd);
       return MakeError(ErrorKind::kInvalidArgument,
                        path + " is larger than " + std::to_string(max_bytes) + " bytes");
     }
   }
-  ::close(fd);
   return out;
 }
 

@@ -18,6 +18,9 @@ namespace vfio_dra {
 
 // Reads a whole file; refuses files larger than `max_bytes` so a bad path cannot exhaust memory.
 Result<std::string> ReadFileToString(const std::string& path, size_t max_bytes = 16 << 20);
+// The same for a file the caller has open (from its current offset; `path` names it in errors),
+// so that what is read is the very file the caller stat'ed. The caller closes `fd`.
+Result<std::string> ReadOpenFileToString(int fd, const std::string& path, size_t max_bytes);
 
 // How far an atomic replacement is made durable before it returns. Readers always see a complete
 // old or new file; what differs is what survives a power loss (a process crash loses nothing

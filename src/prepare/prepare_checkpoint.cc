@@ -359,16 +359,39 @@ ClaimRecord RecordFromVersion1(const std::string& uid, const std::string& boot_i
   return r;
 }
 
-// Moves an unusable file aside; returns the problem text for the log.
-std::string MoveAside(const std::string& path, const std::string& reason,
-                      const std::string& consequence) {
-  const std::string aside = path + ".corrupt-" + std::to_string(std::time(nullptr));
-  if (std::rename(path.c_str(), aside.c_str()) != 0) {
+// Gives the file at `path` a name of its own beside it, "<path>.corrupt-<seconds>" (with "-2",
+// "-3", ... when an earlier move in the same second took that name): link(2) never replaces a
+// name, so a copy moved aside before is never overwritten. The caller makes sure the file at
+// `path` is the one it means to move.
+Result<std::string> MoveToUniqueAside(const std::string& path) {
+  const std::string base = path + ".corrupt-" + std::to_string(std::time(nullptr));
+  constexpr int kMaxNames = 1000;
+  for (int n = 1; n <= kMaxNames; ++n) {
+    const std::string aside = n == 1 ? base : base + "-" + std::to_string(n);
+    if (::link(path.c_str(), aside.c_str()) != 0) {
+      if (errno == EEXIST) continue;
+      return MakeError(ErrorKind::kUnavailable,
+                       "cannot link it to " + aside + ": " + ErrnoText(errno));
+    }
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return MakeError(ErrorKind::kUnavailable,
+                       "linked it to " + aside + " but cannot unlink it: " + ErrnoText(errno));
+    }
+    return aside;
+  }
+  return MakeError(ErrorKind::kUnavailable,
+                   "every name " + base + "[-N] up to " + std::to_string(kMaxNames) + " is taken");
+}
+
+// The problem text for the log of an unusable record, moved aside or not.
+std::string UnusableText(const std::string& path, const std::string& reason,
+                         const Result<std::string>& moved, const std::string& consequence) {
+  if (!moved.ok()) {
     return "the prepare checkpoint record " + path + " is unusable (" + reason +
-           ") and cannot be moved aside: " + ErrnoText(errno) + "; " + consequence;
+           ") and cannot be moved aside: " + moved.error().message + "; " + consequence;
   }
   return "the prepare checkpoint record " + path + " is unusable (" + reason + "); moved it to " +
-         aside + "; " + consequence;
+         *moved + "; " + consequence;
 }
 
 // The claim uid a file name in the directory is the record of, if any (not temporary files).
@@ -423,22 +446,23 @@ std::string PrepareCheckpoint::PathOf(const std::string& uid) const {
 }
 
 Result<std::optional<ClaimRecord>> PrepareCheckpoint::Find(const std::string& uid) const {
-  auto record = Read(uid, nullptr);
+  auto record = Read(uid);
   if (!record.ok()) return record.error();
   if (*record == nullptr) return std::optional<ClaimRecord>();
   return std::optional<ClaimRecord>(**record);
 }
 
 Result<std::shared_ptr<const ClaimRecord>> PrepareCheckpoint::Read(const std::string& uid,
-                                                                   bool* dropped_empty,
-                                                                   int dir_fd) const {
+                                                                   int dir_fd,
+                                                                   FileRead* file) const {
   using Shared = std::shared_ptr<const ClaimRecord>;
   if (!IsObjectUid(uid)) return Shared();
   const std::string path = PathOf(uid);
-  struct stat st {};
-  const int stated =
-      dir_fd >= 0 ? ::fstatat(dir_fd, (uid + kSuffix).c_str(), &st, 0) : ::stat(path.c_str(), &st);
-  if (stated != 0) {
+  // Stat'ed and read through one descriptor: the version a caller may act on (move a corrupt
+  // record aside) is the version of what was read.
+  const int fd = dir_fd >= 0 ? ::openat(dir_fd, (uid + kSuffix).c_str(), O_RDONLY | O_CLOEXEC)
+                             : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
     if (errno == ENOENT) {
       std::lock_guard<std::mutex> lock(parsed_->mu);
       parsed_->by_uid.erase(uid);
@@ -449,13 +473,21 @@ Result<std::shared_ptr<const ClaimRecord>> PrepareCheckpoint::Read(const std::st
                      "uid " +
                          uid + ": " + path + ": " + ErrnoText(errno));
   }
-  if (st.st_size == 0) {
-    // Only a power loss between Stage and Commit leaves an empty record (every write renames a
-    // complete file into place), and nothing acts on a record before its Commit: drop it.
-    if (::unlink(path.c_str()) == 0 && dropped_empty != nullptr) *dropped_empty = true;
-    return Shared();
+  std::unique_ptr<int, void (*)(int*)> open_file(new int(fd), [](int* f) {
+    ::close(*f);
+    delete f;
+  });
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return MakeError(ErrorKind::kUnavailable,
+                     "cannot read the prepare checkpoint record of claim uid " + uid + ": " + path +
+                         ": " + ErrnoText(errno));
   }
   const FileVersion version = FileVersion::Of(st);
+  if (file != nullptr) *file = FileRead{version, st.st_size == 0};
+  // Only a power loss between Stage and Commit leaves an empty record (every write renames a
+  // complete file into place), and nothing acts on a record before its Commit: it counts as none.
+  if (st.st_size == 0) return Shared();
   {
     std::lock_guard<std::mutex> lock(parsed_->mu);
     auto it = parsed_->by_uid.find(uid);
@@ -463,11 +495,8 @@ Result<std::shared_ptr<const ClaimRecord>> PrepareCheckpoint::Read(const std::st
       return it->second.second;
     }
   }
-  // Replaced after the stat: what is read is newer than `version`, so the next stat differs and
-  // parses again; a stale parse is never kept under the new file's version.
-  auto text = ReadFileToString(path, kMaxRecordBytes);
+  auto text = ReadOpenFileToString(fd, path, kMaxRecordBytes);
   if (!text.ok()) {
-    if (text.error().kind == ErrorKind::kNotFound) return Shared();
     return text.error().Wrap("cannot read the prepare checkpoint record of claim uid " + uid);
   }
   try {
@@ -498,32 +527,86 @@ Result<std::shared_ptr<const ClaimRecord>> PrepareCheckpoint::Read(const std::st
   }
 }
 
+Result<std::optional<FileLock>> PrepareCheckpoint::LockRecords(LockMode mode) const {
+  const std::string path = data_dir_ + "/" + kRecordsLockFile;
+  if (mode == LockMode::kExclusive) return FileLock::TryAcquire(path, mode);
+  auto held = FileLock::Acquire(path, mode, Deadline::After(kRecordsLockWait),
+                                "the prepare checkpoint's records lock " + path);
+  if (!held.ok()) return held.error();
+  return std::optional<FileLock>(std::move(*held));
+}
+
+Result<std::optional<std::string>> PrepareCheckpoint::Retire(const std::string& uid,
+                                                             const FileVersion& version,
+                                                             bool keep_copy) const {
+  using Outcome = std::optional<std::string>;
+  auto held = LockRecords(LockMode::kExclusive);
+  if (!held.ok()) return held.error();
+  if (!*held) return Outcome();  // a write is landing: it may be this very record
+  const std::string path = PathOf(uid);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Outcome();
+    return MakeError(ErrorKind::kUnavailable, "cannot stat it: " + ErrnoText(errno));
+  }
+  if (!(FileVersion::Of(st) == version)) return Outcome();  // replaced since it was read
+  if (!keep_copy) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return MakeError(ErrorKind::kUnavailable, "cannot unlink it: " + ErrnoText(errno));
+    }
+    return Outcome(std::string());
+  }
+  auto aside = MoveToUniqueAside(path);
+  if (!aside.ok()) return aside.error();
+  return Outcome(std::move(*aside));
+}
+
 void PrepareCheckpoint::LoadRecord(RecordIndex& index, const std::string& uid, int dir_fd,
                                    CheckpointView& view) const {
   index.records.erase(uid);
   index.retry.erase(uid);
-  bool dropped_empty = false;
-  auto record = Read(uid, &dropped_empty, dir_fd);
-  if (dropped_empty) {
-    view.problems.push_back("removed the empty prepare checkpoint record " + PathOf(uid) +
-                            ": a power loss came before the record of that prepare reached "
-                            "the disk, so nothing was done for it");
+  FileRead file;
+  auto record = Read(uid, dir_fd, &file);
+  const std::string path = PathOf(uid);
+  if (record.ok() && *record == nullptr && file.empty) {
+    auto dropped = Retire(uid, file.version, /*keep_copy=*/false);
+    if (dropped.ok() && dropped->has_value()) {
+      view.problems.push_back("removed the empty prepare checkpoint record " + path +
+                              ": a power loss came before the record of that prepare reached "
+                              "the disk, so nothing was done for it");
+    } else {
+      // Replaced meanwhile, or a write is landing: read again at the next Load.
+      index.retry.insert(uid);
+      if (!dropped.ok()) {
+        view.problems.push_back("cannot remove the empty prepare checkpoint record " + path + ": " +
+                                dropped.error().message);
+      }
+    }
+    return;
   }
   if (record.ok()) {
     if (*record) index.records.emplace(uid, std::move(*record));
     return;
   }
+  index.retry.insert(uid);
   if (record.error().kind == ErrorKind::kDataLoss) {
-    const std::string path = PathOf(uid);
-    view.problems.push_back(MoveAside(path, record.error().message,
-                                      "the claim's devices cannot be undone automatically, "
-                                      "check them by hand"));
-    // Not moved: reported again at every Load, as an unreadable record is.
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0) index.retry.insert(uid);
+    const std::string consequence =
+        "the claim's devices cannot be undone automatically, check them by hand";
+    auto moved = Retire(uid, file.version, /*keep_copy=*/true);
+    if (moved.ok() && moved->has_value()) {
+      index.retry.erase(uid);
+      view.problems.push_back(UnusableText(path, record.error().message, **moved, consequence));
+      return;
+    }
+    // Not moved (it changed since it was read, a write is landing, or the move failed): it
+    // still may hold any device, so it is reported as unreadable until it is read again.
+    view.unreadable[uid] = record.error().message;
+    if (!moved.ok()) {
+      view.problems.push_back(
+          UnusableText(path, record.error().message, moved.error(), consequence));
+    }
     return;
   }
-  index.retry.insert(uid);
   view.unreadable[uid] = record.error().message;
   view.problems.push_back(record.error().message +
                           "; the claim is kept and retried on its next prepare or unprepare");
@@ -590,6 +673,8 @@ Result<std::shared_ptr<const ClaimRecord>> PrepareCheckpoint::Write(ClaimRecord 
   const std::string path = PathOf(record.uid);
   auto text = RecordText(record);
   if (!text.ok()) return text.error().Wrap("cannot write the prepare checkpoint");
+  auto records_lock = LockRecords(LockMode::kShared);
+  if (!records_lock.ok()) return records_lock.error().Wrap("cannot write the prepare checkpoint");
   Status status = WriteFileAtomically(path, *text, 0600, durability);
   if (!status.ok()) return status.error().Wrap("cannot write the prepare checkpoint");
   auto written = std::make_shared<const ClaimRecord>(std::move(record));
@@ -638,9 +723,16 @@ Status PrepareCheckpoint::Commit(const std::string& uid) const {
 
 Status PrepareCheckpoint::Remove(const std::string& uid) const {
   if (!IsObjectUid(uid)) return Status::Ok();
-  // The record's leftover temporary files go too: a process killed while writing it leaves one.
-  if (Status s = RemoveFileAndTemporaries(PathOf(uid)); !s.ok()) {
-    return s.error().Wrap("cannot remove the prepare checkpoint record of claim uid " + uid);
+  {
+    auto records_lock = LockRecords(LockMode::kShared);
+    if (!records_lock.ok()) {
+      return records_lock.error().Wrap("cannot remove the prepare checkpoint record of claim uid " +
+                                       uid);
+    }
+    // The record's leftover temporary files go too: a process killed while writing it leaves one.
+    if (Status s = RemoveFileAndTemporaries(PathOf(uid)); !s.ok()) {
+      return s.error().Wrap("cannot remove the prepare checkpoint record of claim uid " + uid);
+    }
   }
   return dir_sync_->Sync();
 }
@@ -666,9 +758,9 @@ Result<int> PrepareCheckpoint::Upgrade(std::string* problem) const {
     }
   } catch (const json::exception& e) {
     if (problem != nullptr) {
-      *problem = MoveAside(path, e.what(),
-                           "claims prepared before cannot be undone automatically, check their "
-                           "devices by hand");
+      *problem = UnusableText(path, e.what(), MoveToUniqueAside(path),
+                              "claims prepared before cannot be undone automatically, check their "
+                              "devices by hand");
     }
     return 0;
   }
@@ -677,6 +769,8 @@ Result<int> PrepareCheckpoint::Upgrade(std::string* problem) const {
     // Written as is: the boot ID stays the one of the old file, so a reboot since is noticed.
     auto record_text = RecordText(record);
     if (!record_text.ok()) return record_text.error().Wrap("upgrading the prepare checkpoint");
+    auto records_lock = LockRecords(LockMode::kShared);
+    if (!records_lock.ok()) return records_lock.error().Wrap("upgrading the prepare checkpoint");
     Status status = WriteFileAtomically(PathOf(record.uid), *record_text, 0600);
     if (!status.ok()) return status.error().Wrap("upgrading the prepare checkpoint");
   }

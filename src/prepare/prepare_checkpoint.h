@@ -16,15 +16,22 @@
 //   PrepareCompleted with the answer given to the kubelet.
 // - Each record carries the boot ID it was written in: after a reboot, PCI addresses may name
 //   other devices, so functions are checked against the recorded identity before being touched.
-// - A record that is corrupt or of an unknown version is moved aside with a clear problem; one
-//   that cannot be read (EACCES, EIO) is reported and left in place, and its claim stays
-//   unpreparable-with-an-error instead of silently forgotten. Neither stops the daemon: refusing
-//   to start would leave every pod on the node unable to unprepare.
+// - A record that is corrupt is moved aside with a clear problem, under a name no earlier move
+//   used; one that cannot be read (EACCES, EIO) or is of a newer version is reported and left in
+//   place, and its claim stays unpreparable-with-an-error instead of silently forgotten. Neither
+//   stops the daemon: refusing to start would leave every pod on the node unable to unprepare.
+// - Any caller may Load, holding none of a claim's locks, while the claim's owner replaces its
+//   record. So a record is moved aside (or an empty one dropped) only if the file at its path is
+//   still the very one that was read, checked and moved under <plugin-data-dir>/records.lock held
+//   exclusively; every write, removal and upgrade of a record holds that lock shared for the
+//   moment it changes the directory. A record that cannot be moved now is reported unreadable and
+//   read again by the next Load.
 // - Version 1 (one checkpoint.json for all claims) is upgraded explicitly by Upgrade().
 #pragma once
 
 #include <sys/stat.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -38,6 +45,7 @@
 #include "base/directory_changes.h"
 #include "base/directory_sync.h"
 #include "base/file_io.h"
+#include "base/file_lock.h"
 #include "base/result.h"
 #include "discovery/node_scan.h"
 #include "vfio/mdev_lifecycle.h"
@@ -48,6 +56,8 @@ namespace vfio_dra::prepare {
 
 inline constexpr int kCheckpointVersion = 2;
 inline constexpr const char* kClaimsDirectory = "claims";
+// In the plugin data dir: held shared by every change of a record, exclusively to move one aside.
+inline constexpr const char* kRecordsLockFile = "records.lock";
 // The version-1 file (all claims in one), read only to upgrade it.
 inline constexpr const char* kLegacyCheckpointFile = "checkpoint.json";
 
@@ -141,7 +151,8 @@ struct ClaimRecord {
 // never change once parsed (a new version of a file is a new record), so a view costs no copies.
 struct CheckpointView {
   std::map<std::string, std::shared_ptr<const ClaimRecord>> claims;
-  // Claims whose record exists but cannot be read now, with the reason.
+  // Claims whose record exists but cannot be used now (unreadable, of a newer version, corrupt
+  // and not yet moved aside), with the reason: any of them may hold any device.
   std::map<std::string, std::string> unreadable;
   // Records moved aside or unreadable, described for the log.
   std::vector<std::string> problems;
@@ -199,14 +210,25 @@ class PrepareCheckpoint {
   std::string PathOf(const std::string& uid) const;
   // Put (kDataOnly, then the shared directory fsync) or Stage (kVolatile).
   Result<std::shared_ptr<const ClaimRecord>> Write(ClaimRecord record, Durability durability) const;
-  // Find, and says when it removed an empty record (see Stage).
-  // Null when the claim has no record.
-  // `dir_fd`, when not -1, is the checkpoint directory open: the record is looked up relative to
-  // it (Load stats every record, and a lookup from the root walks the whole path each time).
-  Result<std::shared_ptr<const ClaimRecord>> Read(const std::string& uid, bool* dropped_empty,
-                                                  int dir_fd = -1) const;
-
   // What identifies one version of a record file: an atomic replacement is a new inode.
+  struct FileVersion;
+  // The file a Read read: its version, and whether it was empty.
+  struct FileRead;
+  // Find, with the version of the file read (also of a corrupt or empty one) in `file`.
+  // Null when the claim has no record or its file is empty (see Stage). `dir_fd`, when not -1, is
+  // the checkpoint directory open: the record is looked up relative to it (Load reads every
+  // record, and a lookup from the root walks the whole path each time).
+  Result<std::shared_ptr<const ClaimRecord>> Read(const std::string& uid, int dir_fd = -1,
+                                                  FileRead* file = nullptr) const;
+  // kShared waits (a mover holds it for a moment), kExclusive only tries (nullopt: busy).
+  Result<std::optional<FileLock>> LockRecords(LockMode mode) const;
+  // Moves the claim's record aside (`keep_copy`; returns its new name) or drops it (returns ""),
+  // if the file at its path is still `version`. nullopt when it was not: the file changed since,
+  // or a write holds the records lock now; the caller reads it again later.
+  Result<std::optional<std::string>> Retire(const std::string& uid, const FileVersion& version,
+                                            bool keep_copy) const;
+  static constexpr std::chrono::seconds kRecordsLockWait{10};
+
   struct FileVersion {
     uint64_t device = 0, inode = 0, size = 0;
     int64_t mtime_ns = 0, ctime_ns = 0;
@@ -217,6 +239,10 @@ class PrepareCheckpoint {
               st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec};
     }
     bool operator==(const FileVersion&) const = default;
+  };
+  struct FileRead {
+    FileVersion version;
+    bool empty = false;
   };
   struct ParsedRecords {
     std::mutex mu;

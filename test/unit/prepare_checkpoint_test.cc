@@ -10,6 +10,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/file_lock.h"
 
 namespace vfio_dra::prepare {
 namespace {
@@ -205,6 +210,54 @@ TEST_F(PrepareCheckpointTest, CorruptAndUnknownVersionRecordsAreMovedAsideNotFat
   }
   std::ofstream(RecordPath(kUid), std::ios::trunc) << R"({"version": 0})";
   EXPECT_THAT(Open().Load().problems.at(0), HasSubstr("unknown checkpoint version 0"));
+}
+
+// A Load holds none of a claim's locks, and the claim's owner may be replacing the record while it
+// reads (a corrupt file would be a disk's doing; the owner's write is atomic). Every write holds
+// the records lock shared while it lands, so a Load that meets a corrupt record while a write
+// holds it must not move the file by its path: the file there may be the good record just
+// written. It reports the claim unreadable instead, and the next Load reads it again.
+TEST_F(PrepareCheckpointTest, ALoadNeverMovesARecordAsideWhileAWriteIsLanding) {
+  PrepareCheckpoint reader = Open();
+  std::ofstream(RecordPath(kUid)) << "{not json";
+  auto landing = FileLock::Acquire(dir_ + "/records.lock", LockMode::kShared, Deadline(),
+                                   "the test's write in progress");
+  ASSERT_TRUE(landing.ok()) << landing.error().message;
+  CheckpointView view = reader.Load();
+  EXPECT_TRUE(fs::exists(RecordPath(kUid))) << "moved aside while a write was landing";
+  EXPECT_EQ(Entries(), 1u);
+  ASSERT_EQ(view.unreadable.count(kUid), 1u) << "a corrupt record not moved aside may hold devices";
+  EXPECT_THAT(view.unreadable.at(kUid), HasSubstr(RecordPath(kUid) + " is unusable"));
+
+  // The owner's write lands: the good record stays where it is.
+  ASSERT_TRUE(Open().Put(Started()).ok());
+  { FileLock released = std::move(*landing); }
+  view = reader.Load();
+  EXPECT_TRUE(view.unreadable.empty());
+  ASSERT_EQ(view.claims.count(kUid), 1u);
+  EXPECT_EQ(Entries(), 1u);
+  EXPECT_TRUE(view.problems.empty());
+}
+
+// Each corrupt record moved aside keeps a copy of its own, even two of one claim in one second.
+TEST_F(PrepareCheckpointTest, RecordsMovedAsideNeverOverwriteAnEarlierCopy) {
+  PrepareCheckpoint checkpoint = Open();
+  const std::vector<std::string> contents = {"{first", "{second", "{third"};
+  for (const std::string& content : contents) {
+    std::ofstream(RecordPath(kUid)) << content;
+    const CheckpointView view = checkpoint.Load();
+    ASSERT_EQ(view.problems.size(), 1u);
+    EXPECT_THAT(view.problems[0], HasSubstr("moved it to " + RecordPath(kUid) + ".corrupt-"));
+    EXPECT_TRUE(view.unreadable.empty());
+  }
+  std::set<std::string> kept;
+  for (const auto& entry : fs::directory_iterator(ClaimsDir())) {
+    std::ifstream in(entry.path());
+    std::string content;
+    std::getline(in, content);
+    kept.insert(content);
+  }
+  EXPECT_EQ(kept, std::set<std::string>(contents.begin(), contents.end()));
 }
 
 // A record of a newer format (the other instance of a rolling update is newer, or after a
