@@ -287,6 +287,17 @@ Status VfioDevicePreparer::CheckOverlap(const CheckpointView& view, const std::s
     return std::any_of(other.functions.begin(), other.functions.end(),
                        [&](const FunctionRecord& f) { return f.address == address; });
   };
+  // A record that cannot be read may hold any device, these ones included: handing them out could
+  // give one device to two claims.
+  for (const auto& [other_uid, reason] : view.unreadable) {
+    if (other_uid == uid || plan.empty()) continue;
+    return MakeError(ErrorKind::kUnavailable,
+                     "device " + plan.front().result.device +
+                         " is not prepared: the checkpoint record of claim uid " + other_uid +
+                         " cannot be used (" + reason +
+                         ") and may hold it; make the file readable, or move it out of " +
+                         checkpoint_.directory() + " after returning that claim's devices by hand");
+  }
   for (const auto& [other_uid, shared] : view.claims) {
     if (other_uid == uid) continue;
     const ClaimRecord& other = *shared;
@@ -868,6 +879,38 @@ Status VfioDevicePreparer::Unprepare(const ClaimRef& claim, Deadline deadline) {
   return status;
 }
 
+Status VfioDevicePreparer::RollBackInterrupted(const ClaimRecord& seen) {
+  const std::string who = seen.namespace_ + "/" + seen.name;
+  DeviceLockSet devices(locks_);
+  std::set<std::string> keys;
+  AddDeviceKeys(seen, keys);
+  std::string busy;
+  auto all_held = devices.TryAdd(keys, busy);
+  if (!all_held.ok()) return all_held.error().Wrap(seen.Display());
+  if (!*all_held) {
+    // Its devices are locked: the instance that wrote it is alive and still preparing it.
+    log_.Info("leaving a prepare in flight in another instance",
+              {{"claim", who}, {"uid", seen.uid}, {"busy device", busy}});
+    return Status::Ok();
+  }
+  // Records are written only under the locks of their devices: read now, this one is current. A
+  // record that changed since it was seen was worked on meanwhile (completed, undone, or prepared
+  // again by a retry): whoever did that, or the kubelet's next call, finishes it.
+  auto now = checkpoint_.Find(seen.uid);
+  if (!now.ok()) return now.error().Wrap("not rolled back: " + seen.Display());
+  if (!now->has_value() || !(**now == seen)) {
+    const std::string state = !now->has_value() ? "no record"
+                              : (*now)->state == PrepareState::kPrepareCompleted
+                                  ? "PrepareCompleted"
+                                  : "PrepareStarted, changed";
+    log_.Info("not rolling back a prepare that another call finished or changed meanwhile",
+              {{"claim", who}, {"uid", seen.uid}, {"now", state}});
+    return Status::Ok();
+  }
+  log_.Info("rolling back a prepare interrupted by a restart", {{"claim", who}, {"uid", seen.uid}});
+  return Undo(**now, Deadline());
+}
+
 Status VfioDevicePreparer::Recover() {
   // Another instance (a rolling update) may be working on the node: recovery holds prepare.lock
   // exclusively (no decision is half made meanwhile) and only undoes records whose devices nobody
@@ -890,28 +933,11 @@ Status VfioDevicePreparer::Recover() {
   }
   const CheckpointView view = LoadView();
   for (const auto& [uid, shared] : view.claims) {
-    const ClaimRecord& record = *shared;
-    if (record.state != PrepareState::kPrepareStarted) continue;
-    DeviceLockSet devices(locks_);
-    std::set<std::string> keys;
-    AddDeviceKeys(record, keys);
-    std::string busy;
-    auto all_held = devices.TryAdd(keys, busy);
-    if (!all_held.ok()) {
-      if (!first) first = all_held.error().Wrap(record.Display());
-      continue;
-    }
-    if (!*all_held) {
-      // Its devices are locked: the instance that wrote it is alive and still preparing it.
-      log_.Info("leaving a prepare in flight in another instance",
-                {{"claim", record.namespace_ + "/" + record.name},
-                 {"uid", record.uid},
-                 {"busy device", busy}});
-      continue;
-    }
-    log_.Info("rolling back a prepare interrupted by a restart",
-              {{"claim", record.namespace_ + "/" + record.name}, {"uid", record.uid}});
-    if (Status s = Undo(record, Deadline()); !s.ok() && !first) first = s.error();
+    if (shared->state != PrepareState::kPrepareStarted) continue;
+    // Another instance may finish (or retry) this prepare between the view and the locks: only
+    // the record read under the locks says what to do.
+    Step("recover:" + uid);
+    if (Status s = RollBackInterrupted(*shared); !s.ok() && !first) first = s.error();
   }
   // CDI specs of ours that no claim owns (left by a checkpoint that was lost) would inject
   // devices nobody prepared; metadata specs go with them. Specs of a claim whose record cannot be

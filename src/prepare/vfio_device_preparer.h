@@ -179,6 +179,9 @@ class VfioDevicePreparer final : public DevicePreparer {
   Status WriteMetadata(const kube::ResourceClaim& claim, const std::vector<PlannedDevice>& plan,
                        const std::map<std::string, std::string>& macs,
                        std::vector<PreparedDevice>& answer);
+  // Start-up recovery of one record seen in PrepareStarted: takes its devices' locks, then undoes
+  // it only if the record on disk is still the one seen.
+  Status RollBackInterrupted(const ClaimRecord& seen);
   // Undoes a record; keeps going past failures and returns the first, after logging warnings.
   Status Undo(const ClaimRecord& record, Deadline deadline);
   std::string SpecFileName(const std::string& claim_uid) const;

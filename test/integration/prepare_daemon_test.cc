@@ -4,9 +4,12 @@
 // the daemon with SIGKILL before every single step of prepare and unprepare, restarts it, lets
 // the kubelet retry, and checks that the claim ends prepared (or unprepared) with nothing on the
 // node that the checkpoint does not account for.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -26,6 +29,7 @@
 #include "kubelet_simulator.h"
 #include "simulated_kernel.h"
 #include "slicepublisher/slice_builder.h"
+#include "step_pause.h"
 #include "sysfs_fixture.h"
 
 namespace vfio_dra::testing {
@@ -117,6 +121,13 @@ class PrepareDaemonTest : public ::testing::Test {
   void StartInstance(const std::vector<std::string>& env, const std::string& registry,
                      const std::vector<std::string>& extra, std::unique_ptr<DaemonProcess>& daemon,
                      RegisteredPlugin& plugin_out) {
+    LaunchInstance(env, registry, extra, daemon);
+    ConnectInstance(registry, *daemon, plugin_out);
+  }
+  // StartInstance in two halves, for a daemon that pauses before it registers (in recovery).
+  void LaunchInstance(const std::vector<std::string>& env, const std::string& registry,
+                      const std::vector<std::string>& extra,
+                      std::unique_ptr<DaemonProcess>& daemon) {
     fs::create_directories(dir_ + "/" + registry);
     // The kubelet forgets a plugin whose socket died; a crashed daemon leaves the file behind.
     for (const auto& entry : fs::directory_iterator(dir_ + "/" + registry)) {
@@ -130,10 +141,13 @@ class PrepareDaemonTest : public ::testing::Test {
     argv.insert(argv.end(), extra.begin(), extra.end());
     argv.insert(argv.end(), every_instance_args_.begin(), every_instance_args_.end());
     daemon = std::make_unique<DaemonProcess>(argv, log, env);
+  }
+  void ConnectInstance(const std::string& registry, const DaemonProcess& daemon,
+                       RegisteredPlugin& plugin_out) {
     auto socket = sim_.WaitForRegistrationSocket(dir_ + "/" + registry, std::chrono::seconds(20));
-    ASSERT_TRUE(socket.ok()) << socket.error().message << daemon->Log();
+    ASSERT_TRUE(socket.ok()) << socket.error().message << daemon.Log();
     auto plugin = sim_.Register(*socket);
-    ASSERT_TRUE(plugin.ok()) << plugin.error().message << daemon->Log();
+    ASSERT_TRUE(plugin.ok()) << plugin.error().message << daemon.Log();
     plugin_out = *plugin;
   }
   std::string Driver(const std::string& address) const {
@@ -777,6 +791,99 @@ TEST_F(PrepareDaemonTest, SurvivesSigkillAtEveryStepWithAnotherPrepareInFlight) 
     EXPECT_TRUE(Checkpoint()["claims"].empty());
     if (HasFailure()) break;
   }
+}
+
+// Where a daemon pauses (step_pause.h): its FIFOs, and the environment that makes it pause.
+class PausePoint {
+ public:
+  explicit PausePoint(const std::string& dir) : dir_(dir) {
+    fs::create_directories(dir_);
+    for (const char* fifo : {"/paused", "/resume"}) {
+      fs::remove(dir_ + fifo);
+      EXPECT_EQ(::mkfifo((dir_ + fifo).c_str(), 0600), 0) << dir_ << fifo;
+    }
+    paused_ = ::open((dir_ + "/paused").c_str(), O_RDWR | O_CLOEXEC);
+    EXPECT_GE(paused_, 0);
+  }
+  ~PausePoint() {
+    if (paused_ >= 0) ::close(paused_);
+  }
+  PausePoint(const PausePoint&) = delete;
+  PausePoint& operator=(const PausePoint&) = delete;
+  std::vector<std::string> Env(const std::string& steps) const {
+    return {"VFIO_DRA_TEST_PAUSE_AT=" + steps, "VFIO_DRA_TEST_PAUSE_DIR=" + dir_};
+  }
+  // The step a thread of the daemon paused at; "" when none did within a generous bound.
+  std::string Await() const { return AwaitPause(paused_, 60); }
+  bool Resume() const { return ResumePaused(dir_); }
+
+ private:
+  std::string dir_;
+  int paused_ = -1;
+};
+
+// The recovery race of a rolling update, with processes and a SIGKILL: instance A is killed in
+// the middle of preparing claim 1 (its record stays in PrepareStarted, its locks die with it);
+// instance B is preparing claim 2 (PrepareStarted, its device locked); A restarts, and its
+// recovery sees both in PrepareStarted. It rolls back claim 1, whose devices nobody holds; B then
+// finishes claim 2 before A's recovery takes claim 2's device lock. A must leave claim 2 as B
+// left it, prepared, and the kubelet's retry of claim 1 prepares it on A.
+TEST_F(PrepareDaemonTest, SigkillThenRecoveryLeavesAPrepareTheOtherInstanceFinishedMeanwhile) {
+  const std::string gpu_uid = "44444444-0000-4000-8000-000000000001";
+  const std::string vf_uid = "44444444-0000-4000-8000-000000000002";
+  server_->PutClaim(Claim("vm", gpu_uid, {{"gpu", "gpu-0000-01-00-0"}}));
+  server_->PutClaim(Claim("vm-nic", vf_uid, {{"nic", "vf-0000-5e-02-1"}}));
+  const SimClaim gpu{"vms", "vm", gpu_uid};
+  const SimClaim vf{"vms", "vm-nic", vf_uid};
+  const auto error_of = [](const auto& answer, const std::string& uid) {
+    return answer.ok() ? answer->claims().at(uid).error() : answer.error().message;
+  };
+  PausePoint pause_a(dir_ + "/pause-a");
+  PausePoint pause_b(dir_ + "/pause-b");
+
+  // A is killed while it binds claim 1's GPU.
+  StartDaemon(pause_a.Env("bind:0000:01:00.0"));
+  auto first = std::async(std::launch::async, [&] { return sim_.Prepare(plugin_, {gpu}); });
+  ASSERT_EQ(pause_a.Await(), "bind:0000:01:00.0") << daemon_->Log();
+  ASSERT_TRUE(daemon_->Signal(SIGKILL));
+  ASSERT_EQ(daemon_->WaitForExit(std::chrono::seconds(20)), 128 + SIGKILL);
+  EXPECT_NE(error_of(first.get(), gpu_uid), "");
+  ASSERT_EQ(Checkpoint()["claims"][gpu_uid]["state"], "PrepareStarted");
+
+  // B prepares claim 2 and is held while it binds the VF.
+  second_.reset();
+  StartInstance(pause_b.Env("bind:0000:5e:02.1"), "registry-b", {"--pod-uid", "b"}, second_,
+                second_plugin_);
+  auto second = std::async(std::launch::async, [&] { return sim_.Prepare(second_plugin_, {vf}); });
+  ASSERT_EQ(pause_b.Await(), "bind:0000:5e:02.1") << second_->Log();
+  ASSERT_EQ(Checkpoint()["claims"][vf_uid]["state"], "PrepareStarted");
+
+  // A restarts; its recovery has seen claim 2 in PrepareStarted when B finishes it.
+  LaunchInstance(pause_a.Env("recover:" + vf_uid), "registry", {}, daemon_);
+  ASSERT_EQ(pause_a.Await(), "recover:" + vf_uid) << daemon_->Log();
+  EXPECT_EQ(Driver("0000:01:00.0"), "nvidia") << "claim 1 was rolled back first";
+  ASSERT_TRUE(pause_b.Resume());
+  ASSERT_EQ(error_of(second.get(), vf_uid), "") << second_->Log();
+  ASSERT_EQ(Checkpoint()["claims"][vf_uid]["state"], "PrepareCompleted");
+  const std::vector<std::string> specs = CdiFiles();
+  ASSERT_TRUE(pause_a.Resume());
+  ConnectInstance("registry", *daemon_, plugin_);
+  ASSERT_FALSE(HasFailure());
+
+  EXPECT_EQ(Driver("0000:5e:02.1"), "vfio-pci") << "A's recovery undid claim 2";
+  EXPECT_EQ(Checkpoint()["claims"][vf_uid]["state"], "PrepareCompleted");
+  EXPECT_EQ(CdiFiles(), specs);
+  EXPECT_THAT(daemon_->Log(), HasSubstr("not rolling back a prepare that another call finished"));
+  EXPECT_FALSE(Checkpoint()["claims"].contains(gpu_uid));
+  ExpectAccountedFor("after A's recovery");
+
+  ASSERT_EQ(error_of(sim_.Prepare(plugin_, {gpu}), gpu_uid), "") << daemon_->Log();
+  EXPECT_EQ(Driver("0000:01:00.0"), "vfio-pci");
+  ASSERT_EQ(error_of(sim_.Unprepare(plugin_, {gpu}), gpu_uid), "") << daemon_->Log();
+  ASSERT_EQ(error_of(sim_.Unprepare(second_plugin_, {vf}), vf_uid), "") << second_->Log();
+  for (const auto& [address, host] : HostDrivers()) EXPECT_EQ(Driver(address), host) << address;
+  EXPECT_TRUE(CdiFiles().empty());
+  EXPECT_TRUE(Checkpoint()["claims"].empty());
 }
 
 // The simulated PF driver's VF settings (see vfio::MakeFileVfNetwork): the fixture's i40e PF

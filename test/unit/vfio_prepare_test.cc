@@ -1468,6 +1468,98 @@ TEST_F(PrepareTest, ClaimsOnOtherDevicesGoOnWhileOneIsInFlightAndItsDeviceWaits)
   EXPECT_TRUE(preparer_->checkpoint().Load().claims.empty());
 }
 
+// A rolling update: instance B is preparing a claim (PrepareStarted on disk, its devices locked)
+// when instance A starts. A's recovery sees the record in PrepareStarted; before it takes the
+// record's device locks, B finishes the prepare and answers the kubelet. A must then leave the
+// claim alone: undoing the copy it read first would pull the device from under a VM the kubelet
+// believes prepared.
+TEST_F(PrepareTest, RecoveryLeavesAPrepareThatTheOtherInstanceFinishedAfterRecoverySawIt) {
+  Use("workstation");
+  StepGate b_binding("bind:0000:01:00.0");
+  StepGate a_recovering(std::string("recover:") + kUid);
+  step_hook_ = [&](const std::string& step) {
+    b_binding.Pass(step);
+    a_recovering.Pass(step);
+  };
+  Open();
+  std::unique_ptr<prepare::VfioDevicePreparer> instance_b = std::move(preparer_);
+  Open();  // instance A, on the same data dir; it starts (and recovers) once B is binding
+  const auto claim = Claim({{"gpu", "gpu-0000-01-00-0"}});
+  std::optional<Result<std::vector<PreparedDevice>>> b_result;
+  std::thread b_prepare(
+      [&] { b_result.emplace(instance_b->Prepare(claim, claim.allocation->results, Deadline())); });
+  std::optional<Status> a_result;
+  std::thread a_recover;
+  struct Joiner {
+    StepGate& b_gate;
+    StepGate& a_gate;
+    std::thread& b;
+    std::thread& a;
+    ~Joiner() {
+      b_gate.Release();
+      a_gate.Release();
+      if (b.joinable()) b.join();
+      if (a.joinable()) a.join();
+    }
+  } joiner{b_binding, a_recovering, b_prepare, a_recover};
+  b_binding.AwaitReached();
+  ASSERT_EQ(Recorded(kUid)->state, prepare::PrepareState::kPrepareStarted);
+
+  a_recover = std::thread([&] { a_result.emplace(preparer_->Recover()); });
+  a_recovering.AwaitReached();  // A has seen the record in PrepareStarted
+
+  b_binding.Release();
+  b_prepare.join();
+  ASSERT_TRUE(b_result->ok()) << b_result->error().message;
+  ASSERT_EQ(Recorded(kUid)->state, prepare::PrepareState::kPrepareCompleted);
+  const std::vector<std::string> specs = CdiFiles();
+  const size_t writes = kernel_->Writes().size();
+
+  a_recovering.Release();
+  a_recover.join();
+  ASSERT_TRUE(a_result->ok()) << a_result->error().message;
+  EXPECT_EQ(kernel_->Writes().size(), writes) << "recovery touched the prepared devices";
+  EXPECT_EQ(Driver("0000:01:00.0"), "vfio-pci");
+  EXPECT_EQ(Driver("0000:01:00.1"), "vfio-pci");
+  ASSERT_TRUE(Recorded(kUid).has_value()) << "recovery removed the completed record";
+  EXPECT_EQ(Recorded(kUid)->state, prepare::PrepareState::kPrepareCompleted);
+  EXPECT_EQ(CdiFiles(), specs) << "recovery removed the claim's CDI specs";
+
+  instance_b.reset();
+  ASSERT_TRUE(Unprepare().ok());
+  EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
+  EXPECT_EQ(Driver("0000:01:00.1"), "snd_hda_intel");
+  EXPECT_TRUE(CdiFiles().empty());
+}
+
+// A record that cannot be read may hold any device: until it can be read or is moved aside, no
+// prepare hands out a device, and the error names the record. (An unprepare of another claim
+// goes on: it only gives back what its own record holds.)
+TEST_F(PrepareTest, AnUnreadableRecordOfAnotherClaimRefusesEveryPrepare) {
+  Use("workstation");
+  const auto first = Claim({{"gpu", "gpu-0000-02-00-0"}}, Uid(2), "first");
+  ASSERT_TRUE(Prepare(first).ok());
+  // A directory where a record should be reads as an I/O error would (tests run as root, so
+  // permission bits do not stop reads).
+  const std::string unreadable = DataDir() + "/claims/" + Uid(9) + ".json";
+  fs::create_directories(unreadable);
+  const auto claim = Claim({{"gpu", "gpu-0000-01-00-0"}});
+  const size_t writes = kernel_->Writes().size();
+  auto refused = Prepare(claim);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error().message, HasSubstr("claim uid " + Uid(9) + " cannot be used"));
+  EXPECT_THAT(refused.error().message, HasSubstr(unreadable));
+  EXPECT_EQ(kernel_->Writes().size(), writes);
+  EXPECT_FALSE(Recorded(kUid).has_value());
+  EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
+
+  ASSERT_TRUE(Unprepare(Uid(2), "first").ok());
+  fs::remove(unreadable);
+  auto prepared = Prepare(claim);
+  ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+  ASSERT_TRUE(Unprepare().ok());
+}
+
 // An instance of a version before parallel preparation takes serialize.lock exclusively for each
 // call: while it works, this version starts nothing (and says what it waited for).
 TEST_F(PrepareTest, AnEarlierVersionHoldingTheNodeLockIsWaitedFor) {
