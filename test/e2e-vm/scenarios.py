@@ -9,6 +9,7 @@ import fcntl
 import json
 import os
 import re
+import select
 import signal
 import socket
 import stat
@@ -54,6 +55,9 @@ SCENARIO = read(OUT + "/scenario")
 CACHE = read(OUT + "/cache-dir")
 KVER = read(OUT + "/kernel-version")
 PLUGIN = BUILD + "/src/vfio-dra-plugin"
+# The plugin with a hook that holds it at named steps until the scenario resumes it
+# (test/tools/step_pause.h): how two instances' interleaving is forced without sleeps.
+STEP_DAEMON = BUILD + "/test/vfio-dra-step-daemon"
 # The guest kernel's own module aliases (Debian's 6.1 ships no VFIO variant driver, only
 # vfio_pci's catch-all), as the DaemonSet reads them from the host's /lib/modules.
 MODULES_ALIAS = f"{CACHE}/kernel/lib/modules/{KVER}/modules.alias"
@@ -134,8 +138,9 @@ class Node:
     stand-in (which takes the first registration socket it finds) talks to that instance alone,
     while the plugin data and CDI directories are shared."""
 
-    def __init__(self, claims, api=None, label="", pod_uid=None, extra_args=()):
+    def __init__(self, claims, api=None, label="", pod_uid=None, extra_args=(), binary=PLUGIN):
         os.makedirs(WORK, exist_ok=True)
+        self.binary = binary
         self.label = label
         self.registry = WORK + "/registry" + (f"-{label}" if label else "")
         os.makedirs(self.registry, exist_ok=True)
@@ -160,18 +165,21 @@ class Node:
     def log_path(self, start):
         return f"{WORK}/daemon-{self.label + '-' if self.label else ''}{start}.log"
 
-    def start(self):
+    def start(self, env=None, register=True):
+        """Starts the daemon (`env`: more environment) and, with `register`, waits until the
+        kubelet stand-in has registered it."""
         self.starts += 1
         for entry in os.listdir(self.registry):
             os.unlink(os.path.join(self.registry, entry))
         log = open(self.log_path(self.starts), "w")
         self.daemon = subprocess.Popen(
-            [PLUGIN, "serve", "--node-name", NODE, "--kubeconfig", self.kubeconfig,
+            [self.binary, "serve", "--node-name", NODE, "--kubeconfig", self.kubeconfig,
              "--registrar-dir", self.registry, "--plugin-data-dir", WORK + "/data",
              "--cdi-dir", WORK + "/cdi", "--config", WORK + "/policy.yaml", "-v", "2",
              "--metrics-address", "127.0.0.1:0"] + self.aliases + self.args,
-            stdout=log, stderr=subprocess.STDOUT)
-        self.kubelet("register")
+            stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
+        if register:
+            self.kubelet("register")
 
     def kill(self):
         self.daemon.send_signal(signal.SIGKILL)
@@ -810,6 +818,109 @@ def scenario_two_instances():
     a.stop()
 
 
+class PausePoint:
+    """Where a step daemon pauses (test/tools/step_pause.h): it writes the step's name into the
+    FIFO `paused` (held open read-write here, so it never reads as ended between two pauses) and
+    waits for a line on `resume`."""
+
+    def __init__(self, directory):
+        self.directory = directory
+        os.makedirs(directory, exist_ok=True)
+        for fifo in ("paused", "resume"):
+            path = os.path.join(directory, fifo)
+            if os.path.exists(path):
+                os.unlink(path)
+            os.mkfifo(path, 0o600)
+        self.paused = os.open(os.path.join(directory, "paused"), os.O_RDWR)
+
+    def env(self, step):
+        return {"VFIO_DRA_TEST_PAUSE_AT": step, "VFIO_DRA_TEST_PAUSE_DIR": self.directory}
+
+    def wait(self, timeout=120):
+        """The step a daemon's thread paused at; None if none did within `timeout` (a bound for
+        a daemon that died, far above what reaching a step takes)."""
+        line = b""
+        while not line.endswith(b"\n"):
+            ready, _, _ = select.select([self.paused], [], [], timeout)
+            if not ready:
+                return None
+            line += os.read(self.paused, 256)
+        return line.decode().strip()
+
+    def resume(self):
+        fd = os.open(os.path.join(self.directory, "resume"), os.O_WRONLY | os.O_NONBLOCK)
+        os.write(fd, b"go\n")
+        os.close(fd)
+
+
+def scenario_recovery_race():
+    """A rolling update where instance A starts while instance B prepares a claim: A's recovery
+    sees the claim's record in PrepareStarted, then B finishes the prepare and a VMM opens the
+    device, then A's recovery takes the device's lock. A must leave the claim as it is now,
+    prepared (rolling back the stale copy it read would pull the device from under the VM). The
+    interleaving is forced by the step daemon's pauses, not by timing."""
+    subprocess.run(["modprobe", "-d", CACHE + "/kernel", "-S", KVER, "vfio_iommu_type1"],
+                   check=True)
+    address = "0000:02:00.0"
+    uid = "e2e00000-0000-4000-8000-00000000000e"
+    name = f"vms/vm-race/{uid}"
+    record = f"{WORK}/data/claims/{uid}.json"
+    args = ["--unbind-timeout", "3"]
+    a = Node([claim("vm-race", uid, [("nic", "hostdev-0000-02-00-0")])], label="a",
+             pod_uid="aaaaaaaa-0000-4000-8000-00000000000a", extra_args=args, binary=STEP_DAEMON)
+    b = Node(None, api=a, label="b", pod_uid="bbbbbbbb-0000-4000-8000-00000000000b",
+             extra_args=args, binary=STEP_DAEMON)
+    pause_a = PausePoint(WORK + "/pause-a")
+    pause_b = PausePoint(WORK + "/pause-b")
+    check(driver(address) == "e1000e", f"{address} on e1000e before")
+    b.start(env=pause_b.env(f"bind:{address}"))
+    wait_for(lambda: b.slices(), "slices published")
+    call = b.kubelet_call("prepare", name)
+    step = pause_b.wait()
+    if not check(step == f"bind:{address}", f"B is held as it binds {address}: {step}"):
+        b.stop()
+        a.stop()
+        return
+    check(json.load(open(record))["claim"]["state"] == "PrepareStarted",
+          "the claim's record is in PrepareStarted while B binds")
+    a.start(env=pause_a.env(f"recover:{uid}"), register=False)
+    step = pause_a.wait()
+    check(step == f"recover:{uid}", f"A's recovery is held after it saw the record: {step}")
+    pause_b.resume()
+    check(timed_answer(call, uid, "B prepares the claim") == "", "B prepares the claim")
+    check(json.load(open(record))["claim"]["state"] == "PrepareCompleted",
+          "B recorded the prepare as completed")
+    specs = sorted(os.listdir(WORK + "/cdi"))
+    g = group(address)
+    vmm = Vmm(address, "race")
+    try:
+        if not check(vmm.connect(), "the VMM in the node is up (QMP answers)"):
+            print("--- vmm.log\n" + vmm.log())
+            return
+        check(f"/dev/vfio/{g}" in vmm.open_vfio_nodes(), f"the VMM holds /dev/vfio/{g} open")
+        pause_a.resume()
+        check(a.kubelet("register") == {}, "A finishes its recovery and registers")
+        check(driver(address) == "vfio-pci", f"{address} is still on vfio-pci: {driver(address)}")
+        check(os.path.exists(record) and
+              json.load(open(record))["claim"]["state"] == "PrepareCompleted",
+              "the claim's completed record is still there")
+        check(sorted(os.listdir(WORK + "/cdi")) == specs,
+              f"the claim's CDI specs are still there: {sorted(os.listdir(WORK + '/cdi'))}")
+        check("not rolling back a prepare that another call finished" in a.log(),
+              "A's log says it left the claim that B finished")
+        check(vmm.process.poll() is None and "race" in vmm.pci_device_ids(),
+              "the VMM still runs with its device")
+    finally:
+        check(vmm.quit(), "the VMM quits on QMP quit within 60 s")
+    call = a.kubelet_call("unprepare", name)
+    check(timed_answer(call, uid, "A unprepares the claim") == "", "A unprepares the claim")
+    restored = wait_for(lambda: driver(address) == "e1000e", f"{address} back on e1000e")
+    check(restored is not None, f"{address} is back on e1000e")
+    check_nothing_left(a)
+    b.stop()
+    a.stop()
+
+
 def scenario_peer_stuck():
     """A rolling update while a VM still holds a device: instance A's unprepare is stuck in the
     kernel's unbind (the VMM holds the function); instance B, sharing the data dir, starts then
@@ -1162,6 +1273,7 @@ SCENARIOS = {
     "vmm-holds": scenario_vmm_holds,
     "two-instances": scenario_two_instances,
     "peer-stuck": scenario_peer_stuck,
+    "recovery-race": scenario_recovery_race,
     "vf-netlink": scenario_vf_netlink,
 }
 
