@@ -822,13 +822,13 @@ class PausePoint {
   int paused_ = -1;
 };
 
-// The recovery race of a rolling update, with processes and a SIGKILL: instance A is killed in
-// the middle of preparing claim 1 (its record stays in PrepareStarted, its locks die with it);
-// instance B is preparing claim 2 (PrepareStarted, its device locked); A restarts, and its
-// recovery sees both in PrepareStarted. It rolls back claim 1, whose devices nobody holds; B then
-// finishes claim 2 before A's recovery takes claim 2's device lock. A must leave claim 2 as B
-// left it, prepared, and the kubelet's retry of claim 1 prepares it on A.
-TEST_F(PrepareDaemonTest, SigkillThenRecoveryLeavesAPrepareTheOtherInstanceFinishedMeanwhile) {
+// The recovery race of a rolling update, with processes and a SIGKILL at every step: instance A
+// is killed before a step of preparing claim 1 (a record in PrepareStarted stays, its locks die
+// with A); instance B is preparing claim 2 (PrepareStarted, its device locked); A restarts, and
+// its recovery sees claim 2 in PrepareStarted. It rolls back claim 1, whose devices nobody holds;
+// B then finishes claim 2 before A's recovery takes claim 2's device lock. A must leave claim 2 as
+// B left it, prepared, and the kubelet's retry of claim 1 prepares it on A.
+TEST_F(PrepareDaemonTest, SigkillAtEveryStepThenRecoveryLeavesAPrepareTheOtherInstanceFinished) {
   const std::string gpu_uid = "44444444-0000-4000-8000-000000000001";
   const std::string vf_uid = "44444444-0000-4000-8000-000000000002";
   server_->PutClaim(Claim("vm", gpu_uid, {{"gpu", "gpu-0000-01-00-0"}}));
@@ -838,52 +838,73 @@ TEST_F(PrepareDaemonTest, SigkillThenRecoveryLeavesAPrepareTheOtherInstanceFinis
   const auto error_of = [](const auto& answer, const std::string& uid) {
     return answer.ok() ? answer->claims().at(uid).error() : answer.error().message;
   };
-  PausePoint pause_a(dir_ + "/pause-a");
-  PausePoint pause_b(dir_ + "/pause-b");
-
-  // A is killed while it binds claim 1's GPU.
-  StartDaemon(pause_a.Env("bind:0000:01:00.0"));
-  auto first = std::async(std::launch::async, [&] { return sim_.Prepare(plugin_, {gpu}); });
-  ASSERT_EQ(pause_a.Await(), "bind:0000:01:00.0") << daemon_->Log();
-  ASSERT_TRUE(daemon_->Signal(SIGKILL));
-  ASSERT_EQ(daemon_->WaitForExit(std::chrono::seconds(20)), 128 + SIGKILL);
-  EXPECT_NE(error_of(first.get(), gpu_uid), "");
-  ASSERT_EQ(Checkpoint()["claims"][gpu_uid]["state"], "PrepareStarted");
-
-  // B prepares claim 2 and is held while it binds the VF.
-  second_.reset();
-  StartInstance(pause_b.Env("bind:0000:5e:02.1"), "registry-b", {"--pod-uid", "b"}, second_,
-                second_plugin_);
-  auto second = std::async(std::launch::async, [&] { return sim_.Prepare(second_plugin_, {vf}); });
-  ASSERT_EQ(pause_b.Await(), "bind:0000:5e:02.1") << second_->Log();
-  ASSERT_EQ(Checkpoint()["claims"][vf_uid]["state"], "PrepareStarted");
-
-  // A restarts; its recovery has seen claim 2 in PrepareStarted when B finishes it.
-  LaunchInstance(pause_a.Env("recover:" + vf_uid), "registry", {}, daemon_);
-  ASSERT_EQ(pause_a.Await(), "recover:" + vf_uid) << daemon_->Log();
-  EXPECT_EQ(Driver("0000:01:00.0"), "nvidia") << "claim 1 was rolled back first";
-  ASSERT_TRUE(pause_b.Resume());
-  ASSERT_EQ(error_of(second.get(), vf_uid), "") << second_->Log();
-  ASSERT_EQ(Checkpoint()["claims"][vf_uid]["state"], "PrepareCompleted");
-  const std::vector<std::string> specs = CdiFiles();
-  ASSERT_TRUE(pause_a.Resume());
-  ConnectInstance("registry", *daemon_, plugin_);
-  ASSERT_FALSE(HasFailure());
-
-  EXPECT_EQ(Driver("0000:5e:02.1"), "vfio-pci") << "A's recovery undid claim 2";
-  EXPECT_EQ(Checkpoint()["claims"][vf_uid]["state"], "PrepareCompleted");
-  EXPECT_EQ(CdiFiles(), specs);
-  EXPECT_THAT(daemon_->Log(), HasSubstr("not rolling back a prepare that another call finished"));
-  EXPECT_FALSE(Checkpoint()["claims"].contains(gpu_uid));
-  ExpectAccountedFor("after A's recovery");
-
+  // The steps of claim 1's prepare, from a run without a kill.
+  const std::string step_log = dir_ + "/steps.log";
+  StartDaemon({"VFIO_DRA_SIM_STEP_LOG=" + step_log});
   ASSERT_EQ(error_of(sim_.Prepare(plugin_, {gpu}), gpu_uid), "") << daemon_->Log();
-  EXPECT_EQ(Driver("0000:01:00.0"), "vfio-pci");
   ASSERT_EQ(error_of(sim_.Unprepare(plugin_, {gpu}), gpu_uid), "") << daemon_->Log();
-  ASSERT_EQ(error_of(sim_.Unprepare(second_plugin_, {vf}), vf_uid), "") << second_->Log();
-  for (const auto& [address, host] : HostDrivers()) EXPECT_EQ(Driver(address), host) << address;
-  EXPECT_TRUE(CdiFiles().empty());
-  EXPECT_TRUE(Checkpoint()["claims"].empty());
+  std::vector<std::string> steps;
+  {
+    std::ifstream in(step_log);
+    for (std::string line; std::getline(in, line) && line != "prepare:done";) {
+      steps.push_back(line);
+    }
+    steps.push_back("prepare:done");
+  }
+  ASSERT_GE(steps.size(), 4u);
+
+  for (const std::string& step : steps) {
+    SCOPED_TRACE("SIGKILL of A before step " + step + " of claim 1's prepare");
+    FreshNode();
+    PausePoint pause_a(dir_ + "/pause-a");
+    PausePoint pause_b(dir_ + "/pause-b");
+    StartDaemon(pause_a.Env(step));
+    auto first = std::async(std::launch::async, [&] { return sim_.Prepare(plugin_, {gpu}); });
+    ASSERT_EQ(pause_a.Await(), step) << daemon_->Log();
+    ASSERT_TRUE(daemon_->Signal(SIGKILL));
+    ASSERT_EQ(daemon_->WaitForExit(std::chrono::seconds(20)), 128 + SIGKILL);
+    EXPECT_NE(error_of(first.get(), gpu_uid), "");
+
+    // B prepares claim 2 and is held while it binds the VF.
+    StartInstance(pause_b.Env("bind:0000:5e:02.1"), "registry-b", {"--pod-uid", "b"}, second_,
+                  second_plugin_);
+    auto second =
+        std::async(std::launch::async, [&] { return sim_.Prepare(second_plugin_, {vf}); });
+    ASSERT_EQ(pause_b.Await(), "bind:0000:5e:02.1") << second_->Log();
+    ASSERT_EQ(Checkpoint()["claims"][vf_uid]["state"], "PrepareStarted");
+
+    // A restarts; its recovery has seen claim 2 in PrepareStarted when B finishes it.
+    LaunchInstance(pause_a.Env("recover:" + vf_uid), "registry", {}, daemon_);
+    ASSERT_EQ(pause_a.Await(), "recover:" + vf_uid) << daemon_->Log();
+    const bool gpu_kept = Checkpoint()["claims"].contains(gpu_uid);
+    if (gpu_kept) {
+      EXPECT_EQ(Checkpoint()["claims"][gpu_uid]["state"], "PrepareCompleted");
+    } else {
+      EXPECT_EQ(Driver("0000:01:00.0"), "nvidia") << "claim 1 was rolled back first";
+    }
+    ASSERT_TRUE(pause_b.Resume());
+    ASSERT_EQ(error_of(second.get(), vf_uid), "") << second_->Log();
+    ASSERT_EQ(Checkpoint()["claims"][vf_uid]["state"], "PrepareCompleted");
+    const std::vector<std::string> specs = CdiFiles();
+    ASSERT_TRUE(pause_a.Resume());
+    ConnectInstance("registry", *daemon_, plugin_);
+    ASSERT_FALSE(HasFailure());
+
+    EXPECT_EQ(Driver("0000:5e:02.1"), "vfio-pci") << "A's recovery undid claim 2";
+    EXPECT_EQ(Checkpoint()["claims"][vf_uid]["state"], "PrepareCompleted");
+    EXPECT_EQ(CdiFiles(), specs);
+    EXPECT_THAT(daemon_->Log(), HasSubstr("not rolling back a prepare that another call finished"));
+    ExpectAccountedFor("after A's recovery");
+
+    ASSERT_EQ(error_of(sim_.Prepare(plugin_, {gpu}), gpu_uid), "") << daemon_->Log();
+    EXPECT_EQ(Driver("0000:01:00.0"), "vfio-pci");
+    ASSERT_EQ(error_of(sim_.Unprepare(plugin_, {gpu}), gpu_uid), "") << daemon_->Log();
+    ASSERT_EQ(error_of(sim_.Unprepare(second_plugin_, {vf}), vf_uid), "") << second_->Log();
+    for (const auto& [address, host] : HostDrivers()) EXPECT_EQ(Driver(address), host) << address;
+    EXPECT_TRUE(CdiFiles().empty());
+    EXPECT_TRUE(Checkpoint()["claims"].empty());
+    if (HasFailure()) break;
+  }
 }
 
 // The simulated PF driver's VF settings (see vfio::MakeFileVfNetwork): the fixture's i40e PF
