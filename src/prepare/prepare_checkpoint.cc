@@ -116,6 +116,9 @@ void WriteSettings(JsonWriter& w, const vfio::VfNetSettings& settings) {
   if (settings.qos) {
     w.IntMember("qos", *settings.qos);
   }
+  if (settings.vlan_proto) {
+    w.StringMember("vlanProtocol", vfio::VlanProtocolName(*settings.vlan_proto));
+  }
   if (settings.spoof_check) {
     w.BoolMember("spoofChk", *settings.spoof_check);
   }
@@ -130,6 +133,15 @@ vfio::VfNetSettings SettingsFromJson(const json& j) {
   if (auto it = j.find("mac"); it != j.end()) out.mac = it->get<std::string>();
   if (auto it = j.find("vlan"); it != j.end()) out.vlan = it->get<int>();
   if (auto it = j.find("qos"); it != j.end()) out.qos = it->get<int>();
+  // Absent in records written before protocols were recorded: a `previous` VLAN is then 802.1Q
+  // (see VfNetSettings::RestoreFrom).
+  if (auto it = j.find("vlanProtocol"); it != j.end()) {
+    out.vlan_proto = vfio::ParseVlanProtocol(it->get<std::string>());
+    if (!out.vlan_proto) {
+      throw json::other_error::create(
+          501, "unknown vlanProtocol \"" + it->get<std::string>() + "\"", nullptr);
+    }
+  }
   if (auto it = j.find("spoofChk"); it != j.end()) out.spoof_check = it->get<bool>();
   if (auto it = j.find("trust"); it != j.end()) out.trust = it->get<bool>();
   return out;

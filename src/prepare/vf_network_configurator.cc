@@ -17,6 +17,7 @@ vfio::VfNetSettings Overlay(vfio::VfNetSettings base, const vfio::VfNetSettings&
   if (over.mac) base.mac = over.mac;
   if (over.vlan) base.vlan = over.vlan;
   if (over.qos) base.qos = over.qos;
+  if (over.vlan_proto) base.vlan_proto = over.vlan_proto;
   if (over.spoof_check) base.spoof_check = over.spoof_check;
   if (over.trust) base.trust = over.trust;
   return base;

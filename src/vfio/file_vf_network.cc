@@ -32,6 +32,15 @@ class FileVfNetwork final : public VfNetwork {
     }
     out.vlan = json.value("vlan", 0);
     out.qos = json.value("qos", 0);
+    // As the kernel reports it: always, 802.1Q unless the driver holds another.
+    out.vlan_proto = VlanProtocol::k8021Q;
+    if (auto v = json.find("vlanProto"); v != json.end()) {
+      out.vlan_proto = v->is_string() ? ParseVlanProtocol(v->get<std::string>()) : std::nullopt;
+      if (!out.vlan_proto) {
+        return MakeError(ErrorKind::kDataLoss, "simulated VF state " + PathOf(link) +
+                                                   " has an unknown vlanProto: " + v->dump());
+      }
+    }
     if (auto v = json.find("spoofchk"); v != json.end() && v->is_boolean()) out.spoof_check = *v;
     if (auto v = json.find("trust"); v != json.end() && v->is_boolean()) out.trust = *v;
     return out;
@@ -66,10 +75,12 @@ class FileVfNetwork final : public VfNetwork {
       state.mac = *settings.mac;
       if (Status s = persist(); !s.ok()) return s;
     }
-    if (settings.vlan || settings.qos) {
+    if (settings.SetsTag()) {
       if (Status s = refuse("vlan"); !s.ok()) return s;
-      state.vlan = settings.vlan.value_or(0);
-      state.qos = settings.qos.value_or(0);
+      const VlanTag tag = settings.TagOver(state);
+      state.vlan = tag.vlan;
+      state.qos = tag.qos;
+      state.vlan_proto = tag.protocol;
       if (Status s = persist(); !s.ok()) return s;
     }
     if (settings.spoof_check) {
@@ -104,6 +115,7 @@ class FileVfNetwork final : public VfNetwork {
   Status Persist(const VfLink& link, const VfNetSettings& state) const {
     nlohmann::json json = {{"vlan", state.vlan.value_or(0)}, {"qos", state.qos.value_or(0)}};
     if (state.mac) json["mac"] = *state.mac;
+    if (state.vlan_proto == VlanProtocol::k8021ad) json["vlanProto"] = "802.1ad";
     if (state.spoof_check) json["spoofchk"] = *state.spoof_check;
     if (state.trust) json["trust"] = *state.trust;
     return WriteFileAtomically(PathOf(link), json.dump() + "\n", 0644, Durability::kVolatile);

@@ -5,6 +5,7 @@
 //
 // Requests are built and answers parsed here, attribute by attribute, against the kernel's UAPI
 // structs (linux/if_link.h): an attribute shorter than its struct is skipped, never read past.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <libmnl/libmnl.h>
 #include <linux/ethtool.h>
@@ -210,11 +211,13 @@ std::optional<std::pair<uint32_t, VfNetSettings>> ParseVfInfo(const nlattr* info
   VfNetSettings out;
   out.vlan = 0;
   out.qos = 0;
+  out.vlan_proto = VlanProtocol::k8021Q;
   bool vlan_from_list = false;
-  const auto set_vlan = [&](uint32_t vf, uint32_t vlan, uint32_t qos) {
+  const auto set_vlan = [&](uint32_t vf, uint32_t vlan, uint32_t qos, VlanProtocol protocol) {
     index = vf;
     out.vlan = static_cast<int>(vlan);
     out.qos = static_cast<int>(qos);
+    out.vlan_proto = protocol;
   };
   const auto toggle = [&](uint32_t vf, uint32_t setting, std::optional<bool>& field) {
     index = vf;
@@ -229,8 +232,9 @@ std::optional<std::pair<uint32_t, VfNetSettings>> ParseVfInfo(const nlattr* info
         }
         break;
       case IFLA_VF_VLAN:
+        // IFLA_VF_VLAN carries no protocol: it is the 802.1Q view of the tag.
         if (const auto* vlan = PayloadAs<ifla_vf_vlan>(attr); vlan && !vlan_from_list) {
-          set_vlan(vlan->vf, vlan->vlan, vlan->qos);
+          set_vlan(vlan->vf, vlan->vlan, vlan->qos, VlanProtocol::k8021Q);
         }
         break;
       case IFLA_VF_VLAN_LIST:
@@ -240,7 +244,11 @@ std::optional<std::pair<uint32_t, VfNetSettings>> ParseVfInfo(const nlattr* info
                                  ? PayloadAs<ifla_vf_vlan_info>(entry)
                                  : nullptr;
           if (vlan == nullptr || vlan_from_list) return;
-          set_vlan(vlan->vf, vlan->vlan, vlan->qos);
+          // Any other value is 802.1Q: the kernel's default, which a driver that keeps no
+          // protocol of its own (netdevsim, until one is set) reports as 0.
+          set_vlan(vlan->vf, vlan->vlan, vlan->qos,
+                   ntohs(vlan->vlan_proto) == ETH_P_8021AD ? VlanProtocol::k8021ad
+                                                           : VlanProtocol::k8021Q);
           vlan_from_list = true;
         });
         break;
@@ -533,17 +541,11 @@ class NetlinkVfNetwork final : public VfNetwork {
         return s;
       }
     }
-    if (settings.vlan || settings.qos) {
-      // IFLA_VF_VLAN tags with 802.1Q, as `ip link set ... vf N vlan V qos Q` does.
-      ifla_vf_vlan value{};
-      value.vf = vf;
-      value.vlan = static_cast<uint32_t>(settings.vlan.value_or(0));
-      value.qos = static_cast<uint32_t>(settings.qos.value_or(0));
-      const std::string what = "vlan " + std::to_string(settings.vlan.value_or(0)) + " qos " +
-                               std::to_string(settings.qos.value_or(0));
-      if (Status s = Change(connection, ifindex, target, what, IFLA_VF_VLAN, value); !s.ok()) {
-        return s;
-      }
+    if (settings.SetsTag()) {
+      // The whole tag in one request, so the parts not asked for are written back as they are.
+      const VfNetSettings* current = pf->link.Vf(vf);
+      const VlanTag tag = settings.TagOver(current ? *current : VfNetSettings{});
+      if (Status s = SetVlan(connection, ifindex, target, tag); !s.ok()) return s;
     }
     if (settings.spoof_check) {
       const ifla_vf_spoofchk value{vf, *settings.spoof_check ? 1U : 0U};
@@ -658,6 +660,33 @@ class NetlinkVfNetwork final : public VfNetwork {
   template <typename Value>
   static Status Change(Connection& connection, int ifindex, const VfLink& target,
                        const std::string& what, uint16_t type, const Value& value) {
+    return Change(connection, ifindex, target, what,
+                  [&](nlmsghdr* request) { mnl_attr_put(request, type, sizeof value, &value); });
+  }
+
+  // The VLAN tag with its protocol: IFLA_VF_VLAN_LIST { IFLA_VF_VLAN_INFO }, which kernels have
+  // had since 4.9 (IFLA_VF_VLAN can only say 802.1Q).
+  static Status SetVlan(Connection& connection, int ifindex, const VfLink& target,
+                        const VlanTag& tag) {
+    ifla_vf_vlan_info value{};
+    value.vf = static_cast<uint32_t>(target.vf_index);
+    value.vlan = static_cast<uint32_t>(tag.vlan);
+    value.qos = static_cast<uint32_t>(tag.qos);
+    value.vlan_proto = htons(tag.protocol == VlanProtocol::k8021ad ? ETH_P_8021AD : ETH_P_8021Q);
+    VfNetSettings shown;
+    shown.vlan = tag.vlan;
+    shown.qos = tag.qos;
+    shown.vlan_proto = tag.protocol;
+    return Change(connection, ifindex, target, shown.Display(), [&](nlmsghdr* request) {
+      nlattr* list = mnl_attr_nest_start(request, IFLA_VF_VLAN_LIST);
+      mnl_attr_put(request, IFLA_VF_VLAN_INFO, sizeof value, &value);
+      mnl_attr_nest_end(request, list);
+    });
+  }
+
+  // Sets what `put` adds inside IFLA_VFINFO_LIST { IFLA_VF_INFO { ... } }.
+  static Status Change(Connection& connection, int ifindex, const VfLink& target,
+                       const std::string& what, const std::function<void(nlmsghdr*)>& put) {
     alignas(nlmsghdr) RequestBuffer buffer{};
     nlmsghdr* request = mnl_nlmsg_put_header(buffer.data());
     request->nlmsg_type = RTM_SETLINK;
@@ -667,7 +696,7 @@ class NetlinkVfNetwork final : public VfNetwork {
     header->ifi_index = ifindex;
     nlattr* list = mnl_attr_nest_start(request, IFLA_VFINFO_LIST);
     nlattr* info = mnl_attr_nest_start(request, IFLA_VF_INFO);
-    mnl_attr_put(request, type, sizeof value, &value);
+    put(request);
     mnl_attr_nest_end(request, info);
     mnl_attr_nest_end(request, list);
     Status set = Transact(connection, request, "cannot set " + what + " on " + target.Display(),

@@ -24,20 +24,42 @@ class SysfsReader;
 
 namespace vfio_dra::vfio {
 
+// The protocol (TPID) of the VLAN tag a PF puts on a VF's traffic: 802.1Q, or 802.1ad (the
+// service tag of QinQ), as `ip link set ... vf N vlan V proto 802.1ad` sets it.
+enum class VlanProtocol { k8021Q, k8021ad };
+// "802.1Q" or "802.1ad", as iproute2 and the checkpoint spell them.
+const char* VlanProtocolName(VlanProtocol protocol);
+std::optional<VlanProtocol> ParseVlanProtocol(const std::string& name);
+
+// One VLAN tag, whole: the kernel sets its three parts in one request.
+struct VlanTag {
+  int vlan = 0;  // 0: untagged
+  int qos = 0;
+  VlanProtocol protocol = VlanProtocol::k8021Q;
+};
+
 struct VfNetSettings {
-  std::optional<std::string> mac;  // "02:00:00:aa:bb:cc", lower case
-  std::optional<int> vlan;         // 0: untagged
-  std::optional<int> qos;          // 802.1p priority of the VLAN tag; only with `vlan`
+  std::optional<std::string> mac;          // "02:00:00:aa:bb:cc", lower case
+  std::optional<int> vlan;                 // 0: untagged
+  std::optional<int> qos;                  // 802.1p priority of the VLAN tag; only with `vlan`
+  std::optional<VlanProtocol> vlan_proto;  // of the VLAN tag; only with `vlan`
   std::optional<bool> spoof_check;
   std::optional<bool> trust;
 
-  bool Empty() const { return !mac && !vlan && !qos && !spoof_check && !trust; }
-  // "mac 02:00:00:aa:bb:cc, vlan 42 qos 3, spoofchk off, trust on" (only the fields set).
+  bool Empty() const { return !mac && !vlan && !qos && !vlan_proto && !spoof_check && !trust; }
+  bool SetsTag() const { return vlan || qos || vlan_proto; }
+  // "mac 02:00:00:aa:bb:cc, vlan 42 qos 3 proto 802.1ad, spoofchk off, trust on" (only the
+  // fields set; the protocol only when it is 802.1ad).
   std::string Display() const;
-  // The fields of `previous` that this one sets: what undoing it means.
+  // The fields of `previous` that this one sets: what undoing it means. The tag comes back whole;
+  // a VLAN recorded without a protocol (read through IFLA_VF_VLAN, or recorded before protocols
+  // were) was 802.1Q.
   VfNetSettings RestoreFrom(const VfNetSettings& previous) const;
-  // The fields this one sets that `current` does not have (vlan and qos together).
+  // The fields this one sets that `current` does not have (the parts of the tag together).
   VfNetSettings Unmet(const VfNetSettings& current) const;
+  // The tag a write of these settings leaves on a VF whose settings are `current`: the parts set
+  // here, the others as they are, except that untagged (VLAN 0) means no priority and 802.1Q.
+  VlanTag TagOver(const VfNetSettings& current) const;
   // True when every field this one sets has the same value in `current`.
   bool SatisfiedBy(const VfNetSettings& current) const { return Unmet(current).Empty(); }
   bool operator==(const VfNetSettings&) const = default;
@@ -60,8 +82,9 @@ class VfNetwork {
   virtual Result<VfNetSettings> Read(const VfLink& link) = 0;
   // The PF's netdev name now (for messages and reports).
   virtual Result<std::string> PfNetdev(const VfLink& link) = 0;
-  // Sets every field of `settings` that has a value (vlan and qos together). kUnimplemented when
-  // the driver does not support a setting, kPermissionDenied without CAP_NET_ADMIN.
+  // Sets every field of `settings` that has a value; the VLAN tag as TagOver makes it, so a part of
+  // the tag left unset keeps its value. kUnimplemented when the driver does not support a setting,
+  // kPermissionDenied without CAP_NET_ADMIN.
   virtual Status Write(const VfLink& link, const VfNetSettings& settings) = 0;
 };
 
@@ -75,7 +98,8 @@ std::unique_ptr<VfNetwork> MakeNetlinkVfNetwork(std::string netns_path,
                                                 const sysfs::SysfsReader* sysfs = nullptr);
 
 // The simulated kernel's VF settings: <dir>/<pf_device>/vf<N>.json holds
-// {"mac": .., "vlan": .., "qos": .., "spoofchk": .., "trust": ..}; a VF without a file does not
+// {"mac": .., "vlan": .., "qos": .., "vlanProto": .., "spoofchk": .., "trust": ..} (vlanProto
+// "802.1ad", or absent for 802.1Q, the kernel's default); a VF without a file does not
 // exist; <dir>/<pf_device>/netdev names the PF's netdev and <dir>/<pf_device>/unsupported lists
 // the settings its driver refuses. Writes replace a file atomically, so a daemon killed mid-write
 // leaves the old or the new state, as the kernel would.

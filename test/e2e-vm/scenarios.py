@@ -1046,7 +1046,8 @@ def ethtool_bus_info(netdev):
 
 def ip_vfs(port, show=False):
     """The port's VFs as iproute2 reports them: an observer that shares no code with the one
-    under test (rtnetlink over libmnl). 6.1's ip leaves out a VLAN or QoS of 0."""
+    under test (rtnetlink over libmnl). 6.1's ip leaves out a VLAN or QoS of 0, and a VLAN
+    protocol unless it is another than 802.1Q."""
     link = json.loads(subprocess.run(["ip", "-j", "-d", "link", "show", "dev", port], check=True,
                                      capture_output=True, text=True).stdout)[0]
     if show:
@@ -1055,7 +1056,8 @@ def ip_vfs(port, show=False):
     for vf in link.get("vfinfo_list", []):
         vlan = (vf.get("vlan_list") or [vf])[0]
         vfs[vf["vf"]] = {"mac": vf.get("address"), "vlan": vlan.get("vlan", 0),
-                         "qos": vlan.get("qos", 0), "spoofchk": vf.get("spoofchk"),
+                         "qos": vlan.get("qos", 0), "vlanproto": vlan.get("protocol", "802.1Q"),
+                         "spoofchk": vf.get("spoofchk"),
                          "trust": vf.get("trust")}
     return vfs
 
@@ -1092,7 +1094,10 @@ def scenario_vf_netlink():
     bus_info = ethtool_bus_info(port)
     print(f"{NSIM}'s port is {port}; its ethtool bus_info is {bus_info!r}")
     check(bus_info == NSIM, f"the port's bus_info names its bus device {NSIM}: {bus_info!r}")
-    zero = {"mac": "00:00:00:00:00:00", "vlan": 0, "qos": 0, "spoofchk": False, "trust": False}
+    # netdevsim reports the VLAN protocol of a VF it never tagged as 0; the kernel's default,
+    # 802.1Q, is what both observers make of it.
+    zero = {"mac": "00:00:00:00:00:00", "vlan": 0, "qos": 0, "vlanproto": "802.1Q",
+            "spoofchk": False, "trust": False}
     initial = ip_vfs(port, show=True)
     check(initial == {0: zero, 1: zero}, f"ip shows 2 VFs in the driver's initial state: {initial}")
     # Non-default originals, so that a restore has something to bring back: VF 1 checks spoofing
@@ -1107,10 +1112,11 @@ def scenario_vf_netlink():
     check(by_tool == dict(vf1, netdev=port), f"vf-net-check read finds {port} by its bus device "
           f"and reads VF 1 as ip does: {by_tool}")
 
-    wanted = {"mac": "02:00:00:00:be:ef", "vlan": 42, "qos": 3, "spoofchk": False, "trust": True}
+    wanted = {"mac": "02:00:00:00:be:ef", "vlan": 42, "qos": 3, "vlanproto": "802.1ad",
+              "spoofchk": False, "trust": True}
     started = time.monotonic()
     result = vf_net_check("write", 1, "--mac", "02:00:00:00:BE:EF", "--vlan", "42", "--qos", "3",
-                          "--spoofchk", "off", "--trust", "on")
+                          "--vlan-proto", "802.1ad", "--spoofchk", "off", "--trust", "on")
     print(f"write took {time.monotonic() - started:.2f} s: {result.stdout.strip()}")
     if not succeeded(result, "vf-net-check write"):
         return
@@ -1129,6 +1135,27 @@ def scenario_vf_netlink():
     succeeded(result, "vf-net-check restore")
     check(ip_vfs(port) == {0: vf0, 1: vf1}, f"ip shows the originals again: {ip_vfs(port)}")
     check(vf_net_read(1) == dict(vf1, netdev=port), "vf-net-check read agrees")
+
+    # A VLAN tag is one setting of three parts: a write of the VLAN alone leaves the priority and
+    # the protocol of the tag there (an 802.1ad tag set with ip), and the restore puts back the
+    # tag as it was, protocol included.
+    subprocess.run(["ip", "link", "set", port, "vf", "1", "vlan", "10", "qos", "5", "proto",
+                    "802.1ad"], check=True)
+    tagged = dict(vf1, vlan=10, qos=5, vlanproto="802.1ad")
+    check(ip_vfs(port, show=True)[1] == tagged, f"ip shows VF 1's 802.1ad tag: {ip_vfs(port)[1]}")
+    check(vf_net_read(1) == dict(tagged, netdev=port),
+          f"vf-net-check read sees the tag's priority and protocol: {vf_net_read(1)}")
+    result = vf_net_check("write", 1, "--vlan", "42")
+    if succeeded(result, "vf-net-check write --vlan 42"):
+        check(ip_vfs(port)[1] == dict(tagged, vlan=42),
+              f"only the VLAN changed (qos 5 and 802.1ad stay): {ip_vfs(port)[1]}")
+        written = json.loads(result.stdout)
+        result = vf_net_check("restore", 1, "--previous", json.dumps(written["previous"]),
+                              "--applied", json.dumps(written["applied"]))
+        succeeded(result, "vf-net-check restore of the tag")
+        check(ip_vfs(port)[1] == tagged, f"the 802.1ad tag is back whole: {ip_vfs(port)[1]}")
+    subprocess.run(["ip", "link", "set", port, "vf", "1", "vlan", "0"], check=True)
+    check(ip_vfs(port) == {0: vf0, 1: vf1}, f"the originals again: {ip_vfs(port)}")
 
     # Refusals reach the caller naming what was refused: a VF the PF does not report (found on
     # reading, before any request), a MAC and a VLAN the driver answers with EINVAL.

@@ -1,14 +1,15 @@
 // vf-net-check: the daemon's VF network code path (VfNetwork over rtnetlink) as a command, so the
 // real-kernel tests can drive it against a real driver (netdevsim) and compare with `ip link`.
 //   vf-net-check read    --pf-device D --vf N
-//   vf-net-check write   --pf-device D --vf N [--mac M] [--vlan V] [--qos Q] [--spoofchk on|off]
-//                        [--trust on|off]
+//   vf-net-check write   --pf-device D --vf N [--mac M] [--vlan V] [--qos Q]
+//                        [--vlan-proto 802.1Q|802.1ad] [--spoofchk on|off] [--trust on|off]
 //   vf-net-check restore --pf-device D --vf N --previous JSON --applied JSON
 //   vf-net-check netdev  --pf-device D        (the PF's netdev, as prepare finds it)
 // All take --netns PATH, and --sysfs-root PATH to look a PCI PF's netdev up in sysfs first, as the
 // daemon does (without it, every link is listed). Settings are JSON objects {"mac", "vlan", "qos",
-// "spoofchk", "trust"} (null: the driver does not report it); read adds "netdev", write prints
-// {"previous", "applied"}, the two objects restore takes. Errors go to stderr with exit code 1.
+// "vlanproto", "spoofchk", "trust"} (null: not reported, or not asked for); read adds "netdev",
+// write prints {"previous", "applied"}, the two objects restore takes. Errors go to stderr with
+// exit code 1.
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -33,6 +34,9 @@ json ToJson(const VfNetSettings& settings) {
   return {{"mac", OrNull(settings.mac)},
           {"vlan", OrNull(settings.vlan)},
           {"qos", OrNull(settings.qos)},
+          {"vlanproto", settings.vlan_proto
+                            ? json(vfio_dra::vfio::VlanProtocolName(*settings.vlan_proto))
+                            : json(nullptr)},
           {"spoofchk", OrNull(settings.spoof_check)},
           {"trust", OrNull(settings.trust)}};
 }
@@ -50,6 +54,12 @@ VfNetSettings FromJson(const std::string& text) {
   Field(object, "mac", out.mac);
   Field(object, "vlan", out.vlan);
   Field(object, "qos", out.qos);
+  std::optional<std::string> protocol;
+  Field(object, "vlanproto", protocol);
+  if (protocol) {
+    out.vlan_proto = vfio_dra::vfio::ParseVlanProtocol(*protocol);
+    if (!out.vlan_proto) throw std::invalid_argument("unknown vlanproto " + *protocol);
+  }
   Field(object, "spoofchk", out.spoof_check);
   Field(object, "trust", out.trust);
   return out;
@@ -76,6 +86,7 @@ int main(int argc, char** argv) {
   std::string mac;
   std::optional<int> vlan;
   std::optional<int> qos;
+  std::string vlan_proto;
   std::string spoofchk;
   std::string trust;
   std::string previous_text;
@@ -97,6 +108,8 @@ int main(int argc, char** argv) {
   // Not range-checked here: the kernel's or driver's refusal is what the tests look for.
   write_cmd->add_option("--vlan", vlan, "VLAN ID (0: untagged)");
   write_cmd->add_option("--qos", qos, "802.1p priority of the VLAN tag");
+  write_cmd->add_option("--vlan-proto", vlan_proto, "protocol of the VLAN tag")
+      ->check(CLI::IsMember({"802.1Q", "802.1ad"}));
   write_cmd->add_option("--spoofchk", spoofchk, "spoof checking")
       ->check(CLI::IsMember({"on", "off"}));
   write_cmd->add_option("--trust", trust, "trust")->check(CLI::IsMember({"on", "off"}));
@@ -134,6 +147,7 @@ int main(int argc, char** argv) {
     if (!mac.empty()) wanted.mac = vfio_dra::vfio::NormalizeMac(mac).value_or(mac);
     wanted.vlan = vlan;
     wanted.qos = qos;
+    if (!vlan_proto.empty()) wanted.vlan_proto = vfio_dra::vfio::ParseVlanProtocol(vlan_proto);
     wanted.spoof_check = OnOff(spoofchk);
     wanted.trust = OnOff(trust);
     // Printed even when the write fails: the settings before the refused one stay set, and the

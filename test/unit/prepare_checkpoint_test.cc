@@ -110,7 +110,9 @@ TEST_F(PrepareCheckpointTest, EveryFieldRoundTripsAndTheTwoPhasesSurviveARestart
   network.address = "0000:3b:02.1";
   network.link = vfio::VfLink{"0000:3b:00.0", 9};
   network.previous.mac = "00:00:00:00:00:00";
-  network.previous.vlan = 0;
+  network.previous.vlan = 10;
+  network.previous.qos = 5;
+  network.previous.vlan_proto = vfio::VlanProtocol::k8021ad;
   network.previous.spoof_check = true;
   network.previous.trust = false;
   network.applied.mac = "02:00:00:aa:bb:cc";
@@ -166,6 +168,42 @@ TEST_F(PrepareCheckpointTest, TheVfioDriverDefaultsToVfioPciAndMustBeADriverName
   EXPECT_EQ(bad.Find(kUid), nullptr);
   ASSERT_EQ(bad.problems.size(), 1u);
   EXPECT_THAT(bad.problems[0], HasSubstr("is not a driver name"));
+}
+
+// A VF's VLAN protocol is recorded by name. Records written before it was have none, and stay
+// readable: their VLAN was 802.1Q. A name this build does not know makes the record unusable.
+TEST_F(PrepareCheckpointTest, TheVlanProtocolIsRecordedAndAbsentMeans8021Q) {
+  PrepareCheckpoint checkpoint = Open();
+  ClaimRecord record = Started();
+  VfNetworkRecord network;
+  network.address = "0000:3b:02.1";
+  network.link = vfio::VfLink{"0000:3b:00.0", 9};
+  network.previous.vlan = 10;
+  network.previous.qos = 5;
+  network.previous.vlan_proto = vfio::VlanProtocol::k8021ad;
+  network.applied.vlan = 42;
+  record.vf_networks.push_back(network);
+  ASSERT_TRUE(checkpoint.Put(record).ok());
+  nlohmann::json written = nlohmann::json::parse(std::ifstream(RecordPath(kUid)));
+  nlohmann::json& previous = written["claim"]["vfNetworks"][0]["previous"];
+  EXPECT_EQ(previous, nlohmann::json::parse(R"({"vlan":10,"qos":5,"vlanProtocol":"802.1ad"})"));
+  EXPECT_EQ(written["claim"]["vfNetworks"][0]["applied"], nlohmann::json::parse(R"({"vlan":42})"));
+
+  previous.erase("vlanProtocol");
+  std::ofstream(RecordPath(kUid), std::ios::trunc) << written.dump();
+  const CheckpointView old = Open().Load();
+  ASSERT_NE(old.Find(kUid), nullptr);
+  const VfNetworkRecord& read = old.Find(kUid)->vf_networks.at(0);
+  EXPECT_EQ(read.previous.vlan_proto, std::nullopt);
+  EXPECT_EQ(read.applied.RestoreFrom(read.previous).Display(), "vlan 10 qos 5");
+  EXPECT_EQ(read.applied.RestoreFrom(read.previous).vlan_proto, vfio::VlanProtocol::k8021Q);
+
+  previous["vlanProtocol"] = "qinq";
+  std::ofstream(RecordPath(kUid), std::ios::trunc) << written.dump();
+  const CheckpointView bad = Open().Load();
+  EXPECT_EQ(bad.Find(kUid), nullptr);
+  ASSERT_EQ(bad.problems.size(), 1u);
+  EXPECT_THAT(bad.problems[0], HasSubstr("unknown vlanProtocol \"qinq\""));
 }
 
 // Two instances of a rolling update: each writes only its own claim's record, so neither can

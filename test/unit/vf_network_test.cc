@@ -72,6 +72,43 @@ TEST(VfNetSettings, WhatIsUnmetIsOnlyTheFieldsThatDiffer) {
   EXPECT_EQ(want.Unmet(current).Display(), "mac 02:00:00:00:00:01, trust off");
 }
 
+// A VLAN tag is one setting of three parts. A write fills the parts it does not ask for with what
+// the VF has (untagged: no priority, 802.1Q); a restore brings the recorded tag back whole, and a
+// VLAN recorded without a protocol (read through IFLA_VF_VLAN, or recorded before protocols
+// were) was 802.1Q.
+TEST(VfNetSettings, AVlanTagIsWrittenAndRestoredWhole) {
+  VfNetSettings current;
+  current.vlan = 10;
+  current.qos = 5;
+  current.vlan_proto = VlanProtocol::k8021ad;
+  VfNetSettings want;
+  want.vlan = 42;
+  const VlanTag tag = want.TagOver(current);
+  EXPECT_EQ(tag.vlan, 42);
+  EXPECT_EQ(tag.qos, 5);
+  EXPECT_EQ(tag.protocol, VlanProtocol::k8021ad);
+  want.vlan = 0;
+  const VlanTag untagged = want.TagOver(current);
+  EXPECT_EQ(untagged.qos, 0);
+  EXPECT_EQ(untagged.protocol, VlanProtocol::k8021Q);
+
+  want.vlan = 10;
+  EXPECT_TRUE(want.SatisfiedBy(current));
+  want.vlan_proto = VlanProtocol::k8021Q;
+  EXPECT_EQ(want.Unmet(current).Display(), "vlan 10");
+  EXPECT_EQ(want.Unmet(current).vlan_proto, VlanProtocol::k8021Q);
+
+  VfNetSettings applied;
+  applied.vlan = 42;
+  const VfNetSettings restore = applied.RestoreFrom(current);
+  EXPECT_EQ(restore.Display(), "vlan 10 qos 5 proto 802.1ad");
+  current.vlan_proto.reset();
+  EXPECT_EQ(applied.RestoreFrom(current).vlan_proto, VlanProtocol::k8021Q);
+  EXPECT_EQ(ParseVlanProtocol("802.1ad"), VlanProtocol::k8021ad);
+  EXPECT_EQ(ParseVlanProtocol("802.1Q"), VlanProtocol::k8021Q);
+  EXPECT_EQ(ParseVlanProtocol("qinq"), std::nullopt);
+}
+
 TEST(VfNetSettings, MacsAreNormalisedOrRefused) {
   EXPECT_EQ(NormalizeMac("02:AB:cd:00:00:0F"), "02:ab:cd:00:00:0f");
   EXPECT_EQ(NormalizeMac("02-ab-cd-00-00-0f"), std::nullopt);
@@ -114,6 +151,24 @@ TEST_F(FileVfNetworkTest, WritesWhatIsAskedAndReadsItBack) {
   EXPECT_EQ(*network_->PfNetdev(vf1_), "ens1f0");
 }
 
+// The simulated PF keeps a VLAN tag's protocol, as the kernel reports it (vlan_proto of
+// IFLA_VF_VLAN_LIST): an 802.1ad tag reads back as one, and a write of the VLAN alone leaves the
+// tag's priority and protocol as they were.
+TEST_F(FileVfNetworkTest, ATagKeepsItsProtocolAndAVlanAloneKeepsThePriority) {
+  std::ofstream(dir_ + "/0000:5e:00.0/vf1.json", std::ios::trunc)
+      << R"({"mac":"00:00:00:00:00:00","vlan":10,"qos":5,"vlanProto":"802.1ad","spoofchk":true,
+             "trust":false})";
+  auto before = network_->Read(vf1_);
+  ASSERT_TRUE(before.ok()) << before.error().message;
+  EXPECT_EQ(before->Display(),
+            "mac 00:00:00:00:00:00, vlan 10 qos 5 proto 802.1ad, spoofchk on, trust off");
+  VfNetSettings want;
+  want.vlan = 42;
+  ASSERT_TRUE(network_->Write(vf1_, want).ok());
+  EXPECT_EQ(network_->Read(vf1_)->Display(),
+            "mac 00:00:00:00:00:00, vlan 42 qos 5 proto 802.1ad, spoofchk on, trust off");
+}
+
 TEST_F(FileVfNetworkTest, ARefusedSettingIsNamedAndTheOnesBeforeItStay) {
   std::ofstream(dir_ + "/0000:5e:00.0/unsupported") << "trust\n";
   VfNetSettings want;
@@ -131,7 +186,7 @@ TEST_F(FileVfNetworkTest, AVfThatDoesNotExistIsNotFound) {
   ASSERT_FALSE(read.ok());
   EXPECT_EQ(read.error().kind, ErrorKind::kNotFound);
   EXPECT_THAT(read.error().message, HasSubstr("VF 7 of 0000:5e:00.0 does not exist"));
-  EXPECT_EQ(network_->Write({"0000:5e:00.0", 7}, VfNetSettings{{}, 5, {}, {}, {}}).error().kind,
+  EXPECT_EQ(network_->Write({"0000:5e:00.0", 7}, VfNetSettings{{}, 5, {}, {}, {}, {}}).error().kind,
             ErrorKind::kNotFound);
   EXPECT_EQ(network_->PfNetdev({"0000:99:00.0", 0}).error().kind, ErrorKind::kNotFound);
 }

@@ -455,6 +455,31 @@ TEST_F(PrepareTest, ACrashBetweenSettingTheMacAndBindingIsRolledBackByRecovery) 
   EXPECT_EQ(Recorded(kUid), std::nullopt);
 }
 
+// A claim that asks only for a VLAN changes only the VLAN: the priority and the protocol of the
+// tag there (an 802.1ad tag an admin set) stay, the checkpoint records the protocol, and
+// unprepare brings back exactly the tag that was there.
+TEST_F(PrepareTest, AVlanAloneKeepsTheTagsPriorityAndProtocolAndTheTagComesBackWhole) {
+  Use("sriov");
+  SeedVfs("0000:5e:00.0", 8);
+  std::ofstream(VfNetDir() + "/0000:5e:00.0/vf3.json", std::ios::trunc)
+      << R"({"mac":"00:00:00:00:00:00","vlan":10,"qos":5,"vlanProto":"802.1ad","spoofchk":true,
+             "trust":false})";
+  const json before = VfState("0000:5e:00.0", 3);
+  kube::ResourceClaim claim = Claim({{"nic", "vf-0000-5e-02-3"}});
+  AddConfig(claim, {{"apiVersion", "vfio.dra.io/v1alpha1"}, {"kind", "VfioConfig"}, {"vlan", 42}});
+  ASSERT_TRUE(Prepare(claim).ok());
+  const json prepared = VfState("0000:5e:00.0", 3);
+  EXPECT_EQ(prepared["vlan"], 42);
+  EXPECT_EQ(prepared["qos"], 5) << "the tag's priority was cleared";
+  EXPECT_EQ(prepared["vlanProto"], "802.1ad") << "the tag's protocol was changed";
+  const json record = json::parse(Slurp(DataDir() + "/claims/" + kUid + ".json"));
+  EXPECT_EQ(record["claim"]["vfNetworks"][0]["previous"],
+            json::parse(R"({"mac":"00:00:00:00:00:00","vlan":10,"qos":5,
+                            "vlanProtocol":"802.1ad","spoofChk":true,"trust":false})"));
+  ASSERT_TRUE(Unprepare().ok());
+  EXPECT_EQ(VfState("0000:5e:00.0", 3), before);
+}
+
 TEST_F(PrepareTest, ANetworkSettingTheDriverRefusesFailsTheClaimAndLeavesTheVfAsItWas) {
   Use("sriov");
   SeedVfs("0000:5e:00.0", 8);
