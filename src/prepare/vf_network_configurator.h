@@ -2,12 +2,14 @@
 // gets the settings its claim's VfioConfig asks for (macAddress, vlan, qos, spoofChk, trust), with
 // the MAC that KubeVirt's pod annotation asks for taking precedence, set through the PF before the
 // VF is bound to VFIO; what the VF had before is recorded in the checkpoint (PrepareStarted)
-// before anything is changed, and restored after the VF is back on its host driver. The result
+// before anything is changed, and restored once VFIO has let the VF go and before its host driver
+// probes it again (see VfioDevicePreparer::Undo). The result
 // (the VF's MAC) goes into the claim's status.devices[].networkData and the KubeVirt metadata.
 //
-// Invariants: a setting the claim does not ask for is never touched; a restore writes back only
-// the fields prepare changed, and only as the driver reported them; after a reboot nothing is
-// restored (the PF's driver started the VFs afresh, and they may be in other hands).
+// Invariants: a setting the claim does not ask for is never touched (a VLAN alone keeps the tag's
+// priority and protocol); a restore writes back only the fields prepare changed, and only as the
+// driver reported them; after a reboot nothing is restored (the PF's driver started the VFs
+// afresh, and they may be in other hands).
 #pragma once
 
 #include <map>

@@ -743,6 +743,57 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Prepare(
   return std::move(*answer);
 }
 
+void VfioDevicePreparer::RestoreFunctions(
+    const ClaimRecord& record, bool earlier_boot, Deadline deadline,
+    const std::function<void(const Error&)>& note,
+    const std::function<bool(const std::string&)>& out_of_time) {
+  // A network VF's settings go back while it is on no driver: after VFIO let it go (a VF a VM
+  // still holds keeps what the VM was given, and the retry restores it), and before its host
+  // driver probes (drivers read the VF's MAC then).
+  const auto restore_vf = [&](const VfNetworkRecord& vf) {
+    if (out_of_time("restoring the settings of " + vf.link.Display())) return false;
+    Step("vf-restore:" + vf.address);
+    if (Status s = Timed("vf_restore", [&] { return vf_network_.Restore(vf, earlier_boot); });
+        !s.ok()) {
+      note(s.error());
+    }
+    return true;
+  };
+  std::set<std::string> handled;  // functions whose VF settings go with them
+  for (auto it = record.functions.rbegin(); it != record.functions.rend(); ++it) {
+    handled.insert(it->address);
+    if (earlier_boot && it->identity.Known()) {
+      auto now = ReadIdentity(it->address);
+      if (now.ok() && !(*now == it->identity)) {
+        log_.Warn("not restoring a function that is now another device",
+                  {{"claim", record.Display()},
+                   {"function", it->address},
+                   {"recorded", it->identity.Display()},
+                   {"now", now->Display()}});
+        continue;
+      }
+    }
+    if (out_of_time("restoring " + it->address)) return;
+    Step("restore:" + it->address);
+    const auto released = [&] {
+      for (auto vf = record.vf_networks.rbegin(); vf != record.vf_networks.rend(); ++vf) {
+        if (vf->address == it->address && !restore_vf(*vf)) return;
+      }
+    };
+    auto warning =
+        Timed("restore", [&] { return binder_.Restore(it->Binding(), deadline, released); });
+    if (!warning.ok()) {
+      note(warning.error());
+    } else if (!warning->empty()) {
+      log_.Warn("device not fully restored", {{"claim", record.Display()}, {"warning", *warning}});
+    }
+  }
+  // A VF whose function the record does not hold has no driver to wait for.
+  for (auto it = record.vf_networks.rbegin(); it != record.vf_networks.rend(); ++it) {
+    if (handled.count(it->address) == 0 && !restore_vf(*it)) return;
+  }
+}
+
 Status VfioDevicePreparer::Undo(const ClaimRecord& record, Deadline deadline) {
   const std::string who = record.Display();
   // After a reboot the node lost the bindings and mdevs, and addresses may name other devices.
@@ -782,36 +833,7 @@ Status VfioDevicePreparer::Undo(const ClaimRecord& record, Deadline deadline) {
       note(s.error());
     }
   }
-  for (auto it = record.functions.rbegin(); it != record.functions.rend(); ++it) {
-    if (earlier_boot && it->identity.Known()) {
-      auto now = ReadIdentity(it->address);
-      if (now.ok() && !(*now == it->identity)) {
-        log_.Warn("not restoring a function that is now another device",
-                  {{"claim", who},
-                   {"function", it->address},
-                   {"recorded", it->identity.Display()},
-                   {"now", now->Display()}});
-        continue;
-      }
-    }
-    if (out_of_time("restoring " + it->address)) break;
-    Step("restore:" + it->address);
-    auto warning = Timed("restore", [&] { return binder_.Restore(it->Binding(), deadline); });
-    if (!warning.ok()) {
-      note(warning.error());
-    } else if (!warning->empty()) {
-      log_.Warn("device not fully restored", {{"claim", who}, {"warning", *warning}});
-    }
-  }
-  // After the VFs are back on their host drivers, in the reverse order of prepare.
-  for (auto it = record.vf_networks.rbegin(); it != record.vf_networks.rend(); ++it) {
-    if (out_of_time("restoring the settings of " + it->link.Display())) break;
-    Step("vf-restore:" + it->address);
-    if (Status s = Timed("vf_restore", [&] { return vf_network_.Restore(*it, earlier_boot); });
-        !s.ok()) {
-      note(s.error());
-    }
-  }
+  RestoreFunctions(record, earlier_boot, deadline, note, out_of_time);
   if (first) return first->Wrap(who + ": unprepare is incomplete");
   Step("checkpoint:remove");
   if (Status removed = checkpoint_.Remove(record.uid); !removed.ok()) {

@@ -184,6 +184,11 @@ class VfioDevicePreparer final : public DevicePreparer {
   Status RollBackInterrupted(const ClaimRecord& seen);
   // Undoes a record; keeps going past failures and returns the first, after logging warnings.
   Status Undo(const ClaimRecord& record, Deadline deadline);
+  // Undo's part for the record's functions and their VFs' network settings, in reverse order;
+  // `note` takes each failure, `out_of_time` says (and notes) when the deadline stops the rest.
+  void RestoreFunctions(const ClaimRecord& record, bool earlier_boot, Deadline deadline,
+                        const std::function<void(const Error&)>& note,
+                        const std::function<bool(const std::string&)>& out_of_time);
   std::string SpecFileName(const std::string& claim_uid) const;
   // Times one device operation (bind, restore, mdev_create, mdev_remove) for the metrics.
   template <typename Op>

@@ -225,9 +225,17 @@ Status VfioPciBinder::BindToVfio(const std::string& address, const std::string& 
           (now->empty() ? std::string("not bound to any driver") : "bound to " + *now));
 }
 
-Result<std::string> VfioPciBinder::Restore(const OriginalBinding& original, Deadline deadline) {
+Result<std::string> VfioPciBinder::Restore(const OriginalBinding& original, Deadline deadline,
+                                           const std::function<void()>& released) {
   const std::string& address = original.address;
-  if (original.was_on_vfio) return std::string();
+  const auto run_released = [&released] {
+    if (released) released();
+  };
+  if (original.was_on_vfio) {
+    // It stays where it was before the claim: there is nothing to release it from.
+    run_released();
+    return std::string();
+  }
   // Restoring while an earlier unbind is blocked would be undone when it completes, and every
   // access would block behind it: keep the record and let a later unprepare finish the job.
   if (auto busy = Busy(address)) {
@@ -237,40 +245,58 @@ Result<std::string> VfioPciBinder::Restore(const OriginalBinding& original, Dead
   auto driver = CurrentDriver(address);
   if (!driver.ok()) {
     if (driver.error().kind == ErrorKind::kNotFound) {
+      run_released();
       return "PCI device " + address + " is gone; nothing to restore";
     }
     return driver.error();
   }
   // driver_override goes back first, whatever the driver: then nothing binds the function to a
   // VFIO driver again behind our back.
-  RebindPlan plan;
-  plan.address = address;
-  plan.target = original.driver.empty() ? std::string("no driver") : original.driver;
-  plan.override_path = sysfs_.Path(DeviceAttribute(address, "driver_override"));
-  plan.override = original.override;
-  plan.override_purpose = "cannot restore driver_override of " + address;
+  RebindPlan release;
+  release.address = address;
+  release.target = "no driver";
+  release.override_path = sysfs_.Path(DeviceAttribute(address, "driver_override"));
+  release.override = original.override;
+  release.override_purpose = "cannot restore driver_override of " + address;
   std::string left;  // why the function is not on its original driver afterwards
   const bool moved = *driver != original.driver;
   if (moved && *driver == original.vfio_driver) {
-    plan.unbind_from = original.vfio_driver;
-    plan.unbind_path = sysfs_.Path(DriverFile(original.vfio_driver, "unbind"));
+    release.unbind_from = original.vfio_driver;
+    release.unbind_path = sysfs_.Path(DriverFile(original.vfio_driver, "unbind"));
   } else if (moved && !driver->empty()) {
     left = "PCI device " + address + " is now bound to " + *driver + ", not to " +
            original.vfio_driver + "; it is left there (it was on " +
            (original.driver.empty() ? std::string("no driver") : original.driver) + " before)";
   }
-  if (moved && left.empty() && !original.driver.empty()) {
-    if (sysfs_.IsDirectory("bus/pci/drivers/" + original.driver)) {
-      plan.bind_path = sysfs_.Path(DriverFile(original.driver, "bind"));
-    } else {
-      left = "driver " + original.driver + " is not loaded, so " + address +
-             " is left without a driver; load the module and bind it (echo " + address +
-             " > /sys/bus/pci/drivers/" + original.driver + "/bind)";
-    }
+  const bool bind_back = moved && left.empty() && !original.driver.empty();
+  if (bind_back && !sysfs_.IsDirectory("bus/pci/drivers/" + original.driver)) {
+    left = "driver " + original.driver + " is not loaded, so " + address +
+           " is left without a driver; load the module and bind it (echo " + address +
+           " > /sys/bus/pci/drivers/" + original.driver + "/bind)";
   }
+  if (auto outcome = Rebind(release, deadline); !outcome.ok()) return outcome.error();
+  run_released();
+  if (!left.empty() || !bind_back) return left;
+  return BindBack(original, deadline);
+}
+
+Result<std::string> VfioPciBinder::BindBack(const OriginalBinding& original, Deadline deadline) {
+  const std::string& address = original.address;
+  if (deadline.Expired()) {
+    return MakeError(ErrorKind::kDeadlineExceeded,
+                     "PCI device " + address + " is off " + original.vfio_driver +
+                         " but not yet bound back to " + original.driver +
+                         ": the deadline of this call is reached; its retry binds it");
+  }
+  RebindPlan plan;
+  plan.address = address;
+  plan.target = original.driver;
+  plan.override_path = sysfs_.Path(DeviceAttribute(address, "driver_override"));
+  plan.override = original.override;
+  plan.override_purpose = "cannot restore driver_override of " + address;
+  plan.bind_path = sysfs_.Path(DriverFile(original.driver, "bind"));
   auto outcome = Rebind(plan, deadline);
   if (!outcome.ok()) return outcome.error();
-  if (!left.empty() || plan.bind_path.empty()) return left;
   const int err = outcome->bind.value_or(0);
   auto now = CurrentDriver(address);
   if (!now.ok()) return now.error();

@@ -4,7 +4,9 @@
 // unbound device), unbind with a deadline, an explicit bind, and a check of the `driver` link
 // afterwards (the kernel reports success for a probe that bound nothing). Restoring returns a
 // function to exactly the driver and driver_override it had before, recorded by Inspect before
-// anything was touched. A function that was on vfio-pci already is used as it is and left there.
+// anything was touched, in two steps: off the VFIO driver first, then to the original driver, with
+// the caller's work for a function that no driver holds in between. A function that was on
+// vfio-pci already is used as it is and left there.
 // Every write goes to the function's own attributes or its drivers' bind/unbind files, and every
 // read or write that can take the kernel's device lock goes through the DeviceLockGate, bounded
 // by the caller's deadline: a function whose earlier unbind is still blocked (a VM holds it) is
@@ -12,6 +14,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -57,13 +60,21 @@ class VfioPciBinder {
   // Returns the function to `original`. Problems that retrying cannot fix (the original driver
   // is not loaded, or refuses the device) leave the function unbound and come back as a warning
   // (empty when everything went back); a blocked unbind is an error, to be retried.
-  Result<std::string> Restore(const OriginalBinding& original, Deadline deadline = {});
+  // `released` runs once the VFIO driver has let the function go and before the original driver
+  // is bound: what the host driver reads when it probes (a VF's MAC, set through its PF) is put
+  // back there. It does not run when the function is not released (its unbind is blocked: a VM
+  // still holds it). A deadline reached after it ran leaves the function on no driver, with an
+  // error; the retry binds it.
+  Result<std::string> Restore(const OriginalBinding& original, Deadline deadline = {},
+                              const std::function<void()>& released = {});
   // Why the function cannot be touched now (an earlier operation on it is still blocked in the
   // kernel), naming the processes that hold it; nothing when it can.
   std::optional<std::string> Busy(const std::string& address) const;
 
  private:
   Result<std::string> CurrentDriver(const std::string& address) const;
+  // The second step of Restore: the released function to its original driver.
+  Result<std::string> BindBack(const OriginalBinding& original, Deadline deadline);
   Result<std::string> CurrentOverride(const std::string& address, Deadline deadline) const;
   // The lock-taking part of moving a function between drivers, run as one operation of the gate
   // (one hand-over to its thread): driver_override set to `override` (when it holds something

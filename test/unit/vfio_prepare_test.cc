@@ -455,6 +455,75 @@ TEST_F(PrepareTest, ACrashBetweenSettingTheMacAndBindingIsRolledBackByRecovery) 
   EXPECT_EQ(Recorded(kUid), std::nullopt);
 }
 
+// The VMM still holds the VF at unprepare: its unbind from vfio-pci blocks past the wait. The VF
+// keeps the MAC and VLAN the VM was given (putting the PF's settings back under a running guest
+// resets its NIC), through the kubelet's retries while the VMM runs; the retry after the VMM let
+// go puts them back and returns the VF to iavf.
+TEST_F(PrepareTest, AVfAVmStillHoldsKeepsItsSettingsUntilVfioLetsItGo) {
+  unbind_timeout_ = std::chrono::milliseconds(300);
+  Use("sriov");
+  SeedVfs("0000:5e:00.0", 8);
+  const json fresh = VfState("0000:5e:00.0", 3);
+  kube::ResourceClaim claim = Claim({{"nic", "vf-0000-5e-02-3"}});
+  AddConfig(claim, {{"apiVersion", "vfio.dra.io/v1alpha1"},
+                    {"kind", "VfioConfig"},
+                    {"macAddress", "02:00:00:00:00:01"},
+                    {"vlan", 42}});
+  ASSERT_TRUE(Prepare(claim).ok());
+  const json given = VfState("0000:5e:00.0", 3);
+  ASSERT_EQ(given["mac"], "02:00:00:00:00:01");
+
+  kernel_->HangUnbind("0000:5e:02.3");
+  Status held = Unprepare();
+  ASSERT_FALSE(held.ok());
+  EXPECT_THAT(held.error().message, HasSubstr("did not finish within 300 ms"));
+  EXPECT_EQ(VfState("0000:5e:00.0", 3), given) << "the VF was reset under the VM";
+  Status retried = Unprepare();
+  ASSERT_FALSE(retried.ok());
+  EXPECT_THAT(retried.error().message, HasSubstr("0000:5e:02.3 is still in use"));
+  EXPECT_EQ(VfState("0000:5e:00.0", 3), given) << "the VF was reset under the VM";
+
+  kernel_->ReleaseHangs();
+  kernel_->WaitIdle();
+  // The writer thread forgets the blocked write just after the kernel returns, hence the retries.
+  Status undone = Unprepare();
+  for (int attempt = 0; !undone.ok() && attempt < 1000; ++attempt) {
+    std::this_thread::yield();
+    undone = Unprepare();
+  }
+  ASSERT_TRUE(undone.ok()) << undone.error().message;
+  EXPECT_EQ(Driver("0000:5e:02.3"), "iavf");
+  EXPECT_EQ(VfState("0000:5e:00.0", 3), fresh);
+  EXPECT_EQ(Recorded(kUid), std::nullopt);
+}
+
+// A host driver reads its VF's MAC when it probes: the settings go back while the VF is on no
+// driver, after vfio-pci let it go and before iavf is bound, so iavf never sees the VM's MAC.
+TEST_F(PrepareTest, AVfsSettingsGoBackBeforeItsHostDriverProbesIt) {
+  Use("sriov");
+  SeedVfs("0000:5e:00.0", 8);
+  kube::ResourceClaim claim = Claim({{"nic", "vf-0000-5e-02-3"}});
+  AddConfig(claim, {{"apiVersion", "vfio.dra.io/v1alpha1"},
+                    {"kind", "VfioConfig"},
+                    {"macAddress", "02:00:00:00:00:01"}});
+  std::optional<std::string> driver_at_restore;
+  std::optional<json> state_at_restore;
+  step_hook_ = [&](const std::string& step) {
+    if (step != "vf-restore:0000:5e:02.3") return;
+    driver_at_restore = Driver("0000:5e:02.3");
+    state_at_restore = VfState("0000:5e:00.0", 3);
+  };
+  Open();
+  ASSERT_TRUE(Prepare(claim).ok());
+  ASSERT_TRUE(Unprepare().ok());
+  ASSERT_TRUE(driver_at_restore.has_value()) << "no VF settings were restored";
+  EXPECT_EQ(*driver_at_restore, "") << "the VF's settings went back while it was on a driver";
+  EXPECT_EQ((*state_at_restore)["mac"], "02:00:00:00:00:01");
+  EXPECT_EQ(Driver("0000:5e:02.3"), "iavf");
+  EXPECT_EQ(Override("0000:5e:02.3"), "(null)\n");
+  EXPECT_EQ(VfState("0000:5e:00.0", 3)["mac"], "00:00:00:00:00:00");
+}
+
 // A claim that asks only for a VLAN changes only the VLAN: the priority and the protocol of the
 // tag there (an 802.1ad tag an admin set) stay, the checkpoint records the protocol, and
 // unprepare brings back exactly the tag that was there.
