@@ -350,4 +350,42 @@ Result<std::vector<PlannedDevice>> PlanFromRecord(
   return plan;
 }
 
+Result<vfio::VfLink> ReadVfLink(const sysfs::SysfsReader& sysfs, const std::string& address) {
+  const std::string dir = "bus/pci/devices/" + address;
+  auto physfn = sysfs.LinkBaseName(dir + "/physfn");
+  if (!physfn.ok()) {
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     "PCI " + address + " is no longer an SR-IOV VF (" +
+                         sysfs.Path(dir + "/physfn") + ": " + physfn.error().message +
+                         "); it cannot be prepared again here: delete the pod so the claim is "
+                         "allocated again");
+  }
+  auto pf = sysfs::CanonicalBdf(*physfn);
+  if (!pf.ok()) return pf.error().Wrap(sysfs.Path(dir + "/physfn"));
+  const std::string pf_dir = "bus/pci/devices/" + *pf;
+  auto entries = sysfs.List(pf_dir);
+  if (!entries.ok()) return entries.error().Wrap("cannot list the VFs of " + *pf);
+  for (const std::string& name : *entries) {
+    if (name.rfind("virtfn", 0) != 0) continue;
+    auto index = sysfs::ParseDecimalAttribute(name.substr(6));
+    auto target = sysfs.LinkBaseName(pf_dir + "/" + name);
+    if (index.ok() && target.ok() && *target == address) {
+      return vfio::VfLink{*pf, static_cast<int>(*index)};
+    }
+  }
+  return MakeError(ErrorKind::kFailedPrecondition, "PCI " + address + " names " + *pf +
+                                                       " as its PF, but no virtfn link of " +
+                                                       sysfs.Path(pf_dir) + " names it");
+}
+
+Status RelinkVfs(const sysfs::SysfsReader& sysfs, std::vector<PlannedDevice>& plan) {
+  for (PlannedDevice& device : plan) {
+    if (!device.vf_link) continue;
+    auto link = ReadVfLink(sysfs, device.address);
+    if (!link.ok()) return link.error().Wrap("device " + device.result.device);
+    device.vf_link = std::move(*link);
+  }
+  return Status::Ok();
+}
+
 }  // namespace vfio_dra::prepare

@@ -74,4 +74,11 @@ Result<std::vector<PlannedDevice>> PlanFromRecord(
 // What the checkpoint keeps of a planned device (no answer yet).
 RecordedDevice RecordOf(const PlannedDevice& device);
 
+// Where the VF at `address` is on its PF now: its physfn, and the PF's virtfn<N> that names it.
+Result<vfio::VfLink> ReadVfLink(const sysfs::SysfsReader& sysfs, const std::string& address);
+
+// Each network VF of `plan` with its VfLink as sysfs shows it now: a plan rebuilt from a record of
+// an earlier boot has that boot's.
+Status RelinkVfs(const sysfs::SysfsReader& sysfs, std::vector<PlannedDevice>& plan);
+
 }  // namespace vfio_dra::prepare

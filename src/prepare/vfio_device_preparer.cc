@@ -651,13 +651,36 @@ Result<VfioDevicePreparer::PrepareDecision> VfioDevicePreparer::DecidePrepare(
   }
 }
 
+namespace {
+
+// A record of an earlier boot knows its VFs' settings and places on their PFs as they were then;
+// the PFs' drivers have started their VFs afresh since. What the VFs have now is recorded again
+// (RecordStart reads it), and the devices take the places of `plan`, which are this boot's.
+void ForgetEarlierBootVfs(const std::vector<PlannedDevice>& plan, ClaimRecord& record) {
+  record.vf_networks.clear();
+  for (RecordedDevice& recorded : record.devices) {
+    for (const PlannedDevice& device : plan) {
+      if (device.result.request == recorded.request && device.result.pool == recorded.pool &&
+          device.result.device == recorded.device) {
+        recorded.vf_link = device.vf_link;
+      }
+    }
+  }
+}
+
+}  // namespace
+
 Status VfioDevicePreparer::RecordDecision(const kube::ResourceClaim& claim, PrepareDecision& d,
                                           const std::string& who, Deadline deadline) {
   const bool earlier_boot = d.existing && d.existing->boot_id != checkpoint_.boot_id();
   if (earlier_boot) {
     if (Status s = CheckIdentities(*d.existing); !s.ok()) return s.error().Wrap(who);
+    if (Status s = RelinkVfs(sysfs_, d.plan); !s.ok()) {
+      return s.error().Wrap(who + ": after a reboot");
+    }
   }
   d.record = d.existing ? *d.existing : ClaimRecord{};
+  if (earlier_boot) ForgetEarlierBootVfs(d.plan, d.record);
   // As the checkpoint stamps it: a rollback of this prepare must not take it for an earlier
   // boot's record (which would skip removing the mdevs and restoring the VF settings it made).
   d.record.boot_id = checkpoint_.boot_id();

@@ -549,6 +549,46 @@ TEST_F(PrepareTest, AVlanAloneKeepsTheTagsPriorityAndProtocolAndTheTagComesBackW
   EXPECT_EQ(VfState("0000:5e:00.0", 3), before);
 }
 
+// After a reboot the VF's settings and its place on its PF are this boot's: preparing the claim
+// again records them afresh, so its unprepare puts back what the VF had in this boot, on the VF
+// the address names now (here the PF's VF 5, no longer VF 3).
+TEST_F(PrepareTest, AfterARebootAVfsSettingsAndLinkAreRecordedAfresh) {
+  Use("sriov");
+  SeedVfs("0000:5e:00.0", 8);
+  kube::ResourceClaim claim = Claim({{"nic", "vf-0000-5e-02-3"}});
+  AddConfig(claim, {{"apiVersion", "vfio.dra.io/v1alpha1"},
+                    {"kind", "VfioConfig"},
+                    {"macAddress", "02:00:00:00:00:01"}});
+  ASSERT_TRUE(Prepare(claim).ok());
+  Reboot("sriov");
+  SeedVfs("0000:5e:00.0", 8);  // the PF's driver starts its VFs afresh
+  const std::string pf = node_->sysfs_root() + "/bus/pci/devices/0000:5e:00.0";
+  fs::remove(pf + "/virtfn3");
+  fs::remove(pf + "/virtfn5");
+  fs::create_directory_symlink("../0000:5e:02.5", pf + "/virtfn3");
+  fs::create_directory_symlink("../0000:5e:02.3", pf + "/virtfn5");
+  std::ofstream(VfNetDir() + "/0000:5e:00.0/vf5.json", std::ios::trunc)
+      << R"({"mac":"02:00:00:00:00:55","vlan":0,"qos":0,"spoofchk":true,"trust":false})";
+  const json before = VfState("0000:5e:00.0", 5);
+  ASSERT_TRUE(preparer_->Recover().ok());
+
+  auto again = Prepare(claim);
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_EQ(VfState("0000:5e:00.0", 5)["mac"], "02:00:00:00:00:01");
+  EXPECT_EQ(VfState("0000:5e:00.0", 3)["mac"], "00:00:00:00:00:00") << "another VF was changed";
+  auto record = Recorded(kUid);
+  ASSERT_TRUE(record.has_value());
+  ASSERT_EQ(record->vf_networks.size(), 1u);
+  EXPECT_EQ(record->vf_networks[0].link.Display(), "VF 5 of 0000:5e:00.0");
+  EXPECT_EQ(record->vf_networks[0].previous.mac, "02:00:00:00:00:55");
+  ASSERT_EQ(record->devices.size(), 1u);
+  ASSERT_TRUE(record->devices[0].vf_link.has_value());
+  EXPECT_EQ(record->devices[0].vf_link->Display(), "VF 5 of 0000:5e:00.0");
+  ASSERT_TRUE(Unprepare().ok());
+  EXPECT_EQ(VfState("0000:5e:00.0", 5), before);
+  EXPECT_EQ(Driver("0000:5e:02.3"), "iavf");
+}
+
 TEST_F(PrepareTest, ANetworkSettingTheDriverRefusesFailsTheClaimAndLeavesTheVfAsItWas) {
   Use("sriov");
   SeedVfs("0000:5e:00.0", 8);
