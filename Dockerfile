@@ -26,6 +26,7 @@ RUN apt-get update \
       libnghttp2-14 \
       libmnl0 \
       libpci3 \
+      libprometheus-cpp-core1.0 \
       libssl3 \
       libudev1 \
       pci.ids \

@@ -13,7 +13,7 @@ PACKAGES=(
   # libraries the daemon links
   libboost-filesystem-dev libfmt-dev libspdlog-dev libpci-dev pci.ids
   libssl-dev libcpp-httplib-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libudev-dev
-  libmnl-dev
+  libmnl-dev prometheus-cpp-dev
 )
 TEST_PACKAGES=(
   # lint, and clang for the sanitizer and libFuzzer builds
