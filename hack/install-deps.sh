@@ -20,6 +20,9 @@ TEST_PACKAGES=(
   clang-format clang-tidy clang libclang-rt-14-dev
   # tests
   libgtest-dev libgmock-dev libbenchmark-dev curl openssl python3 python3-yaml
+  # the Prometheus text-format parser that checks /metrics (promtool comes only with the whole
+  # Prometheus server package, about 96 MB installed)
+  python3-prometheus-client
   # the kubelet's own gRPC stack (grpc-go), for the client-compatibility test
   golang-go golang-google-grpc-dev
   # the container image (hack/image.sh) and its test with a real container engine

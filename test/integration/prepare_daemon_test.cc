@@ -453,6 +453,16 @@ TEST_F(PrepareDaemonTest, MetricsAndHealthFollowAPrepare) {
   }
   EXPECT_GE(typed.size(), 9u);
   EXPECT_EQ(typed, helped) << "a family recorded without a declaration in cmd/metric_catalog.cc";
+  // The page as Prometheus parses it, and every family as the README's Metrics table lists it
+  // (test/metrics/check_exposition.py, on Debian's python3 and its prometheus client).
+  const std::string page_file = dir_ + "/metrics.txt";
+  std::ofstream(page_file) << failed->body;
+  const CommandResult parsed =
+      RunCommand({VFIO_DRA_DEBIAN_PYTHON,
+                  std::string(VFIO_DRA_SOURCE_DIR) + "/test/metrics/check_exposition.py",
+                  std::string(VFIO_DRA_SOURCE_DIR) + "/README.md", page_file},
+                 std::chrono::seconds(30));
+  EXPECT_EQ(parsed.exit_code, 0) << parsed.output << failed->body;
 }
 
 // The kubelet's health stream over a prepare: every device healthy, then a prepared GPU function
