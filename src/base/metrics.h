@@ -9,8 +9,8 @@
 // declared or recorded into (declare before recording; the daemon declares its whole catalog at
 // start). Recording never throws and never fails the caller's work: a sample its family's type
 // cannot take (an observation on a counter), or whose metric or label name Prometheus would
-// reject, is dropped. The registry
-// is an object its owner (the daemon) keeps; there is no process-wide registry. Thread-safe.
+// reject, is dropped. The registry is an object its owner (the daemon) keeps; there is no
+// process-wide registry. Thread-safe.
 #pragma once
 
 #include <functional>
