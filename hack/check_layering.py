@@ -19,14 +19,14 @@ LAYERS = [
     "slicepublisher",
     "vfio",
     "prepare",
-    "kubeletplugin",
+    "plugin",
     "cmd",
 ]
 
 # Narrow seams: a module may see only these headers of an earlier one. The kubelet-facing side
 # sees device preparation through its contract alone, so it stays usable without the rest.
 SEAMS = {
-    ("kubeletplugin", "prepare"): {"claim_ref.h", "device_preparer.h"},
+    ("plugin", "prepare"): {"claim_ref.h", "device_preparer.h"},
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/([^"]+)"')
@@ -49,15 +49,15 @@ def self_test():
         upward = run()
         with open(os.path.join(src, "base", "b.h"), "w") as f:
             f.write("#include <string>\n")
-        for module in ("prepare", "kubeletplugin"):
+        for module in ("prepare", "plugin"):
             os.makedirs(os.path.join(src, module))
-        with open(os.path.join(src, "kubeletplugin", "c.cc"), "w") as f:
+        with open(os.path.join(src, "plugin", "c.cc"), "w") as f:
             f.write('#include "prepare/device_preparer.h"\n#include "prepare/plan.h"\n')
         seam = run()
         os.makedirs(os.path.join(src, "misc"))
         unlisted = run()
     ok = (clean.returncode == 0 and upward.returncode == 1 and "src/base/b.h:2" in upward.stdout
-          and seam.returncode == 1 and "src/kubeletplugin/c.cc:2" in seam.stdout
+          and seam.returncode == 1 and "src/plugin/c.cc:2" in seam.stdout
           and "c.cc:1" not in seam.stdout
           and unlisted.returncode == 1 and "src/misc/" in unlisted.stdout)
     print("include layering self-test: " + ("ok" if ok else "FAILED"))

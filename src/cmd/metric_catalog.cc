@@ -3,7 +3,7 @@
 namespace vfio_dra::cmd {
 
 void DeclareMetricCatalog(MetricsRegistry& metrics) {
-  // The kubelet-facing service (kubeletplugin::DraNodeService).
+  // The kubelet-facing service (plugin::DraNodeService).
   metrics.DeclareCounter("vfio_dra_requests_total",
                          "kubelet calls by method (NodePrepareResources, NodeUnprepareResources)");
   metrics.DeclareCounter(

@@ -16,8 +16,8 @@ ServeDaemon::ServeDaemon(const ServeOptions& options, const ServeEnvironment& en
       environment_(environment),
       root_(std::move(root)),
       log_(root_.WithComponent("serve")),
-      layout_(kubeletplugin::SocketLayout::For(options.plugin_data_dir, options.registrar_dir,
-                                               options.driver_name, options.pod_uid)) {}
+      layout_(plugin::SocketLayout::For(options.plugin_data_dir, options.registrar_dir,
+                                        options.driver_name, options.pod_uid)) {}
 
 ServeDaemon::~ServeDaemon() { Stop(); }
 
@@ -165,8 +165,8 @@ void ServeDaemon::BuildKubeletServices() {
         return prepare::CheckDeviceHealth(*sysfs_, published_.Current(), *preparer_->Prepared());
       },
       std::chrono::seconds(options_.health_interval_seconds), root_.WithComponent("health"));
-  registration_.emplace(options_.driver_name, layout_.dra_socket,
-                        kubeletplugin::SupportedDraServices(), root_.WithComponent("registration"));
+  registration_.emplace(options_.driver_name, layout_.dra_socket, plugin::SupportedDraServices(),
+                        root_.WithComponent("registration"));
 }
 
 void ServeDaemon::DeclareMetrics() {
@@ -195,14 +195,14 @@ void ServeDaemon::DeclareMetrics() {
 HealthReport ServeDaemon::Health() const {
   HealthReport report;
   switch (registration_->state()) {
-    case kubeletplugin::RegistrationState::kPending:
+    case plugin::RegistrationState::kPending:
       report.registration = "pending (the kubelet has not called yet)";
       break;
-    case kubeletplugin::RegistrationState::kRegistered:
+    case plugin::RegistrationState::kRegistered:
       report.registered = true;
       report.registration = "registered";
       break;
-    case kubeletplugin::RegistrationState::kRejected:
+    case plugin::RegistrationState::kRejected:
       report.registration = "rejected: " + registration_->last_error();
       break;
   }
@@ -223,11 +223,11 @@ Status ServeDaemon::Start() {
     if (!metrics_server.ok()) return metrics_server.error();
     metrics_server_ = std::move(*metrics_server);
   }
-  std::vector<kubeletplugin::GrpcMethod> dra_methods = v1_->Methods();
+  std::vector<plugin::GrpcMethod> dra_methods = v1_->Methods();
   for (const auto& more : {v1beta1_->Methods(), health_->Methods()}) {
     dra_methods.insert(dra_methods.end(), more.begin(), more.end());
   }
-  auto server = kubeletplugin::PluginServer::Start(
+  auto server = plugin::PluginServer::Start(
       layout_, dra_methods, registration_->Methods(), root_.WithComponent("server"),
       std::chrono::seconds(options_.close_idle_connections_seconds));
   if (!server.ok()) return server.error();

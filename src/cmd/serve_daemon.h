@@ -25,11 +25,11 @@
 #include "kube/httplib_transport.h"
 #include "kube/pod.h"
 #include "kube/token_source.h"
-#include "kubeletplugin/dra_grpc_service.h"
-#include "kubeletplugin/health_grpc_service.h"
-#include "kubeletplugin/node_service.h"
-#include "kubeletplugin/plugin_server.h"
-#include "kubeletplugin/registration_service.h"
+#include "plugin/dra_grpc_service.h"
+#include "plugin/health_grpc_service.h"
+#include "plugin/node_service.h"
+#include "plugin/plugin_server.h"
+#include "plugin/registration_service.h"
 #include "prepare/vfio_device_preparer.h"
 #include "slicepublisher/published_devices.h"
 #include "slicepublisher/slice_reconciler.h"
@@ -82,9 +82,9 @@ class ServeDaemon {
   std::optional<kube::ResourceClaimReader> claim_reader_;
   std::optional<kube::ApiPodReader> pod_reader_;
   std::optional<kube::ApiClaimStatusWriter> claim_status_;
-  std::optional<kubeletplugin::ApiClaimSource> claims_;
+  std::optional<plugin::ApiClaimSource> claims_;
   // Device preparation.
-  kubeletplugin::SocketLayout layout_;
+  plugin::SocketLayout layout_;
   std::unique_ptr<sysfs::SysfsWriter> sysfs_writer_;
   slicepublisher::PublishedDevices published_;
   MetricsRegistry metrics_;
@@ -93,14 +93,14 @@ class ServeDaemon {
   std::optional<slicepublisher::SliceReconciler> reconciler_;
   std::optional<discovery::DeviceWatcher> watcher_;
   // The kubelet-facing services.
-  std::optional<kubeletplugin::DraNodeService> node_;
-  std::optional<kubeletplugin::DraGrpcService<kubeletplugin::DraV1Api>> v1_;
-  std::optional<kubeletplugin::DraGrpcService<kubeletplugin::DraV1beta1Api>> v1beta1_;
-  std::optional<kubeletplugin::DeviceHealthService> health_;
-  std::optional<kubeletplugin::RegistrationService> registration_;
+  std::optional<plugin::DraNodeService> node_;
+  std::optional<plugin::DraGrpcService<plugin::DraV1Api>> v1_;
+  std::optional<plugin::DraGrpcService<plugin::DraV1beta1Api>> v1beta1_;
+  std::optional<plugin::DeviceHealthService> health_;
+  std::optional<plugin::RegistrationService> registration_;
   // Started last, stopped first.
   std::unique_ptr<MetricsServer> metrics_server_;
-  std::unique_ptr<kubeletplugin::PluginServer> server_;
+  std::unique_ptr<plugin::PluginServer> server_;
 };
 
 }  // namespace vfio_dra::cmd

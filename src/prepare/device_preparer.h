@@ -1,6 +1,6 @@
 // DevicePreparer: the seam between the kubelet-facing service and the device work (vfio binding,
 // mdev creation, CDI specs, checkpoint). With ClaimRef and DeviceHealthStatus it is all that
-// src/kubeletplugin sees of src/prepare. The node service does the protocol (claim lookup,
+// src/plugin sees of src/prepare. The node service does the protocol (claim lookup,
 // validation, filtering to our driver, serialization); a DevicePreparer only sees claims that are
 // valid, allocated, and have results for this driver.
 #pragma once

@@ -17,8 +17,8 @@
 
 #include "discovery/admin_policy.h"
 #include "discovery/node_scan.h"
-#include "kubeletplugin/dra_grpc_service.h"
-#include "kubeletplugin/node_service.h"
+#include "plugin/dra_grpc_service.h"
+#include "plugin/node_service.h"
 #include "prepare/vfio_device_preparer.h"
 #include "simulated_kernel.h"
 #include "slicepublisher/slice_builder.h"
@@ -33,7 +33,7 @@ const std::vector<std::string> kDevices = {"gpu-0000-01-00-0", "vf-0000-5e-02-1"
                                            "hostdev-0000-06-00-0"};
 
 // Claims by namespace/name, filled from the input before each call.
-class FuzzedClaims final : public kubeletplugin::ClaimSource {
+class FuzzedClaims final : public plugin::ClaimSource {
  public:
   Result<kube::ResourceClaim> Get(const std::string& ns, const std::string& name,
                                   Deadline /*deadline*/) override {
@@ -51,8 +51,8 @@ struct Harness {
   slicepublisher::PublishedDevices published;
   std::unique_ptr<prepare::VfioDevicePreparer> preparer;
   FuzzedClaims claims;
-  std::unique_ptr<kubeletplugin::DraNodeService> node;
-  std::unique_ptr<kubeletplugin::DraGrpcService<kubeletplugin::DraV1Api>> v1;
+  std::unique_ptr<plugin::DraNodeService> node;
+  std::unique_ptr<plugin::DraGrpcService<plugin::DraV1Api>> v1;
 };
 
 Harness& TheHarness() {
@@ -88,10 +88,10 @@ Harness& TheHarness() {
                                                       harness->published, Logger::Discard());
     if (!preparer.ok()) std::abort();
     harness->preparer = std::move(*preparer);
-    harness->node = std::make_unique<kubeletplugin::DraNodeService>(
+    harness->node = std::make_unique<plugin::DraNodeService>(
         "vfio.dra.io", harness->claims, *harness->preparer, nullptr, Logger::Discard());
-    harness->v1 = std::make_unique<kubeletplugin::DraGrpcService<kubeletplugin::DraV1Api>>(
-        *harness->node, Logger::Discard());
+    harness->v1 = std::make_unique<plugin::DraGrpcService<plugin::DraV1Api>>(*harness->node,
+                                                                             Logger::Discard());
     return harness;
   }();
   return *h;
@@ -152,7 +152,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (in.ConsumeIntegralInRange(0, 7) != 0) h.claims.claims_[ns + "/" + name] = api;
   }
   k8s::io::kubelet::pkg::apis::dra::v1::NodePrepareResourcesResponse prepared;
-  const kubeletplugin::DetachedCallContext context;
+  const plugin::DetachedCallContext context;
   (void)h.v1->NodePrepareResources(context, &prepare, &prepared);
   k8s::io::kubelet::pkg::apis::dra::v1::NodeUnprepareResourcesResponse unprepared;
   (void)h.v1->NodeUnprepareResources(context, &unprepare, &unprepared);

@@ -29,11 +29,11 @@
 #include <string>
 #include <thread>
 
-#include "kubeletplugin/server_call.h"
-#include "kubeletplugin/unix_grpc_server.h"
+#include "plugin/server_call.h"
+#include "plugin/unix_grpc_server.h"
 #include "unit/own_threads.h"
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 namespace {
 
 using std::chrono::milliseconds;
@@ -436,4 +436,4 @@ TEST_F(GrpcServerEdgeTest, AcceptFailingForWantOfDescriptorsDoesNotSpin) {
 }
 
 }  // namespace
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

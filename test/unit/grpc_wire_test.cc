@@ -1,10 +1,10 @@
 // The gRPC wire conventions of the plugin's server: message prefix, request framing errors, the
 // grpc-timeout header and grpc-message encoding (values from the gRPC over HTTP/2 protocol text).
-#include "kubeletplugin/grpc_wire.h"
+#include "plugin/grpc_wire.h"
 
 #include <gtest/gtest.h>
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 namespace {
 
 using std::chrono::nanoseconds;
@@ -55,4 +55,4 @@ TEST(GrpcWireTest, GrpcMessagePercentEncodesPercentAndNonPrintableBytes) {
 }
 
 }  // namespace
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

@@ -1,4 +1,4 @@
-#include "kubeletplugin/node_service.h"
+#include "plugin/node_service.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 #include <mutex>
 #include <thread>
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 namespace {
 
 using ::testing::HasSubstr;
@@ -251,4 +251,4 @@ TEST_F(NodeServiceTest, ClaimsWhoseTurnComesAfterTheDeadlineAreNotStarted) {
 }
 
 }  // namespace
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

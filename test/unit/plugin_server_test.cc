@@ -1,6 +1,6 @@
 // PluginServer's own grpc.health.v1 service: what probes see while the plugin serves and while it
 // stops, and that serving it starts no thread that wakes while the node is idle.
-#include "kubeletplugin/plugin_server.h"
+#include "plugin/plugin_server.h"
 
 #include <dirent.h>
 #include <grpcpp/grpcpp.h>
@@ -12,10 +12,10 @@
 #include <string>
 
 #include "grpc_health_v1.grpc.pb.h"
-#include "kubeletplugin/registration_service.h"
+#include "plugin/registration_service.h"
 #include "unit/own_threads.h"
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 namespace {
 
 using grpc::health::v1::Health;
@@ -103,4 +103,4 @@ TEST_F(PluginServerTest, ServingHealthStartsNoCallbackPollingThreads) {
 }
 
 }  // namespace
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "base/k8s_names.h"
-#include "kubeletplugin/plugin_server.h"
+#include "plugin/plugin_server.h"
 
 namespace vfio_dra::cmd {
 namespace {
@@ -63,13 +63,13 @@ TEST(ServeOptions, ClosesIdleConnectionsBeforeTheKubeletsIdleTimerByDefault) {
 TEST(SocketLayout, UsesPodUidForRollingUpdates) {
   ServeOptions o = Valid();
   ASSERT_TRUE(FinalizeServeOptions(o).ok());
-  kubeletplugin::SocketLayout plain = kubeletplugin::SocketLayout::For(
-      o.plugin_data_dir, o.registrar_dir, o.driver_name, o.pod_uid);
+  plugin::SocketLayout plain =
+      plugin::SocketLayout::For(o.plugin_data_dir, o.registrar_dir, o.driver_name, o.pod_uid);
   EXPECT_EQ(plain.dra_socket, "/var/lib/kubelet/plugins/vfio.dra.io/dra.sock");
   EXPECT_EQ(plain.registration_socket, "/var/lib/kubelet/plugins_registry/vfio.dra.io-reg.sock");
   o.pod_uid = "1234-abcd";
-  kubeletplugin::SocketLayout rolling = kubeletplugin::SocketLayout::For(
-      o.plugin_data_dir, o.registrar_dir, o.driver_name, o.pod_uid);
+  plugin::SocketLayout rolling =
+      plugin::SocketLayout::For(o.plugin_data_dir, o.registrar_dir, o.driver_name, o.pod_uid);
   EXPECT_EQ(rolling.dra_socket, "/var/lib/kubelet/plugins/vfio.dra.io/dra-1234-abcd.sock");
   EXPECT_EQ(rolling.registration_socket,
             "/var/lib/kubelet/plugins_registry/vfio.dra.io-1234-abcd-reg.sock");

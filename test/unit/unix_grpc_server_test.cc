@@ -2,7 +2,7 @@
 // client sees them, deadlines, calls running in parallel on one connection, cancellation of a
 // stream by the client and by Shutdown, large messages both ways, requests it must refuse, and
 // that an idle server keeps no thread per call and closes connections left idle.
-#include "kubeletplugin/unix_grpc_server.h"
+#include "plugin/unix_grpc_server.h"
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -19,7 +19,7 @@
 #include "kubelet_simulator.h"
 #include "unit/own_threads.h"
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 namespace {
 
 using grpc::health::v1::Health;
@@ -376,4 +376,4 @@ TEST_F(UnixGrpcServerTest, AConnectionWithACallOpenIsNotClosedAsIdle) {
 }
 
 }  // namespace
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

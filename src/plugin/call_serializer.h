@@ -13,7 +13,7 @@
 #include "base/deadline.h"
 #include "base/result.h"
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 
 class CallSerializer {
  public:
@@ -56,4 +56,4 @@ class CallSerializer {
   std::string path_;
 };
 
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

@@ -29,10 +29,10 @@
 #include "base/elastic_thread_pool.h"
 #include "base/log.h"
 #include "base/result.h"
-#include "kubeletplugin/grpc_method.h"
-#include "kubeletplugin/server_call.h"
+#include "plugin/grpc_method.h"
+#include "plugin/server_call.h"
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 
 class GrpcConnection;
 
@@ -95,4 +95,4 @@ class UnixGrpcServer {
   bool shutdown_done_ = false;
 };
 
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "kubeletplugin/grpc_method.h"
+#include "plugin/grpc_method.h"
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 
 // Which stream of which connection has output; the I/O thread looks both up again, so an event
 // for a connection or stream that has gone since is dropped.
@@ -101,4 +101,4 @@ class ServerCall final : public CallContext, public MessageSink {
   GrpcStatus status_;
 };
 
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "base/log.h"
-#include "kubeletplugin/grpc_method.h"
+#include "plugin/grpc_method.h"
 #include "pluginregistration.pb.h"
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 
 // Identifiers of the gRPC services this plugin serves, in the order a 1.34+ kubelet picks the
 // DRA API from (first supported wins): v1 first, then v1beta1 for 1.32/1.33 kubelets; then the
@@ -51,4 +51,4 @@ class RegistrationService final {
   std::string last_error_;
 };
 
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

@@ -12,9 +12,9 @@
 
 #include "base/log.h"
 #include "base/result.h"
-#include "kubeletplugin/grpc_method.h"
+#include "plugin/grpc_method.h"
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 
 class ServingStatusService;
 class UnixGrpcServer;
@@ -61,4 +61,4 @@ class PluginServer {
   std::unique_ptr<UnixGrpcServer> registration_server_;
 };
 
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

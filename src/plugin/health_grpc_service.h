@@ -14,10 +14,10 @@
 
 #include "base/log.h"
 #include "dra_health_v1alpha1.pb.h"
-#include "kubeletplugin/grpc_method.h"
+#include "plugin/grpc_method.h"
 #include "prepare/device_preparer.h"
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 
 class DeviceHealthService final {
  public:
@@ -46,4 +46,4 @@ class DeviceHealthService final {
   bool stopping_ = false;
 };
 
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

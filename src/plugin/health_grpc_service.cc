@@ -1,8 +1,8 @@
-#include "kubeletplugin/health_grpc_service.h"
+#include "plugin/health_grpc_service.h"
 
 #include "base/text.h"
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 namespace {
 
 // The kubelet (1.36) truncates longer messages.
@@ -90,4 +90,4 @@ void DeviceHealthService::Shutdown() {
   wake_.notify_all();
 }
 
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "grpc_health_v1.pb.h"
-#include "kubeletplugin/grpc_method.h"
+#include "plugin/grpc_method.h"
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 
 class ServingStatusService final {
  public:
@@ -38,4 +38,4 @@ class ServingStatusService final {
   bool shut_down_ = false;
 };
 
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

@@ -1,6 +1,6 @@
-#include "kubeletplugin/serving_status_service.h"
+#include "plugin/serving_status_service.h"
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 
 using grpc::health::v1::HealthCheckRequest;
 using grpc::health::v1::HealthCheckResponse;
@@ -67,4 +67,4 @@ void ServingStatusService::Shutdown() {
   changed_.notify_all();
 }
 
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

@@ -1,9 +1,9 @@
-#include "kubeletplugin/grpc_wire.h"
+#include "plugin/grpc_wire.h"
 
 #include <algorithm>
 #include <cstdint>
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 namespace {
 
 constexpr size_t kPrefixBytes = 5;
@@ -106,4 +106,4 @@ std::string PercentEncodeGrpcMessage(std::string_view message) {
   return out;
 }
 
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

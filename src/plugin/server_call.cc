@@ -1,11 +1,11 @@
-#include "kubeletplugin/server_call.h"
+#include "plugin/server_call.h"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cstring>
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 
 CallEvents::CallEvents() : fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
 
@@ -118,4 +118,4 @@ bool ServerCall::HasOutput() {
   return out_pos_ != out_.size();
 }
 
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

@@ -1,4 +1,4 @@
-#include "kubeletplugin/plugin_server.h"
+#include "plugin/plugin_server.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,10 +8,10 @@
 #include <filesystem>
 
 #include "base/file_io.h"
-#include "kubeletplugin/serving_status_service.h"
-#include "kubeletplugin/unix_grpc_server.h"
+#include "plugin/serving_status_service.h"
+#include "plugin/unix_grpc_server.h"
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 namespace {
 
 // Owner-only: the kubelet connects as root, and nobody else has business on these sockets.
@@ -114,4 +114,4 @@ void PluginServer::Stop() {
   ShutdownAndUnlink(dra_server_, *dra_health_, layout_.dra_socket, log_);
 }
 
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

@@ -1,4 +1,4 @@
-#include "kubeletplugin/grpc_connection.h"
+#include "plugin/grpc_connection.h"
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 
 #include "base/file_io.h"
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 namespace {
 
 // Enough for the kubelet, which runs one call per pod being started, and a bound on what one
@@ -395,4 +395,4 @@ bool GrpcConnection::SubmitTrailers(int32_t stream_id, const GrpcStatus& status)
   return nghttp2_submit_trailer(session_, stream_id, trailers.data(), trailers.size()) == 0;
 }
 
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

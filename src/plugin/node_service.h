@@ -15,11 +15,11 @@
 #include "base/metrics.h"
 #include "base/result.h"
 #include "kube/claim_reader.h"
-#include "kubeletplugin/call_serializer.h"
+#include "plugin/call_serializer.h"
 #include "prepare/claim_ref.h"
 #include "prepare/device_preparer.h"
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 
 // More claims than any pod can reference; a request beyond this is refused as malformed.
 inline constexpr size_t kMaxClaimsPerCall = 1024;
@@ -84,4 +84,4 @@ class DraNodeService {
   MetricsRegistry* metrics_;
 };
 
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

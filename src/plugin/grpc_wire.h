@@ -13,7 +13,7 @@
 
 #include "base/result.h"
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 
 // The gRPC status codes (the numbers are the wire values of grpc-status).
 enum class GrpcCode : int {
@@ -56,4 +56,4 @@ std::optional<std::chrono::nanoseconds> ParseGrpcTimeout(std::string_view value)
 // grpc-message as the protocol carries it: bytes outside printable ASCII, and '%', as %XX.
 std::string PercentEncodeGrpcMessage(std::string_view message);
 
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

@@ -1,4 +1,4 @@
-#include "kubeletplugin/call_serializer.h"
+#include "plugin/call_serializer.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -12,7 +12,7 @@
 #include "base/file_io.h"
 #include "base/file_lock.h"
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 
 Result<std::unique_ptr<CallSerializer>> CallSerializer::Open(const std::string& lock_file) {
   int fd = ::open(lock_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -69,4 +69,4 @@ CallSerializer::Guard::~Guard() {
   owner_->Release();
 }
 
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

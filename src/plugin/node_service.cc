@@ -1,10 +1,10 @@
-#include "kubeletplugin/node_service.h"
+#include "plugin/node_service.h"
 
 #include <chrono>
 #include <optional>
 #include <set>
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 
 DraNodeService::DraNodeService(std::string driver_name, ClaimSource& claims,
                                prepare::DevicePreparer& preparer, CallSerializer* serializer,
@@ -194,4 +194,4 @@ Result<std::map<std::string, ClaimUnprepareResult>> DraNodeService::Unprepare(
   return out;
 }
 
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

@@ -1,4 +1,4 @@
-#include "kubeletplugin/unix_grpc_server.h"
+#include "plugin/unix_grpc_server.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -15,9 +15,9 @@
 
 #include "base/file_io.h"
 #include "base/thread_name.h"
-#include "kubeletplugin/grpc_connection.h"
+#include "plugin/grpc_connection.h"
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 namespace {
 
 // How long a stopping server keeps handing the last answers to slow readers.
@@ -394,4 +394,4 @@ void UnixGrpcServer::Shutdown(std::chrono::milliseconds grace) {
   handlers_done_.notify_all();
 }
 
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

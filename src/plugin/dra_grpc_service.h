@@ -12,10 +12,10 @@
 #include "base/log.h"
 #include "dra_v1.pb.h"
 #include "dra_v1beta1.pb.h"
-#include "kubeletplugin/grpc_method.h"
-#include "kubeletplugin/node_service.h"
+#include "plugin/grpc_method.h"
+#include "plugin/node_service.h"
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 
 struct DraV1Api {
   // The gRPC service name is the proto package's; "v1.DRAPlugin" is only what registration
@@ -141,4 +141,4 @@ class DraGrpcService final {
   std::atomic<unsigned long long> counter_{0};
 };
 
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

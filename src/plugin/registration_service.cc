@@ -1,6 +1,6 @@
-#include "kubeletplugin/registration_service.h"
+#include "plugin/registration_service.h"
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 
 RegistrationService::RegistrationService(std::string driver_name, std::string dra_endpoint,
                                          std::vector<std::string> supported_versions, Logger log)
@@ -64,4 +64,4 @@ std::string RegistrationService::last_error() const {
   return last_error_;
 }
 
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

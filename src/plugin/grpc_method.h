@@ -13,9 +13,9 @@
 #include <string_view>
 #include <utility>
 
-#include "kubeletplugin/grpc_wire.h"
+#include "plugin/grpc_wire.h"
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 
 class CallContext {
  public:
@@ -121,4 +121,4 @@ GrpcMethod ServerStreamingMethod(std::string path, Handler handler) {
   return method;
 }
 
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin

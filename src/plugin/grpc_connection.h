@@ -18,9 +18,9 @@
 #include <string>
 #include <unordered_map>
 
-#include "kubeletplugin/server_call.h"
+#include "plugin/server_call.h"
 
-namespace vfio_dra::kubeletplugin {
+namespace vfio_dra::plugin {
 
 class GrpcConnection {
  public:
@@ -117,4 +117,4 @@ class GrpcConnection {
   std::chrono::steady_clock::time_point idle_since_ = std::chrono::steady_clock::now();
 };
 
-}  // namespace vfio_dra::kubeletplugin
+}  // namespace vfio_dra::plugin
