@@ -1,21 +1,49 @@
-// GrpcMethod: one RPC of the plugin's gRPC server, as the server dispatches it: a full method path
-// and a handler over serialized messages. UnaryMethod and ServerStreamingMethod bind typed
-// protobuf handlers, so a service is plain C++ over generated message types and can be called
-// directly in tests. CallContext is what a handler sees of its call.
+// GrpcMethod: one RPC of the plugin's gRPC server, as the server (SocketServer, on gRPC C++)
+// dispatches it: a full method path and a handler over serialized messages. UnaryMethod and
+// ServerStreamingMethod bind typed protobuf handlers, so a service is plain C++ over generated
+// message types and can be called directly in tests and the fuzzer. CallContext is what a handler
+// sees of its call.
 // Invariants: a handler runs on a thread of its own and may block (device work does); it learns
-// that its caller went away through CallContext::IsCancelled and from a failing Write.
+// that its caller went away through CallContext::IsCancelled, OnCancel and a failing Write.
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 
-#include "plugin/grpc_wire.h"
-
 namespace vfio_dra::plugin {
+
+// The gRPC status codes a handler answers with (the numbers are gRPC's).
+enum class GrpcCode : int {
+  kOk = 0,
+  kCancelled = 1,
+  kUnknown = 2,
+  kInvalidArgument = 3,
+  kDeadlineExceeded = 4,
+  kNotFound = 5,
+  kResourceExhausted = 8,
+  kFailedPrecondition = 9,
+  kUnimplemented = 12,
+  kInternal = 13,
+  kUnavailable = 14,
+};
+
+struct GrpcStatus {
+  GrpcCode code = GrpcCode::kOk;
+  std::string message;
+
+  static GrpcStatus Ok() { return {}; }
+  bool ok() const { return code == GrpcCode::kOk; }
+};
+
+// The largest message received or sent, gRPC's default receive limit (4 MiB), which the kubelet's
+// grpc-go keeps. The kubelet's requests are a few KiB; anything near this is a broken or hostile
+// client.
+constexpr size_t kMaxMessageBytes = size_t{4} << 20;
 
 class CallContext {
  public:
@@ -24,8 +52,12 @@ class CallContext {
   virtual bool IsCancelled() const = 0;
   // From the caller's grpc-timeout; nullopt when it set none.
   virtual std::optional<std::chrono::steady_clock::time_point> deadline() const = 0;
-  // Who called, for logs (the peer's process and user on a unix socket).
+  // Who called, for logs.
   virtual const std::string& peer() const = 0;
+  // Runs `wake` once when the call is cancelled (at once when it already is), so that a handler
+  // waiting on its own condition variable notices the cancel without polling for it. `wake` may
+  // run on any thread, after the handler returned too: it must only notify.
+  virtual void OnCancel(std::function<void()> wake) const = 0;
 };
 
 // A call context with no caller behind it: never cancelled, no deadline. For calling a service
@@ -37,6 +69,7 @@ class DetachedCallContext final : public CallContext {
     return std::nullopt;
   }
   const std::string& peer() const override { return peer_; }
+  void OnCancel(std::function<void()> /*wake*/) const override {}
 
  private:
   std::string peer_ = "local";

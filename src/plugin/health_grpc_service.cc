@@ -48,6 +48,11 @@ GrpcStatus DeviceHealthService::NodeWatchResources(
       30, kTimeoutIntervals * std::chrono::duration_cast<std::chrono::seconds>(interval_).count());
   log_.Info("kubelet opened the device health stream", {{"peer", context.peer()}});
   std::vector<std::string> last_unhealthy;
+  // The kubelet's cancel ends the wait between two lists at once, not an interval later.
+  context.OnCancel([this] {
+    std::lock_guard<std::mutex> lock(mu_);
+    wake_.notify_all();
+  });
   while (true) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -74,7 +79,7 @@ GrpcStatus DeviceHealthService::NodeWatchResources(
       return GrpcStatus::Ok();
     }
     std::unique_lock<std::mutex> lock(mu_);
-    wake_.wait_for(lock, interval_, [&] { return stopping_; });
+    wake_.wait_for(lock, interval_, [&] { return stopping_ || context.IsCancelled(); });
     if (context.IsCancelled()) {
       log_.Info("device health stream cancelled by the kubelet", {{"peer", context.peer()}});
       return GrpcStatus{GrpcCode::kCancelled, "the kubelet cancelled the stream"};

@@ -9,18 +9,17 @@
 
 #include "base/file_io.h"
 #include "plugin/serving_status_service.h"
-#include "plugin/unix_grpc_server.h"
+#include "plugin/socket_server.h"
 
 namespace vfio_dra::plugin {
 namespace {
 
 // Owner-only: the kubelet connects as root, and nobody else has business on these sockets.
 constexpr mode_t kSocketMode = 0600;
-// What running calls get to finish when the plugin stops, before they are cancelled (the same as
-// gRPC C++'s Shutdown deadline before).
+// What running calls get to finish when the plugin stops, before they are cancelled.
 constexpr std::chrono::seconds kStopGrace{5};
 
-Result<std::unique_ptr<UnixGrpcServer>> StartUnixServer(const std::string& path,
+Result<std::unique_ptr<SocketServer>> StartSocketServer(const std::string& path,
                                                         std::vector<GrpcMethod> methods,
                                                         ServingStatusService& health,
                                                         const char* thread_name, const Logger& log,
@@ -30,11 +29,10 @@ Result<std::unique_ptr<UnixGrpcServer>> StartUnixServer(const std::string& path,
   }
   if (Status s = RemoveStaleSocket(path); !s.ok()) return s.error();
   for (GrpcMethod& method : health.Methods()) methods.push_back(std::move(method));
-  return UnixGrpcServer::Start(path, kSocketMode, methods, thread_name, log,
-                               std::chrono::seconds(10), close_idle);
+  return SocketServer::Start(path, kSocketMode, methods, thread_name, log, close_idle);
 }
 
-void ShutdownAndUnlink(std::unique_ptr<UnixGrpcServer>& server, ServingStatusService& health,
+void ShutdownAndUnlink(std::unique_ptr<SocketServer>& server, ServingStatusService& health,
                        const std::string& path, const Logger& log) {
   if (server == nullptr) return;
   health.Shutdown();
@@ -83,15 +81,21 @@ Result<std::unique_ptr<PluginServer>> PluginServer::Start(
   std::unique_ptr<PluginServer> server(new PluginServer(layout, std::move(log)));
   // The standard grpc.health.v1 service on both sockets: probes and tools that speak it see the
   // plugin SERVING while it listens and NOT_SERVING while it stops.
-  auto dra = StartUnixServer(layout.dra_socket, dra_methods, *server->dra_health_, "dra-grpc",
-                             server->log_, close_idle_dra_connections);
+  auto dra = StartSocketServer(layout.dra_socket, dra_methods, *server->dra_health_, "dra-grpc",
+                               server->log_, close_idle_dra_connections);
   if (!dra.ok()) return dra.error().Wrap("cannot start the DRA service");
   server->dra_server_ = std::move(*dra);
-  server->log_.Info("DRA service listening", {{"socket", layout.dra_socket}});
+  // gRPC closes idle connections without telling us; the log says that it will.
+  server->log_.Info(
+      "DRA service listening",
+      {{"socket", layout.dra_socket},
+       {"close_idle_connections_s",
+        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(close_idle_dra_connections)
+                           .count())}});
   // Only now, with the DRA socket accepting connections, may the kubelet learn about us.
-  auto reg = StartUnixServer(layout.registration_socket, registration_methods,
-                             *server->registration_health_, "registration", server->log_,
-                             std::chrono::milliseconds(0));
+  auto reg = StartSocketServer(layout.registration_socket, registration_methods,
+                               *server->registration_health_, "registration", server->log_,
+                               std::chrono::milliseconds(0));
   if (!reg.ok()) {
     server->Stop();
     return reg.error().Wrap("cannot start the registration service");

@@ -1,8 +1,8 @@
-// PluginServer: the two unix-socket gRPC servers (UnixGrpcServer) the kubelet talks to, started and
-// stopped in the order the kubelet relies on: the DRA service listens before the registration
-// socket appears (so a 1.34+ kubelet never sees us registered but unreachable), and on stop the
-// registration socket goes first. Stale socket files are unlinked before bind; both are removed on
-// stop.
+// PluginServer: the two unix-socket gRPC servers (SocketServer, on gRPC C++) the kubelet talks
+// to, started and stopped in the order the kubelet relies on: the DRA service listens before the
+// registration socket appears (so a 1.34+ kubelet never sees us registered but unreachable), and on
+// stop the registration socket goes first. Stale socket files are unlinked before bind; both are
+// removed on stop.
 #pragma once
 
 #include <chrono>
@@ -17,7 +17,7 @@
 namespace vfio_dra::plugin {
 
 class ServingStatusService;
-class UnixGrpcServer;
+class SocketServer;
 
 struct SocketLayout {
   std::string dra_socket;           // <plugin-data-dir>/dra[-<uid>].sock
@@ -37,7 +37,7 @@ class PluginServer {
  public:
   // `dra_methods` are served on the DRA socket, `registration_methods` on the registration
   // socket; both also serve grpc.health.v1. DRA connections with no call open for
-  // `close_idle_dra_connections` are closed (zero: never; see UnixGrpcServer).
+  // `close_idle_dra_connections` are closed (zero: never; see SocketServer).
   static Result<std::unique_ptr<PluginServer>> Start(
       const SocketLayout& layout, const std::vector<GrpcMethod>& dra_methods,
       const std::vector<GrpcMethod>& registration_methods, Logger log,
@@ -57,8 +57,8 @@ class PluginServer {
   // Declared before the servers that serve them, so they outlive those servers.
   std::unique_ptr<ServingStatusService> dra_health_;
   std::unique_ptr<ServingStatusService> registration_health_;
-  std::unique_ptr<UnixGrpcServer> dra_server_;
-  std::unique_ptr<UnixGrpcServer> registration_server_;
+  std::unique_ptr<SocketServer> dra_server_;
+  std::unique_ptr<SocketServer> registration_server_;
 };
 
 }  // namespace vfio_dra::plugin

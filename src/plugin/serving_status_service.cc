@@ -46,11 +46,13 @@ GrpcStatus ServingStatusService::Watch(const CallContext& context,
                                    : HealthCheckResponse::SERVING);
   }
   if (!writer.Write(response)) return GrpcStatus::Ok();
+  context.OnCancel([this] {
+    std::lock_guard<std::mutex> lock(mu_);
+    changed_.notify_all();
+  });
   std::unique_lock<std::mutex> lock(mu_);
-  while (!shut_down_) {
-    changed_.wait_for(lock, kCancelCheck);
-    if (context.IsCancelled()) return GrpcStatus{GrpcCode::kCancelled, "the caller went away"};
-  }
+  changed_.wait(lock, [&] { return shut_down_ || context.IsCancelled(); });
+  if (!shut_down_) return GrpcStatus{GrpcCode::kCancelled, "the caller went away"};
   if (request.service().empty()) {
     lock.unlock();
     response.set_status(HealthCheckResponse::NOT_SERVING);

@@ -4,7 +4,6 @@
 // holding up the server's stop.
 #pragma once
 
-#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <vector>
@@ -30,9 +29,6 @@ class ServingStatusService final {
   void Shutdown();
 
  private:
-  // How often a Watch stream with nothing to say checks whether its caller went away.
-  static constexpr std::chrono::seconds kCancelCheck{5};
-
   std::mutex mu_;
   std::condition_variable changed_;
   bool shut_down_ = false;

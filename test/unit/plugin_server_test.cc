@@ -1,8 +1,7 @@
 // PluginServer's own grpc.health.v1 service: what probes see while the plugin serves and while it
-// stops, and that serving it starts no thread that wakes while the node is idle.
+// stops.
 #include "plugin/plugin_server.h"
 
-#include <dirent.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -13,7 +12,6 @@
 
 #include "grpc_health_v1.grpc.pb.h"
 #include "plugin/registration_service.h"
-#include "unit/own_threads.h"
 
 namespace vfio_dra::plugin {
 namespace {
@@ -21,13 +19,6 @@ namespace {
 using grpc::health::v1::Health;
 using grpc::health::v1::HealthCheckRequest;
 using grpc::health::v1::HealthCheckResponse;
-
-// The names of this process's threads.
-std::vector<std::string> ThreadNames() {
-  std::vector<std::string> names;
-  for (const testing::OwnThread& thread : testing::OwnThreads()) names.push_back(thread.name);
-  return names;
-}
 
 class PluginServerTest : public ::testing::Test {
  protected:
@@ -91,15 +82,6 @@ TEST_F(PluginServerTest, AWatchSeesServingThenNotServingWhenThePluginStops) {
   EXPECT_TRUE(reader->Finish().ok());
   stopped.get();
   EXPECT_FALSE(std::filesystem::exists(layout_.dra_socket));
-}
-
-// gRPC's built-in health service would start "nexting_thread" pollers (the callback API's), which
-// wake twice a second each for the life of the process.
-TEST_F(PluginServerTest, ServingHealthStartsNoCallbackPollingThreads) {
-  HealthCheckRequest request;
-  HealthCheckResponse response;
-  ASSERT_TRUE(Stub(layout_.dra_socket)->Check(Context().get(), request, &response).ok());
-  for (const std::string& name : ThreadNames()) EXPECT_NE(name, "nexting_thread");
 }
 
 }  // namespace

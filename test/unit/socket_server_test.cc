@@ -1,8 +1,9 @@
-// UnixGrpcServer against an independent client (gRPC C++): status codes and messages as the
+// SocketServer (gRPC C++ serving GrpcMethods) against a client: status codes and messages as the
 // client sees them, deadlines, calls running in parallel on one connection, cancellation of a
-// stream by the client and by Shutdown, large messages both ways, requests it must refuse, and
-// that an idle server keeps no thread per call and closes connections left idle.
-#include "plugin/unix_grpc_server.h"
+// stream by the client and by Shutdown (the device health stream's wait wakes on the cancel),
+// large messages both ways, requests it must refuse, the socket's mode, and connections left idle
+// closed.
+#include "plugin/socket_server.h"
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -15,9 +16,10 @@
 #include <mutex>
 #include <string>
 
+#include "dra_health_v1alpha1.grpc.pb.h"
 #include "grpc_health_v1.grpc.pb.h"
 #include "kubelet_simulator.h"
-#include "unit/own_threads.h"
+#include "plugin/health_grpc_service.h"
 
 namespace vfio_dra::plugin {
 namespace {
@@ -30,9 +32,7 @@ using std::chrono::seconds;
 // Generous: the machine may be busy; every wait below ends early on the event it waits for.
 constexpr auto kPatience = seconds(60);
 
-using testing::CountOwnThreadsNamed;
-
-class UnixGrpcServerTest : public ::testing::Test {
+class SocketServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     char tmpl[] = "/tmp/vfio-dra-grpc-server-XXXXXX";
@@ -44,10 +44,9 @@ class UnixGrpcServerTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
   void Serve(const std::vector<GrpcMethod>& methods,
-             std::chrono::milliseconds handler_idle_lifetime = seconds(10),
              std::chrono::milliseconds close_idle_after = std::chrono::milliseconds(0)) {
-    auto server = UnixGrpcServer::Start(socket_, 0600, methods, "test-grpc", Logger::Discard(),
-                                        handler_idle_lifetime, close_idle_after);
+    auto server = SocketServer::Start(socket_, 0600, methods, "test-grpc", Logger::Discard(),
+                                      close_idle_after);
     ASSERT_TRUE(server.ok()) << server.error().message;
     server_ = std::move(*server);
   }
@@ -63,10 +62,10 @@ class UnixGrpcServerTest : public ::testing::Test {
   std::string dir_;
   std::string socket_;
   testing::KubeletSimulator sim_;
-  std::unique_ptr<UnixGrpcServer> server_;
+  std::unique_ptr<SocketServer> server_;
 };
 
-TEST_F(UnixGrpcServerTest, TheClientSeesTheHandlersStatusCodeAndMessageVerbatim) {
+TEST_F(SocketServerTest, TheClientSeesTheHandlersStatusCodeAndMessageVerbatim) {
   const std::string message = "claim vms/vm-a: 100% of \"gpu\" taken; naïve\nsecond line";
   Serve({RawUnaryMethod("/t.S/Fail", [&](std::string_view, CallContext&, std::string*) {
     return GrpcStatus{GrpcCode::kFailedPrecondition, message};
@@ -79,7 +78,7 @@ TEST_F(UnixGrpcServerTest, TheClientSeesTheHandlersStatusCodeAndMessageVerbatim)
 
 // Kubelets that dial the registration socket by path send that path as :authority, which strict
 // HTTP/2 header checks refuse (it has '/' in it).
-TEST_F(UnixGrpcServerTest, ASocketPathAsAuthorityIsServed) {
+TEST_F(SocketServerTest, ASocketPathAsAuthorityIsServed) {
   Serve({UnaryMethod<HealthCheckRequest, HealthCheckResponse>(
       "/grpc.health.v1.Health/Check",
       [](const HealthCheckRequest&, CallContext&, HealthCheckResponse* response) {
@@ -94,7 +93,7 @@ TEST_F(UnixGrpcServerTest, ASocketPathAsAuthorityIsServed) {
   EXPECT_EQ(answer.status(), HealthCheckResponse::SERVING);
 }
 
-TEST_F(UnixGrpcServerTest, AnUnknownMethodIsUnimplementedAndNamesThePath) {
+TEST_F(SocketServerTest, AnUnknownMethodIsUnimplementedAndNamesThePath) {
   Serve({});
   std::string response;
   const grpc::Status status = Call("/t.S/Nope", "", &response);
@@ -102,7 +101,7 @@ TEST_F(UnixGrpcServerTest, AnUnknownMethodIsUnimplementedAndNamesThePath) {
   EXPECT_NE(status.error_message().find("/t.S/Nope"), std::string::npos);
 }
 
-TEST_F(UnixGrpcServerTest, AnUnparsableRequestIsInternalAndTheServerGoesOnServing) {
+TEST_F(SocketServerTest, AnUnparsableRequestIsInternalAndTheServerGoesOnServing) {
   std::vector<GrpcMethod> methods;
   methods.push_back(UnaryMethod<HealthCheckRequest, HealthCheckResponse>(
       "/grpc.health.v1.Health/Check",
@@ -124,7 +123,7 @@ TEST_F(UnixGrpcServerTest, AnUnparsableRequestIsInternalAndTheServerGoesOnServin
   EXPECT_EQ(answer.status(), HealthCheckResponse::SERVING);
 }
 
-TEST_F(UnixGrpcServerTest, TheHandlerSeesTheCallersDeadline) {
+TEST_F(SocketServerTest, TheHandlerSeesTheCallersDeadline) {
   std::optional<std::chrono::steady_clock::time_point> seen;
   Serve({RawUnaryMethod("/t.S/Deadline", [&](std::string_view, CallContext& context, std::string*) {
     seen = context.deadline();
@@ -140,7 +139,7 @@ TEST_F(UnixGrpcServerTest, TheHandlerSeesTheCallersDeadline) {
   EXPECT_GT(*seen, before + seconds(30));
 }
 
-TEST_F(UnixGrpcServerTest, CallsOnOneConnectionRunInParallel) {
+TEST_F(SocketServerTest, CallsOnOneConnectionRunInParallel) {
   // Each handler waits until all three are running: calls run one after another never get there.
   std::mutex mu;
   std::condition_variable arrived;
@@ -172,7 +171,7 @@ TEST_F(UnixGrpcServerTest, CallsOnOneConnectionRunInParallel) {
   }
 }
 
-TEST_F(UnixGrpcServerTest, LargeMessagesCrossInBothDirections) {
+TEST_F(SocketServerTest, LargeMessagesCrossInBothDirections) {
   const std::string big_request(3 * 1024 * 1024 + 17, 'q');
   Serve({RawUnaryMethod("/t.S/Echo", [&](std::string_view request, CallContext&, std::string* out) {
     // Past the HTTP/2 windows both ways, under gRPC clients' 4 MiB receive limit.
@@ -185,21 +184,20 @@ TEST_F(UnixGrpcServerTest, LargeMessagesCrossInBothDirections) {
   EXPECT_EQ(response, big_request + std::string(size_t{512} << 10, 'r'));
 }
 
-TEST_F(UnixGrpcServerTest, ARequestOverTheLimitIsResourceExhaustedAndTheHandlerNeverRuns) {
+TEST_F(SocketServerTest, ARequestOverTheLimitIsResourceExhaustedAndTheHandlerNeverRuns) {
   std::atomic<bool> ran{false};
   Serve({RawUnaryMethod("/t.S/Echo", [&](std::string_view, CallContext&, std::string*) {
     ran = true;
     return GrpcStatus::Ok();
   })});
   std::string response;
-  const grpc::Status status =
-      Call("/t.S/Echo", std::string(kMaxRequestMessageBytes + 1, 'x'), &response);
+  const grpc::Status status = Call("/t.S/Echo", std::string(kMaxMessageBytes + 1, 'x'), &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
   EXPECT_FALSE(ran.load());
 }
 
 // A stream the client cancels: the handler's next write fails and it sees the cancellation.
-TEST_F(UnixGrpcServerTest, AClientCancellingAStreamEndsItsHandler) {
+TEST_F(SocketServerTest, AClientCancellingAStreamEndsItsHandler) {
   std::promise<bool> handler_saw_cancel;
   Serve({ServerStreamingMethod<HealthCheckRequest, HealthCheckResponse>(
       "/grpc.health.v1.Health/Watch", [&](const HealthCheckRequest&, CallContext& context,
@@ -228,9 +226,39 @@ TEST_F(UnixGrpcServerTest, AClientCancellingAStreamEndsItsHandler) {
   EXPECT_TRUE(saw.get());
 }
 
+// Issue 40, 7b: the kubelet cancels the device health stream (de-registration, its own restart of
+// the watch); the handler waiting out --health-interval between two lists must end at once, not
+// an interval later, so a cancelled stream keeps no thread.
+TEST_F(SocketServerTest, ACancelledHealthStreamEndsItsHandlerWithoutWaitingForTheInterval) {
+  DeviceHealthService health([] { return std::vector<prepare::DeviceHealthStatus>{}; },
+                             std::chrono::hours(1), Logger::Discard());
+  std::promise<GrpcCode> handler_returned;
+  GrpcMethod method = health.Methods().at(0);
+  GrpcMethod::ServerStreaming inner = method.server_streaming;
+  method.server_streaming = [&, inner](std::string_view request, CallContext& context,
+                                       MessageSink& sink) {
+    const GrpcStatus status = inner(request, context, sink);
+    handler_returned.set_value(status.code);
+    return status;
+  };
+  Serve({method});
+  auto channel = grpc::CreateChannel("unix:" + socket_, grpc::InsecureChannelCredentials());
+  grpc::ClientContext context;
+  auto stub = v1alpha1::DRAResourceHealth::NewStub(channel);
+  auto reader = stub->NodeWatchResources(&context, v1alpha1::NodeWatchResourcesRequest());
+  v1alpha1::NodeWatchResourcesResponse response;
+  ASSERT_TRUE(reader->Read(&response));  // the first list; the next is an hour away
+  context.TryCancel();
+  auto returned = handler_returned.get_future();
+  ASSERT_EQ(returned.wait_for(kPatience), std::future_status::ready)
+      << "the health stream's handler went on waiting after the kubelet cancelled";
+  EXPECT_EQ(returned.get(), GrpcCode::kCancelled);
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
 // Shutdown with no grace cancels a stream that would run forever, waits for its handler, and
 // the client gets the handler's final status.
-TEST_F(UnixGrpcServerTest, ShutdownCancelsOpenStreamsAndWaitsForTheirHandlers) {
+TEST_F(SocketServerTest, ShutdownCancelsOpenStreamsAndWaitsForTheirHandlers) {
   std::atomic<bool> handler_returned{false};
   Serve({ServerStreamingMethod<HealthCheckRequest, HealthCheckResponse>(
       "/grpc.health.v1.Health/Watch", [&](const HealthCheckRequest&, CallContext& context,
@@ -255,7 +283,7 @@ TEST_F(UnixGrpcServerTest, ShutdownCancelsOpenStreamsAndWaitsForTheirHandlers) {
 }
 
 // A running unary call finishes within the grace period and its answer reaches the client.
-TEST_F(UnixGrpcServerTest, ShutdownLetsARunningCallFinishWithinTheGrace) {
+TEST_F(SocketServerTest, ShutdownLetsARunningCallFinishWithinTheGrace) {
   std::promise<void> entered;
   std::promise<void> release;
   auto released = release.get_future().share();
@@ -276,24 +304,7 @@ TEST_F(UnixGrpcServerTest, ShutdownLetsARunningCallFinishWithinTheGrace) {
   EXPECT_EQ(response, "done");
 }
 
-// Handler threads are reused while calls come, and end once none has come for the idle lifetime:
-// an idle plugin keeps no thread per call it answered.
-TEST_F(UnixGrpcServerTest, NoThreadIsLeftPerCallOnceCallsAreAnswered) {
-  Serve({RawUnaryMethod("/t.S/Ok", [](std::string_view, CallContext&,
-                                      std::string*) { return GrpcStatus::Ok(); })},
-        std::chrono::milliseconds(50));
-  std::string response;
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(Call("/t.S/Ok", "", &response).ok());
-  EXPECT_EQ(CountOwnThreadsNamed("test-grpc"), 1);
-  // The idle lifetime is short here; give the threads the time to see it pass.
-  const auto until = std::chrono::steady_clock::now() + kPatience;
-  while (CountOwnThreadsNamed("grpc-call") > 0 && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  EXPECT_EQ(CountOwnThreadsNamed("grpc-call"), 0);
-}
-
-TEST_F(UnixGrpcServerTest, TheSocketHasTheModeAskedForAndIsNotHiddenUnderATemporaryName) {
+TEST_F(SocketServerTest, TheSocketHasTheModeAskedForAndIsNotHiddenUnderATemporaryName) {
   Serve({});
   struct stat st {};
   ASSERT_EQ(::stat(socket_.c_str(), &st), 0);
@@ -327,8 +338,8 @@ grpc::Status Check(Health::Stub& stub) {
 
 // A connection with no call for the limit gets GOAWAY and is closed (the client's channel leaves
 // READY on its own); the same channel's next call reconnects and is answered.
-TEST_F(UnixGrpcServerTest, AConnectionIdleForTheLimitIsClosedAndTheClientReconnects) {
-  Serve({GatedCheck(nullptr, nullptr)}, seconds(10), std::chrono::milliseconds(500));
+TEST_F(SocketServerTest, AConnectionIdleForTheLimitIsClosedAndTheClientReconnects) {
+  Serve({GatedCheck(nullptr, nullptr)}, std::chrono::milliseconds(500));
   auto channel = grpc::CreateChannel("unix:" + socket_, grpc::InsecureChannelCredentials());
   auto stub = Health::NewStub(channel);
   ASSERT_TRUE(Check(*stub).ok());  // the channel was READY for it
@@ -342,12 +353,12 @@ TEST_F(UnixGrpcServerTest, AConnectionIdleForTheLimitIsClosedAndTheClientReconne
 
 // A call open longer than the limit keeps its connection: the channel stays READY for three
 // times the limit while the call runs, and the connection is closed only once it has been idle.
-TEST_F(UnixGrpcServerTest, AConnectionWithACallOpenIsNotClosedAsIdle) {
+TEST_F(SocketServerTest, AConnectionWithACallOpenIsNotClosedAsIdle) {
   constexpr auto kLimit = std::chrono::milliseconds(300);
   std::promise<void> release;
   std::shared_future<void> gate = release.get_future().share();
   std::promise<void> entered;
-  Serve({GatedCheck(&gate, &entered)}, seconds(10), kLimit);
+  Serve({GatedCheck(&gate, &entered)}, kLimit);
   auto channel = grpc::CreateChannel("unix:" + socket_, grpc::InsecureChannelCredentials());
   auto stub = Health::NewStub(channel);
   auto call = std::async(std::launch::async, [&] { return Check(*stub); });

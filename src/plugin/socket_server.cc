@@ -1,0 +1,316 @@
+#include "plugin/socket_server.h"
+
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <exception>
+#include <filesystem>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <system_error>
+#include <unordered_map>
+
+#include "base/elastic_thread_pool.h"
+#include "base/file_io.h"
+
+namespace vfio_dra::plugin {
+namespace {
+
+// Handlers running at once, cancelled ones included: the kubelet runs a call per pod being
+// started or stopped, far below this; a client that cancels calls while their handlers still
+// run cannot make the plugin start threads without end.
+constexpr size_t kMaxRunningCalls = 256;
+// A handler thread with no call for this long ends, so an idle plugin keeps none.
+constexpr auto kHandlerIdleLifetime = std::chrono::seconds(10);
+
+std::string ToString(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  std::string out;
+  if (!buffer.Dump(&slices).ok()) return out;
+  out.reserve(buffer.Length());
+  for (const grpc::Slice& slice : slices) {
+    out.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  return out;
+}
+
+grpc::ByteBuffer ToBuffer(const std::string& bytes) {
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+grpc::Status ToGrpc(const GrpcStatus& status) {
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code), status.message);
+}
+
+// The call's deadline on the steady clock (what Deadline and waits use); nullopt when the caller
+// set none (gRPC reports an infinite one as a far future).
+std::optional<std::chrono::steady_clock::time_point> SteadyDeadline(
+    std::chrono::system_clock::time_point at) {
+  const auto now = std::chrono::system_clock::now();
+  if (at >= now + std::chrono::hours(24 * 365)) return std::nullopt;
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(at - now);
+}
+
+}  // namespace
+
+// The generic service of one server: looks each call's method up and runs its handler on the
+// handler threads. Outlives its server's calls (SocketServer stops the server first).
+class GenericDispatcher final : public grpc::CallbackGenericService {
+ public:
+  GenericDispatcher(std::unordered_map<std::string, GrpcMethod> methods, const char* thread_name,
+                    Logger log)
+      : methods_(std::move(methods)),
+        log_(std::move(log)),
+        handlers_(thread_name, kHandlerIdleLifetime) {}
+
+  grpc::ServerGenericBidiReactor* CreateReactor(
+      grpc::GenericCallbackServerContext* context) override;
+
+  // A place for one more running handler; false when kMaxRunningCalls already run.
+  bool Admit() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (running_ >= kMaxRunningCalls) return false;
+    ++running_;
+    return true;
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    --running_;
+    if (running_ == 0) idle_.notify_all();
+  }
+  // Returns once no handler runs.
+  void WaitIdle() {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_.wait(lock, [&] { return running_ == 0; });
+  }
+
+  ElasticThreadPool& handlers() { return handlers_; }
+  const Logger& log() const { return log_; }
+
+ private:
+  const std::unordered_map<std::string, GrpcMethod> methods_;
+  Logger log_;
+  ElasticThreadPool handlers_;
+  std::mutex mu_;
+  std::condition_variable idle_;
+  size_t running_ = 0;
+};
+
+namespace {
+
+// One call: reads the single request message, runs the handler on a handler thread and answers
+// through gRPC. Deletes itself when gRPC is done with it (OnDone), which is after Finish, which
+// the handler thread calls last.
+class Call final : public grpc::ServerGenericBidiReactor, public CallContext, public MessageSink {
+ public:
+  Call(GenericDispatcher& dispatcher, grpc::GenericCallbackServerContext* context,
+       const GrpcMethod* method)
+      : dispatcher_(dispatcher),
+        method_(method),
+        peer_(context->peer()),
+        deadline_(SteadyDeadline(context->deadline())) {
+    if (method_ == nullptr) {
+      Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "unknown method " + context->method()));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  // CallContext
+  bool IsCancelled() const override { return cancelled_.load(); }
+  std::optional<std::chrono::steady_clock::time_point> deadline() const override {
+    return deadline_;
+  }
+  const std::string& peer() const override { return peer_; }
+  void OnCancel(std::function<void()> wake) const override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!cancelled_.load()) {
+        on_cancel_.push_back(std::move(wake));
+        return;
+      }
+    }
+    wake();
+  }
+
+  // MessageSink: one write in flight at a time; waits until gRPC took it or the call ended.
+  bool Write(std::string message) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (cancelled_.load()) return false;
+    write_buffer_ = ToBuffer(message);
+    write_done_ = false;
+    lock.unlock();
+    StartWrite(&write_buffer_);
+    lock.lock();
+    write_finished_.wait(lock, [&] { return write_done_; });
+    return write_ok_;
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::INTERNAL, "the call carried no request message"));
+      return;
+    }
+    if (!dispatcher_.Admit()) {
+      Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "too many calls are running; try again"));
+      return;
+    }
+    try {
+      dispatcher_.handlers().Run([this] { Serve(); });
+    } catch (const std::system_error& e) {
+      dispatcher_.Release();
+      dispatcher_.log().Warn("cannot start a thread for a gRPC call", {{"error", e.what()}});
+      Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "cannot start a thread for the call; try again"));
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      write_done_ = true;
+      write_ok_ = ok;
+    }
+    write_finished_.notify_all();
+  }
+
+  void OnCancel() override {
+    cancelled_.store(true);
+    std::vector<std::function<void()>> wakes;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      wakes.swap(on_cancel_);
+    }
+    // Outside mu_: a wake takes its service's lock, under which the service asks IsCancelled.
+    for (const auto& wake : wakes) wake();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // On a handler thread. Exceptions end here, as an INTERNAL status, never in gRPC's threads.
+  void Serve() {
+    const std::string request = ToString(request_);
+    GrpcStatus status;
+    std::string response;
+    try {
+      if (method_->unary) {
+        status = method_->unary(request, *this, &response);
+      } else {
+        status = method_->server_streaming(request, *this, *this);
+      }
+    } catch (const std::exception& e) {
+      status = GrpcStatus{GrpcCode::kInternal, std::string("the handler failed: ") + e.what()};
+    }
+    dispatcher_.Release();
+    if (status.ok() && method_->unary) {
+      response_ = ToBuffer(response);
+      StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
+    } else {
+      Finish(ToGrpc(status));
+    }
+    // `this` may be gone from here on.
+  }
+
+  GenericDispatcher& dispatcher_;
+  const GrpcMethod* const method_;
+  const std::string peer_;
+  const std::optional<std::chrono::steady_clock::time_point> deadline_;
+  grpc::ByteBuffer request_;
+  grpc::ByteBuffer response_;
+  std::atomic<bool> cancelled_{false};
+  mutable std::mutex mu_;
+  mutable std::vector<std::function<void()>> on_cancel_;
+  std::condition_variable write_finished_;
+  grpc::ByteBuffer write_buffer_;
+  bool write_done_ = false;
+  bool write_ok_ = false;
+};
+
+}  // namespace
+
+grpc::ServerGenericBidiReactor* GenericDispatcher::CreateReactor(
+    grpc::GenericCallbackServerContext* context) {
+  const auto it = methods_.find(context->method());
+  return new Call(*this, context, it == methods_.end() ? nullptr : &it->second);
+}
+
+Result<std::unique_ptr<SocketServer>> SocketServer::Start(
+    const std::string& path, mode_t mode, const std::vector<GrpcMethod>& methods,
+    const char* thread_name, Logger log, std::chrono::milliseconds close_idle_after) {
+  std::unordered_map<std::string, GrpcMethod> table;
+  for (const GrpcMethod& method : methods) {
+    if (!table.emplace(method.path, method).second) {
+      return MakeError(ErrorKind::kInternal, "gRPC method " + method.path + " registered twice");
+    }
+  }
+  // gRPC binds the socket under a hidden name (the kubelet's plugin watcher skips dot files); it
+  // is renamed into place once it listens with its final mode, so whoever sees the name can
+  // connect at once.
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const std::string temp = dir + "/.vfio-dra-" + std::to_string(::getpid()) + "-" +
+                           std::filesystem::path(path).filename().string();
+  constexpr size_t kMaxPath = sizeof(sockaddr_un::sun_path);
+  if (temp.size() >= kMaxPath || path.size() >= kMaxPath) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "unix socket path " + path + " is too long (a socket path, with its " +
+                         "temporary name while binding, must be shorter than " +
+                         std::to_string(kMaxPath) + " bytes)");
+  }
+  auto dispatcher = std::make_unique<GenericDispatcher>(std::move(table), thread_name, log);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + temp, grpc::InsecureServerCredentials());
+  builder.RegisterCallbackGenericService(dispatcher.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxMessageBytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(kMaxMessageBytes));
+  if (close_idle_after.count() > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                               static_cast<int>(std::min<int64_t>(
+                                   close_idle_after.count(), std::numeric_limits<int>::max())));
+  }
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) {
+    return MakeError(ErrorKind::kUnavailable,
+                     "cannot listen on unix socket " + temp + " (is the directory writable?)");
+  }
+  std::unique_ptr<SocketServer> result(new SocketServer(std::move(dispatcher), std::move(server)));
+  auto fail = [&](const std::string& what) -> Error {
+    const int err = errno;
+    result->Shutdown(std::chrono::milliseconds(0));
+    ::unlink(temp.c_str());
+    return MakeError(ErrorKind::kUnavailable, what + ": " + ErrnoText(err));
+  };
+  if (::chmod(temp.c_str(), mode) != 0) return fail("cannot set the mode of " + temp);
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    return fail("cannot put socket " + path + " in place");
+  }
+  return result;
+}
+
+SocketServer::SocketServer(std::unique_ptr<GenericDispatcher> dispatcher,
+                           std::unique_ptr<grpc::Server> server)
+    : dispatcher_(std::move(dispatcher)), server_(std::move(server)) {}
+
+SocketServer::~SocketServer() { Shutdown(std::chrono::milliseconds(0)); }
+
+void SocketServer::Shutdown(std::chrono::milliseconds grace) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  // gRPC cancels the calls still running at the deadline (their handlers see IsCancelled and
+  // OnCancel) and returns once they are done.
+  server_->Shutdown(std::chrono::system_clock::now() + grace);
+  server_->Wait();
+  dispatcher_->WaitIdle();
+}
+
+}  // namespace vfio_dra::plugin
