@@ -23,7 +23,6 @@ FROM debian:12-slim AS runtime
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       libcpp-httplib0.11 \
-      libnghttp2-14 \
       libmnl0 \
       libpci3 \
       libprometheus-cpp-core1.0 \

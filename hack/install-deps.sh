@@ -7,9 +7,8 @@ set -euo pipefail
 PACKAGES=(
   # toolchain
   build-essential cmake ninja-build pkg-config ccache
-  # wire definitions; the kubelet-facing gRPC server runs on nghttp2 (gRPC C++ is only the tests'
-  # client)
-  protobuf-compiler libprotobuf-dev protobuf-compiler-grpc libgrpc++-dev libnghttp2-dev
+  # wire definitions and the kubelet-facing gRPC server (gRPC C++)
+  protobuf-compiler libprotobuf-dev protobuf-compiler-grpc libgrpc++-dev
   # libraries the daemon links
   libboost-filesystem-dev libfmt-dev libspdlog-dev libpci-dev pci.ids
   libssl-dev libcpp-httplib-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libudev-dev
@@ -23,8 +22,6 @@ TEST_PACKAGES=(
   # the Prometheus text-format parser that checks /metrics (promtool comes only with the whole
   # Prometheus server package, about 96 MB installed)
   python3-prometheus-client
-  # the kubelet's own gRPC stack (grpc-go), for the client-compatibility test
-  golang-go golang-google-grpc-dev
   # the container image (hack/image.sh) and its test with a real container engine
   mmdebstrap umoci skopeo podman
   # the real-kernel VM node (test/e2e-vm/prepare-vm.sh adds the kernel itself and its headers)
