@@ -267,7 +267,8 @@ Result<std::unique_ptr<SocketServer>> SocketServer::Start(
                          "temporary name while binding, must be shorter than " +
                          std::to_string(kMaxPath) + " bytes)");
   }
-  auto dispatcher = std::make_unique<GenericDispatcher>(std::move(table), thread_name, log);
+  auto dispatcher =
+      std::make_unique<GenericDispatcher>(std::move(table), thread_name, std::move(log));
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + temp, grpc::InsecureServerCredentials());
   builder.RegisterCallbackGenericService(dispatcher.get());
