@@ -1,7 +1,9 @@
 #include "base/log.h"
 
+#include <spdlog/details/null_mutex.h>
 #include <spdlog/logger.h>
 #include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/null_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 
@@ -19,7 +21,30 @@ std::shared_ptr<spdlog::logger> MakeLogger(std::shared_ptr<spdlog::sinks::sink> 
   return logger;
 }
 
+// No lock of its own: the function decides what is shared, and may block one thread alone.
+class FunctionSink final : public spdlog::sinks::base_sink<spdlog::details::null_mutex> {
+ public:
+  using Write = std::function<void(std::string_view level, std::string_view line)>;
+  explicit FunctionSink(Write write) : write_(std::move(write)) {}
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& message) override {
+    const auto level = spdlog::level::to_string_view(message.level);
+    write_(std::string_view(level.data(), level.size()),
+           std::string_view(message.payload.data(), message.payload.size()));
+  }
+  void flush_() override {}
+
+ private:
+  Write write_;
+};
+
 }  // namespace
+
+Logger Logger::ToFunction(std::function<void(std::string_view level, std::string_view line)> write,
+                          int verbosity) {
+  return Logger(MakeLogger(std::make_shared<FunctionSink>(std::move(write))), "main", verbosity);
+}
 
 Logger Logger::ToStderr(int verbosity) {
   return Logger(MakeLogger(std::make_shared<spdlog::sinks::stderr_sink_mt>()), "main", verbosity);

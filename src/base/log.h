@@ -5,6 +5,7 @@
 // among the heaviest the build parses.
 #pragma once
 
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -25,6 +26,11 @@ class Logger {
   static Logger ToStderr(int verbosity);
   // A logger that drops everything.
   static Logger Discard();
+  // A logger that hands each line (without its time stamp) and its level ("debug", "info",
+  // "warning", "error") to `write`, from the logging thread and without serializing: tests
+  // record what a component logs, or hold a thread at a line it logs.
+  static Logger ToFunction(std::function<void(std::string_view level, std::string_view line)> write,
+                           int verbosity);
 
   Logger WithComponent(std::string component) const;
 
