@@ -8,6 +8,11 @@ Clock::TimePoint SystemClock::Now() const { return std::chrono::steady_clock::no
 
 void SystemClock::SleepUntil(TimePoint deadline) { std::this_thread::sleep_until(deadline); }
 
+void SystemClock::WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+                            TimePoint deadline) {
+  cv.wait_until(lock, deadline);
+}
+
 Clock& RealClock() {
   static SystemClock clock;
   return clock;
