@@ -18,36 +18,9 @@
 #include "base/deadline.h"
 #include "base/result.h"
 #include "kube/api_client.h"
+#include "kube/resource_claim.h"
 
 namespace vfio_dra::kube {
-
-// metav1.Condition.
-struct DeviceCondition {
-  std::string type;    // e.g. "Ready"
-  std::string status;  // "True" | "False" | "Unknown"
-  std::string reason;  // CamelCase
-  std::string message;
-  int64_t observed_generation = 0;   // the claim's metadata.generation
-  std::string last_transition_time;  // RFC 3339; the writer fills it in when empty
-};
-
-// resource.k8s.io NetworkDeviceData.
-struct NetworkDeviceData {
-  std::string interface_name;
-  std::vector<std::string> ips;  // CIDRs
-  std::string hardware_address;
-};
-
-// resource.k8s.io AllocatedDeviceStatus.
-struct AllocatedDeviceStatus {
-  std::string driver;
-  std::string pool;
-  std::string device;
-  std::optional<std::string> share_id;
-  std::vector<DeviceCondition> conditions;
-  std::optional<nlohmann::json> data;  // a JSON object
-  std::optional<NetworkDeviceData> network_data;
-};
 
 // The claim a status write is for: uid is sent as a precondition so that a claim deleted and
 // re-created under the same name is never written to.

@@ -96,6 +96,42 @@ Result<AllocationResult> ParseAllocation(const nlohmann::json& allocation) {
   return out;
 }
 
+std::string StringOr(const nlohmann::json& object, const char* key) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+std::vector<AllocatedDeviceStatus> ParseDeviceStatuses(const nlohmann::json& devices) {
+  std::vector<AllocatedDeviceStatus> out;
+  if (!devices.is_array()) return out;
+  for (const nlohmann::json& entry : devices) {
+    if (!entry.is_object()) continue;
+    AllocatedDeviceStatus device;
+    device.driver = StringOr(entry, "driver");
+    device.pool = StringOr(entry, "pool");
+    device.device = StringOr(entry, "device");
+    if (auto share = entry.find("shareID"); share != entry.end() && share->is_string()) {
+      device.share_id = share->get<std::string>();
+    }
+    if (device.driver.empty() || device.pool.empty() || device.device.empty()) continue;
+    if (auto conditions = entry.find("conditions");
+        conditions != entry.end() && conditions->is_array()) {
+      for (const nlohmann::json& condition : *conditions) {
+        if (!condition.is_object()) continue;
+        DeviceCondition parsed;
+        parsed.type = StringOr(condition, "type");
+        parsed.status = StringOr(condition, "status");
+        parsed.reason = StringOr(condition, "reason");
+        parsed.message = StringOr(condition, "message");
+        parsed.last_transition_time = StringOr(condition, "lastTransitionTime");
+        if (!parsed.type.empty()) device.conditions.push_back(std::move(parsed));
+      }
+    }
+    out.push_back(std::move(device));
+  }
+  return out;
+}
+
 // status.reservedFor: resource, name and uid identify the consumer, so each is required; apiGroup
 // is empty for core resources (pods) and may be absent.
 Result<std::vector<ResourceClaimConsumerReference>> ParseReservedFor(const nlohmann::json& list) {
@@ -176,6 +212,9 @@ Result<ResourceClaim> ParseResourceClaim(const nlohmann::json& object) {
       auto parsed = ParseReservedFor(*reserved);
       if (!parsed.ok()) return parsed.error();
       claim.reserved_for = std::move(*parsed);
+    }
+    if (auto devices = status->find("devices"); devices != status->end()) {
+      claim.device_statuses = ParseDeviceStatuses(*devices);
     }
   }
   return claim;

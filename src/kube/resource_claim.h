@@ -3,6 +3,7 @@
 // about types: a field of the wrong type is an error naming the field, never a crash.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -38,6 +39,35 @@ struct AllocationResult {
   std::vector<DeviceAllocationConfiguration> config;
 };
 
+// metav1.Condition.
+struct DeviceCondition {
+  std::string type;    // e.g. "Ready"
+  std::string status;  // "True" | "False" | "Unknown"
+  std::string reason;  // CamelCase
+  std::string message;
+  int64_t observed_generation = 0;   // the claim's metadata.generation
+  std::string last_transition_time;  // RFC 3339; the writer fills it in when empty
+};
+
+// resource.k8s.io NetworkDeviceData.
+struct NetworkDeviceData {
+  std::string interface_name;
+  std::vector<std::string> ips;  // CIDRs
+  std::string hardware_address;
+};
+
+// resource.k8s.io AllocatedDeviceStatus: what drivers report about allocated devices
+// (status.devices[]).
+struct AllocatedDeviceStatus {
+  std::string driver;
+  std::string pool;
+  std::string device;
+  std::optional<std::string> share_id;
+  std::vector<DeviceCondition> conditions;
+  std::optional<nlohmann::json> data;  // a JSON object
+  std::optional<NetworkDeviceData> network_data;
+};
+
 // status.reservedFor[]: who uses the claim (the kubelet prepares it for pods among them).
 struct ResourceClaimConsumerReference {
   std::string api_group;  // "" for core
@@ -57,6 +87,10 @@ struct ResourceClaim {
   std::map<std::string, std::string> annotations;
   std::optional<AllocationResult> allocation;
   std::vector<ResourceClaimConsumerReference> reserved_for;
+  // status.devices[], as far as it is well-formed: key and conditions only (the writer's
+  // lastTransitionTime stays when a condition's status does not change). An entry that is not
+  // is left out rather than failing the claim: it is information, and may be another driver's.
+  std::vector<AllocatedDeviceStatus> device_statuses;
 };
 
 Result<ResourceClaim> ParseResourceClaim(const nlohmann::json& object);

@@ -2,9 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <deque>
+#include <mutex>
 #include <regex>
 
+#include "kube/claim_status_queue.h"
 #include "unit/fake_clock.h"
 
 namespace vfio_dra::kube {
@@ -306,6 +309,167 @@ TEST_F(ApiClaimStatusWriterTest, CarriesTheServersMessage) {
   Status broken = Apply({ReadyVf()});
   ASSERT_FALSE(broken.ok());
   EXPECT_NE(broken.error().message.find("proxy error"), std::string::npos);
+}
+
+// A writer for the queue's worker: records what it is asked to apply, answers from a script (then
+// OK), and can hold a call in flight until the test lets it go.
+class ScriptedStatusWriter final : public ClaimStatusWriter {
+ public:
+  Status Apply(const ClaimStatusTarget&, const std::vector<AllocatedDeviceStatus>& devices,
+               Deadline) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    calls_.push_back(devices);
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return !hold_; });
+    if (answers_.empty()) return Status::Ok();
+    Status answer = answers_.front();
+    answers_.pop_front();
+    return answer;
+  }
+  void Answer(Status status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    answers_.push_back(std::move(status));
+  }
+  void Hold(bool hold) {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_ = hold;
+    changed_.notify_all();
+  }
+  bool WaitForCalls(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return changed_.wait_for(lock, std::chrono::seconds(60), [&] { return calls_.size() >= n; });
+  }
+  std::vector<std::vector<AllocatedDeviceStatus>> calls() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  std::deque<Status> answers_;
+  bool hold_ = false;
+  std::vector<std::vector<AllocatedDeviceStatus>> calls_;
+};
+
+class ClaimStatusQueueTest : public ::testing::Test {
+ protected:
+  ClaimStatusQueueTest() {
+    ClaimStatusQueueOptions options;
+    options.jitter_seed = 7;
+    queue_ = std::make_unique<ClaimStatusQueue>(writer_, clock_, Logger::Discard(), options);
+  }
+  void Settle() { ASSERT_TRUE(queue_->WaitUntilSettled(std::chrono::seconds(60))); }
+  // How long the worker waits for the next retry.
+  std::chrono::milliseconds NextRetryIn() const {
+    const auto waits = clock_.waiting_until();
+    if (waits.size() != 1) return std::chrono::milliseconds(-1);
+    return std::chrono::duration_cast<std::chrono::milliseconds>(waits[0] - clock_.Now());
+  }
+  static Status Unavailable() {
+    return MakeError(ErrorKind::kUnavailable, "PATCH .../status: HTTP 503");
+  }
+
+  testing::FakeClock clock_;
+  ScriptedStatusWriter writer_;
+  std::unique_ptr<ClaimStatusQueue> queue_;
+};
+
+TEST_F(ClaimStatusQueueTest, AFailedWriteIsRetriedWithGrowingBackOffUntilItLands) {
+  writer_.Answer(Unavailable());
+  writer_.Answer(Unavailable());
+  queue_->Submit(Target(), {ReadyVf()});
+  Settle();
+  EXPECT_EQ(writer_.calls().size(), 1u);
+  EXPECT_EQ(queue_->Stats().pending, 1u);
+  const auto first = NextRetryIn();
+  EXPECT_GE(first, std::chrono::milliseconds(800));
+  EXPECT_LE(first, std::chrono::milliseconds(1200));
+  clock_.Advance(first);
+  ASSERT_TRUE(writer_.WaitForCalls(2));
+  Settle();
+  const auto second = NextRetryIn();
+  EXPECT_GE(second, std::chrono::milliseconds(1600));
+  EXPECT_LE(second, std::chrono::milliseconds(2400));
+  clock_.Advance(second);
+  ASSERT_TRUE(writer_.WaitForCalls(3));
+  Settle();
+  const ClaimStatusQueueStats stats = queue_->Stats();
+  EXPECT_EQ(stats.pending, 0u);
+  EXPECT_EQ(stats.written, 1u);
+  EXPECT_EQ(stats.failed, 2u);
+  EXPECT_TRUE(queue_->MayHaveWritten("claim-uid-1"));
+  EXPECT_TRUE(clock_.waiting_until().empty());
+}
+
+TEST_F(ClaimStatusQueueTest, AClaimThatIsGoneEndsItsWrite) {
+  writer_.Answer(MakeError(ErrorKind::kNotFound, "the claim no longer exists"));
+  queue_->Submit(Target(), {ReadyVf()});
+  Settle();
+  EXPECT_EQ(queue_->Stats().pending, 0u);
+  EXPECT_EQ(queue_->Stats().given_up, 1u);
+  clock_.Advance(std::chrono::hours(1));
+  Settle();
+  EXPECT_EQ(writer_.calls().size(), 1u);
+}
+
+// An unprepare's clearing replaces a pending write; the write in flight meanwhile fails and is
+// not retried after the clearing (which would put the stale entry back).
+TEST_F(ClaimStatusQueueTest, AClearingIsNeverOvertakenByAStaleRetry) {
+  writer_.Hold(true);
+  writer_.Answer(Unavailable());
+  queue_->Submit(Target(), {ReadyVf()});
+  ASSERT_TRUE(writer_.WaitForCalls(1));  // in flight
+  queue_->Submit(Target(""), {});        // the unprepare
+  writer_.Hold(false);
+  ASSERT_TRUE(writer_.WaitForCalls(2));
+  Settle();
+  clock_.Advance(std::chrono::hours(1));
+  Settle();
+  const auto calls = writer_.calls();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].size(), 1u);
+  EXPECT_TRUE(calls[1].empty());
+  EXPECT_EQ(queue_->Stats().pending, 0u);
+  EXPECT_FALSE(queue_->MayHaveWritten("claim-uid-1"));
+}
+
+TEST_F(ClaimStatusQueueTest, AConditionKeepsItsTransitionTimeUntilItsStatusChanges) {
+  writer_.Hold(true);
+  AllocatedDeviceStatus ready = ReadyVf();
+  ready.conditions[0].last_transition_time = "2026-01-01T00:00:00Z";
+  queue_->Submit(Target(), {ready});
+  ASSERT_TRUE(writer_.WaitForCalls(1));
+  ready.conditions[0].last_transition_time.clear();
+  queue_->Submit(Target(), {ready});  // the same status again: the earlier time stays
+  AllocatedDeviceStatus not_ready = ReadyVf();
+  writer_.Hold(false);
+  ASSERT_TRUE(writer_.WaitForCalls(2));
+  Settle();
+  ASSERT_EQ(writer_.calls()[1].at(0).conditions.at(0).last_transition_time, "2026-01-01T00:00:00Z");
+  not_ready.conditions[0].status = "False";
+  writer_.Hold(true);
+  queue_->Submit(Target(), {not_ready});
+  ASSERT_TRUE(writer_.WaitForCalls(3));
+  queue_->Submit(Target(), {ready});  // True again: a transition, a new time
+  writer_.Hold(false);
+  ASSERT_TRUE(writer_.WaitForCalls(4));
+  Settle();
+  const auto calls = writer_.calls();
+  EXPECT_NE(calls[2].at(0).conditions.at(0).last_transition_time, "2026-01-01T00:00:00Z");
+  EXPECT_NE(calls[3].at(0).conditions.at(0).last_transition_time, "2026-01-01T00:00:00Z");
+}
+
+TEST_F(ClaimStatusQueueTest, StopEndsTheWorkerWaitingForARetryAndDropsThePendingWrite) {
+  writer_.Answer(Unavailable());
+  queue_->Submit(Target(), {ReadyVf()});
+  Settle();
+  ASSERT_EQ(clock_.waiting_until().size(), 1u);
+  queue_->Stop();  // returns: the wait for the retry ends at once
+  EXPECT_EQ(queue_->Stats().pending, 0u);
+  queue_->Submit(Target(), {ReadyVf()});  // ignored once stopped
+  EXPECT_EQ(queue_->Stats().pending, 0u);
+  EXPECT_EQ(writer_.calls().size(), 1u);
 }
 
 }  // namespace

@@ -80,6 +80,27 @@ TEST(ResourceClaim, ParsesReservedFor) {
   EXPECT_TRUE(unreserved->reserved_for.empty());
 }
 
+// status.devices is read for the conditions' lastTransitionTime; what is not well-formed there is
+// left out (it may be another driver's) instead of failing the claim.
+TEST(ResourceClaim, ReadsTheDeviceStatusesItCanAndSkipsTheRest) {
+  auto claim = ParseResourceClaim(nlohmann::json::parse(R"({
+    "metadata": {"namespace": "vms", "name": "c", "uid": "u"},
+    "status": {"devices": [
+      {"driver": "vfio.dra.io", "pool": "node1", "device": "vf-0000-5e-02-1",
+       "conditions": [{"type": "Ready", "status": "True", "reason": "Prepared",
+                       "lastTransitionTime": "2026-11-25T10:00:00Z"}, 7]},
+      {"driver": "other.example.com", "pool": 3, "device": "d"},
+      "junk"]}
+  })"));
+  ASSERT_TRUE(claim.ok()) << claim.error().message;
+  ASSERT_EQ(claim->device_statuses.size(), 1u);
+  const AllocatedDeviceStatus& device = claim->device_statuses[0];
+  EXPECT_EQ(device.device, "vf-0000-5e-02-1");
+  ASSERT_EQ(device.conditions.size(), 1u);
+  EXPECT_EQ(device.conditions[0].status, "True");
+  EXPECT_EQ(device.conditions[0].last_transition_time, "2026-11-25T10:00:00Z");
+}
+
 TEST(ResourceClaim, MalformedReservedForIsAnErrorNamingTheField) {
   const std::pair<const char*, const char*> cases[] = {
       {R"({"reservedFor": {"name": "p"}})", "status.reservedFor must be a list"},
