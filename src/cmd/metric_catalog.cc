@@ -26,6 +26,12 @@ void DeclareMetricCatalog(MetricsRegistry& metrics) {
   metrics.DeclareCounter("vfio_dra_slice_syncs_total",
                          "ResourceSlice syncs, by result (ok, error)");
   metrics.DeclareGauge("vfio_dra_checkpoint_claims", "claims in the prepare checkpoint, by state");
+  metrics.DeclareGauge("vfio_dra_claim_status_pending",
+                       "claims whose status.devices write has not landed yet (retried in the "
+                       "background)");
+  metrics.DeclareCounter("vfio_dra_claim_status_writes_total",
+                         "claim status writes, by result (ok; error: failed, retried; given_up: "
+                         "the claim is gone or the server refuses it for good)");
 }
 
 }  // namespace vfio_dra::cmd

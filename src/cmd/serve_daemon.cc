@@ -67,6 +67,7 @@ Status ServeDaemon::BuildApiClients() {
   // Pod reads and claim status writes sit on the same path as claim reads (a pod start).
   pod_reader_.emplace(*claim_api_);
   claim_status_.emplace(*claim_api_, options_.driver_name);
+  claim_status_queue_.emplace(*claim_status_, RealClock(), root_.WithComponent("claim-status"));
   claims_.emplace(*claim_reader_);
   log_.Info("Kubernetes API client ready",
             {{"server", client_config_->server}, {"source", client_config_->source}});
@@ -98,7 +99,7 @@ Status ServeDaemon::BuildPreparation() {
                                     : std::shared_ptr<vfio::VfNetwork>(vfio::MakeFileVfNetwork(
                                           options_.simulated_vf_network_dir));
   preparer_options.pods = pod_reader_ ? &*pod_reader_ : nullptr;
-  preparer_options.claim_status = claim_status_ ? &*claim_status_ : nullptr;
+  preparer_options.claim_status = claim_status_queue_ ? &*claim_status_queue_ : nullptr;
   auto preparer = prepare::VfioDevicePreparer::Open(preparer_options, *sysfs_, *sysfs_writer_,
                                                     published_, root_.WithComponent("prepare"));
   if (!preparer.ok()) return preparer.error().Wrap("cannot start device preparation");
@@ -186,6 +187,14 @@ void ServeDaemon::DeclareMetrics() {
           static_cast<double>(stats.syncs - stats.failed_syncs));
     m.Set("vfio_dra_slice_syncs_total", {{"result", "error"}},
           static_cast<double>(stats.failed_syncs));
+    const kube::ClaimStatusQueueStats writes = claim_status_queue_->Stats();
+    m.Set("vfio_dra_claim_status_pending", {}, static_cast<double>(writes.pending));
+    m.Set("vfio_dra_claim_status_writes_total", {{"result", "ok"}},
+          static_cast<double>(writes.written));
+    m.Set("vfio_dra_claim_status_writes_total", {{"result", "error"}},
+          static_cast<double>(writes.failed));
+    m.Set("vfio_dra_claim_status_writes_total", {{"result", "given_up"}},
+          static_cast<double>(writes.given_up));
     const prepare::CheckpointCounts counts = preparer_->Counts();
     m.Set("vfio_dra_checkpoint_claims", {{"state", "PrepareStarted"}}, counts.started);
     m.Set("vfio_dra_checkpoint_claims", {{"state", "PrepareCompleted"}}, counts.completed);
@@ -244,6 +253,8 @@ void ServeDaemon::Stop() {
   started_ = false;
   health_->Shutdown();
   if (server_) server_->Stop();
+  // No call can submit a status write any more.
+  claim_status_queue_->Stop();
   metrics_server_.reset();
   watcher_->Stop();
   reconciler_->Stop();

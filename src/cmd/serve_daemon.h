@@ -20,6 +20,7 @@
 #include "discovery/pci_names.h"
 #include "kube/api_client.h"
 #include "kube/claim_reader.h"
+#include "kube/claim_status_queue.h"
 #include "kube/claim_status_writer.h"
 #include "kube/client_config.h"
 #include "kube/httplib_transport.h"
@@ -82,6 +83,8 @@ class ServeDaemon {
   std::optional<kube::ResourceClaimReader> claim_reader_;
   std::optional<kube::ApiPodReader> pod_reader_;
   std::optional<kube::ApiClaimStatusWriter> claim_status_;
+  // Its writes run in the background; stopped (its worker joined) once no call can submit more.
+  std::optional<kube::ClaimStatusQueue> claim_status_queue_;
   std::optional<plugin::ApiClaimSource> claims_;
   // Device preparation.
   plugin::SocketLayout layout_;

@@ -493,21 +493,43 @@ Status VfioDevicePreparer::ApplyDevice(const PlannedDevice& device,
   return Status::Ok();
 }
 
-Status VfioDevicePreparer::WriteClaimStatus(const kube::ResourceClaim& claim,
-                                            const std::vector<PlannedDevice>& plan,
-                                            const std::map<std::string, std::string>& macs,
-                                            Deadline deadline) {
-  if (options_.claim_status == nullptr) return Status::Ok();
+void VfioDevicePreparer::WriteClaimStatus(const kube::ResourceClaim& claim,
+                                          const std::vector<PlannedDevice>& plan,
+                                          const std::map<std::string, std::string>& macs) {
+  if (options_.claim_status == nullptr) return;
   auto devices = VfNetworkConfigurator::StatusOf(options_.driver_name, claim, plan, macs);
-  if (devices.empty()) return Status::Ok();
-  Step("claim-status:write");
-  const kube::ClaimStatusTarget target{claim.api_version, claim.namespace_, claim.name, claim.uid};
-  if (Status s = options_.claim_status->Apply(target, devices, deadline); !s.ok()) {
-    return s.error().Wrap(
-        "the devices are prepared, but the claim's status could not be written "
-        "(the kubelet's retry writes it)");
+  if (devices.empty()) return;
+  // A condition whose status is what the claim already shows keeps its lastTransitionTime. The
+  // claim as read for this prepare is the record of it, also across restarts and instances.
+  for (kube::AllocatedDeviceStatus& device : devices) {
+    for (const kube::AllocatedDeviceStatus& shown : claim.device_statuses) {
+      if (shown.driver != device.driver || shown.pool != device.pool ||
+          shown.device != device.device || shown.share_id != device.share_id) {
+        continue;
+      }
+      for (kube::DeviceCondition& condition : device.conditions) {
+        for (const kube::DeviceCondition& before : shown.conditions) {
+          if (before.type == condition.type && before.status == condition.status) {
+            condition.last_transition_time = before.last_transition_time;
+          }
+        }
+      }
+    }
   }
-  return Status::Ok();
+  Step("claim-status:write");
+  options_.claim_status->Submit({claim.api_version, claim.namespace_, claim.name, claim.uid},
+                                std::move(devices));
+}
+
+void VfioDevicePreparer::ClearClaimStatus(const ClaimRecord& record) {
+  if (options_.claim_status == nullptr) return;
+  // Entries exist only for network VFs that got settings or have a MAC: after a restart the
+  // record tells the first; the queue knows what this process wrote.
+  const bool configured_vf = std::any_of(
+      record.devices.begin(), record.devices.end(),
+      [](const RecordedDevice& d) { return d.vf_link.has_value() && !d.network.Empty(); });
+  if (!configured_vf && !options_.claim_status->MayHaveWritten(record.uid)) return;
+  options_.claim_status->Submit({"", record.namespace_, record.name, record.uid}, {});
 }
 
 Result<std::vector<PreparedDevice>> VfioDevicePreparer::Apply(
@@ -759,9 +781,9 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Prepare(
   // Only this claim's record changed: the snapshots need no re-read of every record (the other
   // instance's changes come with the next Refresh).
   NoteClaim(claim.uid, std::move(noted));
-  if (Status s = WriteClaimStatus(claim, d.plan, macs, deadline); !s.ok()) {
-    return s.error().Wrap(who);
-  }
+  // The devices are prepared: the status is written in the background, and its fate does not
+  // change this answer (see docs/preparation.md).
+  WriteClaimStatus(claim, d.plan, macs);
   Step("prepare:done");
   return std::move(*answer);
 }
@@ -921,6 +943,7 @@ Status VfioDevicePreparer::Unprepare(const ClaimRef& claim, Deadline deadline) {
   }
   Status status = Undo(*record, deadline);
   NoteClaimOnDisk(claim.uid);
+  if (status.ok()) ClearClaimStatus(*record);
   return status;
 }
 

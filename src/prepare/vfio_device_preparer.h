@@ -38,6 +38,7 @@
 #include "base/metrics.h"
 #include "cdi/cdi_spec.h"
 #include "cdi/device_metadata.h"
+#include "kube/claim_status_queue.h"
 #include "prepare/device_plan.h"
 #include "prepare/device_preparer.h"
 #include "prepare/prepare_checkpoint.h"
@@ -73,8 +74,9 @@ struct PreparerOptions {
   std::shared_ptr<vfio::VfNetwork> vf_network;
   // Reads the pods that use a claim of network VFs (KubeVirt's MAC annotation); may be null.
   kube::PodReader* pods = nullptr;
-  // Writes the network VFs' status into their claims; may be null (nothing is written).
-  kube::ClaimStatusWriter* claim_status = nullptr;
+  // Writes the network VFs' status into their claims in the background (a prepare does not wait
+  // for it, nor fail with it); may be null (nothing is written).
+  kube::ClaimStatusQueue* claim_status = nullptr;
 };
 
 struct CheckpointCounts {
@@ -171,9 +173,12 @@ class VfioDevicePreparer final : public DevicePreparer {
   // Binds (or creates) one planned device, after setting its VF's network settings.
   Status ApplyDevice(const PlannedDevice& device, std::map<std::string, std::string>& macs,
                      Deadline deadline);
-  // The network VFs' Ready condition and MAC into the claim's status.
-  Status WriteClaimStatus(const kube::ResourceClaim& claim, const std::vector<PlannedDevice>& plan,
-                          const std::map<std::string, std::string>& macs, Deadline deadline);
+  // Hands the network VFs' Ready condition and MAC to the claim status queue.
+  void WriteClaimStatus(const kube::ResourceClaim& claim, const std::vector<PlannedDevice>& plan,
+                        const std::map<std::string, std::string>& macs);
+  // After an unprepare: removes the entries prepare may have written (and any write of them still
+  // pending), in the background.
+  void ClearClaimStatus(const ClaimRecord& record);
   Result<cdi::Device> CdiDevice(const std::string& claim_uid, const PlannedDevice& device,
                                 bool& needs_container);
   Status WriteMetadata(const kube::ResourceClaim& claim, const std::vector<PlannedDevice>& plan,

@@ -93,6 +93,7 @@ class PrepareDaemonTest : public ::testing::Test {
     daemon_.reset();
     second_.reset();
     for (const RecordedRequest& r : server_->Requests()) {
+      if (r.injected) continue;
       EXPECT_NE(r.status, 403) << r.method << " " << r.path << " is not allowed by rbac.yaml";
     }
     server_->Stop();
@@ -974,6 +975,11 @@ TEST_F(PrepareDaemonTest, AKubevirtVfGetsItsMacVlanAndTrustAndLosesThemAtUnprepa
     EXPECT_EQ(Driver("0000:5e:02.1"), "vfio-pci");
     EXPECT_EQ(vf_state(), configured);
     EXPECT_EQ(json::parse(Slurp(vfnet + "/0000:5e:00.0/vf0.json")), fresh);  // its neighbour
+    // Written in the background after the prepare answered.
+    EXPECT_TRUE(server_->WaitForClaim(
+        "vms", "vm-sriov-abcde",
+        [](const json& stored) { return stored["status"].contains("devices"); },
+        std::chrono::seconds(60)));
     const json devices = server_->Claim("vms", "vm-sriov-abcde")["status"]["devices"];
     ASSERT_EQ(devices.size(), 1u) << devices.dump();
     EXPECT_EQ(devices[0]["driver"], kDriver);
@@ -1018,6 +1024,93 @@ TEST_F(PrepareDaemonTest, AKubevirtVfGetsItsMacVlanAndTrustAndLosesThemAtUnprepa
     EXPECT_EQ(vf_state(), fresh);
     if (HasFailure()) break;
   }
+}
+
+size_t CountOf(const std::string& text, const std::string& part) {
+  size_t count = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++count;
+  return count;
+}
+
+// The claim's status is information for the cluster, not a condition for the VM to run: while
+// the API refuses the status write (here 403, as a 1.36 server does without the
+// resourceclaims/driver right) the prepare answers success, the metric shows the write pending and
+// the log says so once; when the API lets it through, the retry lands it.
+TEST_F(PrepareDaemonTest, AVfPrepareSucceedsWhileItsStatusIsRefusedAndTheStatusLandsLater) {
+  const std::string uid = "44444444-0000-4000-8000-000000000003";
+  const std::string vfnet = dir_ + "/vfnet";
+  every_instance_args_ = {"--simulated-vf-network-dir", vfnet};
+  SeedVfSettings(vfnet);
+  json claim = Claim("vm-nic", uid, {{"vf", "vf-0000-5e-02-1"}});
+  claim["status"]["allocation"]["devices"]["config"] = {
+      {{"source", "FromClaim"},
+       {"requests", {"vf"}},
+       {"opaque",
+        {{"driver", kDriver},
+         {"parameters",
+          {{"apiVersion", "vfio.dra.io/v1alpha1"},
+           {"kind", "VfioConfig"},
+           {"macAddress", "02:00:00:00:00:42"}}}}}}};
+  server_->PutClaim(claim);
+  const std::string status_path =
+      "/apis/resource.k8s.io/v1/namespaces/vms/resourceclaims/vm-nic/status";
+  server_->FailNext(1 << 30, 403, 0, status_path);
+  StartDaemon();
+  std::smatch match;
+  const std::string log = daemon_->Log();
+  ASSERT_TRUE(
+      std::regex_search(log, match, std::regex("endpoint listening\" address=127.0.0.1:(\\d+)")))
+      << log;
+  httplib::Client http("127.0.0.1", std::stoi(match[1]));
+  const SimClaim sim_claim{"vms", "vm-nic", uid};
+
+  auto prepared = sim_.Prepare(plugin_, {sim_claim});
+  ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+  ASSERT_EQ(prepared->claims().at(uid).error(), "") << daemon_->Log();
+  EXPECT_EQ(Driver("0000:5e:02.1"), "vfio-pci");
+  const auto refused = [&](size_t times) {
+    return [&, times](const std::vector<RecordedRequest>& requests) {
+      return static_cast<size_t>(
+                 std::count_if(requests.begin(), requests.end(), [&](const RecordedRequest& r) {
+                   return r.method == "PATCH" && r.path == status_path && r.status == 403;
+                 })) >= times;
+    };
+  };
+  // Retried in the background, with back-off.
+  ASSERT_TRUE(server_->WaitForRequests(refused(2), std::chrono::seconds(60))) << daemon_->Log();
+  auto behind = http.Get("/metrics");
+  ASSERT_TRUE(behind);
+  EXPECT_EQ(Sample(behind->body, "vfio_dra_claim_status_pending"), 1) << behind->body;
+  EXPECT_TRUE(server_->Claim("vms", "vm-nic")["status"]["devices"].is_null());
+
+  server_->ClearFaults();
+  ASSERT_TRUE(server_->WaitForClaim(
+      "vms", "vm-nic",
+      [](const json& stored) {
+        const json& devices = stored["status"]["devices"];
+        return devices.is_array() && devices.size() == 1 &&
+               devices[0]["networkData"]["hardwareAddress"] == "02:00:00:00:00:42";
+      },
+      std::chrono::seconds(60)))
+      << daemon_->Log();
+  // The metric follows the write's answer: wait for the page to say it landed.
+  std::string page;
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+       std::chrono::steady_clock::now() < until;) {
+    auto landed = http.Get("/metrics");
+    ASSERT_TRUE(landed);
+    page = landed->body;
+    if (Sample(page, R"(vfio_dra_claim_status_writes_total{result="ok"})") == 1) break;
+  }
+  EXPECT_EQ(Sample(page, "vfio_dra_claim_status_pending"), 0) << page;
+  EXPECT_GE(Sample(page, R"(vfio_dra_claim_status_writes_total{result="error"})"), 2) << page;
+  // One line when the write started failing and one when it landed, not one per retry.
+  const std::string after = daemon_->Log();
+  EXPECT_EQ(CountOf(after, "cannot write the claim's status"), 1u) << after;
+  EXPECT_EQ(CountOf(after, "claim status written after failing"), 1u) << after;
+
+  ASSERT_EQ(sim_.Unprepare(plugin_, {sim_claim})->claims().at(uid).error(), "");
+  EXPECT_EQ(Driver("0000:5e:02.1"), "iavf");
 }
 
 // A malformed kubevirt.io/dra-networks annotation fails only its claim, quoting the annotation,

@@ -971,6 +971,28 @@ void FakeApiServer::FailNext(int count, int status, int retry_after,
   faults_.push_back(Fault{count, status, retry_after, path_prefix});
 }
 
+void FakeApiServer::ClearFaults() {
+  std::lock_guard<std::mutex> lock(mu_);
+  faults_.clear();
+}
+
+bool FakeApiServer::WaitForRequests(
+    const std::function<bool(const std::vector<RecordedRequest>&)>& done,
+    std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return changed_.wait_for(lock, timeout, [&] { return done(requests_); });
+}
+
+bool FakeApiServer::WaitForClaim(const std::string& namespace_, const std::string& name,
+                                 const std::function<bool(const json&)>& done,
+                                 std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return changed_.wait_for(lock, timeout, [&] {
+    auto it = claims_.find(namespace_ + "/" + name);
+    return done(it == claims_.end() ? json() : it->second);
+  });
+}
+
 size_t FakeApiServer::DeleteSlicesWhere(const std::string& field_selector) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<FieldRequirement> selector;
@@ -1075,6 +1097,7 @@ void FakeApiServer::InstallRoutes() {
                                                  : "BadRequest";
       if (retry_after > 0) res.set_header("Retry-After", std::to_string(retry_after));
       ReplyStatus(res, status, reason, "injected fault");
+      requests_.back().injected = true;
       return;
     }
     bool watch_expired = false;
@@ -1467,6 +1490,7 @@ void FakeApiServer::InstallRoutes() {
         break;
       }
     }
+    changed_.notify_all();
   });
 }
 

@@ -104,6 +104,7 @@ struct RecordedRequest {
   std::string authorization;
   int client_port = 0;  // the client's TCP port: one per connection
   int status = 0;
+  bool injected = false;  // answered by a fault the test injected
 };
 
 class FakeApiServer {
@@ -153,6 +154,8 @@ class FakeApiServer {
   // The next `count` requests (of any kind, or only those whose path starts with `path_prefix`)
   // get `status` with a Status body; 429 and 503 carry Retry-After when `retry_after` > 0.
   void FailNext(int count, int status, int retry_after = 0, const std::string& path_prefix = "");
+  // Drops the faults FailNext injected that have not been used up: the server recovers.
+  void ClearFaults();
 
   // Replaces the random fault mix (all zero: none).
   void SetFaultMix(const FaultMix& mix);
@@ -162,6 +165,14 @@ class FakeApiServer {
   size_t DeleteSlicesWhere(const std::string& field_selector);
 
   std::vector<RecordedRequest> Requests() const;
+  // Wait (on the server's change notifications: every answered request, every stored change)
+  // until `done` holds for the recorded requests, or for the stored claim (null when there is
+  // none), or `timeout` passes.
+  bool WaitForRequests(const std::function<bool(const std::vector<RecordedRequest>&)>& done,
+                       std::chrono::milliseconds timeout);
+  bool WaitForClaim(const std::string& namespace_, const std::string& name,
+                    const std::function<bool(const nlohmann::json&)>& done,
+                    std::chrono::milliseconds timeout);
   // Counts POST/PUT/DELETE requests on resourceslices (the reconciler's writes).
   size_t SliceWrites() const;
   size_t CountRequests(const std::string& method, const std::string& path_prefix) const;
