@@ -48,8 +48,7 @@ int main(int argc, char** argv) {
   };
   const std::string crash_at = Env("VFIO_DRA_SIM_CRASH_AT_STEP");
   const std::string step_log = Env("VFIO_DRA_SIM_STEP_LOG");
-  auto pause = vfio_dra::testing::MakeStepPause(Env("VFIO_DRA_TEST_PAUSE_AT"),
-                                                Env("VFIO_DRA_TEST_PAUSE_DIR"));
+  auto pause = vfio_dra::testing::StepPauseFromEnvironment();
   const long target = crash_at.empty() ? 0 : std::stol(crash_at);
   auto count = std::make_shared<std::atomic<long>>(0);
   environment.before_prepare_step = [target, step_log, count, kernel_of_daemon,

@@ -3,24 +3,11 @@
 // (step_pause.h). The QEMU node's tests use it to force an interleaving of two instances:
 //   VFIO_DRA_TEST_PAUSE_AT=STEP[,STEP...] with VFIO_DRA_TEST_PAUSE_DIR=DIR
 // Without them it is the plugin as shipped.
-#include <cstdlib>
-#include <string>
-
 #include "cmd/cli.h"
 #include "step_pause.h"
 
-namespace {
-
-std::string Env(const char* name) {
-  const char* value = std::getenv(name);
-  return value == nullptr ? "" : value;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   vfio_dra::cmd::ServeEnvironment environment;
-  environment.before_prepare_step = vfio_dra::testing::MakeStepPause(
-      Env("VFIO_DRA_TEST_PAUSE_AT"), Env("VFIO_DRA_TEST_PAUSE_DIR"));
+  environment.before_prepare_step = vfio_dra::testing::StepPauseFromEnvironment();
   return vfio_dra::cmd::RunCli(argc, argv, environment);
 }

@@ -68,6 +68,14 @@ std::function<void(const std::string&)> MakeStepPause(const std::string& steps,
   return [state](const std::string& step) { Pause(*state, step); };
 }
 
+std::function<void(const std::string&)> StepPauseFromEnvironment() {
+  const auto env = [](const char* name) {
+    const char* value = std::getenv(name);
+    return std::string(value == nullptr ? "" : value);
+  };
+  return MakeStepPause(env("VFIO_DRA_TEST_PAUSE_AT"), env("VFIO_DRA_TEST_PAUSE_DIR"));
+}
+
 std::string AwaitPause(int paused_fd, int seconds) {
   std::string line;
   for (;;) {

@@ -22,6 +22,9 @@ namespace vfio_dra::testing {
 // message: a test that asked to pause must not go on unpaused.
 std::function<void(const std::string&)> MakeStepPause(const std::string& steps,
                                                       const std::string& dir);
+// MakeStepPause with the steps and the directory the daemon's environment names:
+//   VFIO_DRA_TEST_PAUSE_AT=STEP[,STEP...]  VFIO_DRA_TEST_PAUSE_DIR=DIR
+std::function<void(const std::string&)> StepPauseFromEnvironment();
 
 // The test's side. Waits until a thread pauses; returns the step's name, or "" after `seconds`.
 // `paused_fd` is <dir>/paused opened O_RDWR.
