@@ -558,14 +558,24 @@ Status SliceReconciler::UpdateChanged(const DesiredPool& pool, const WritePlan& 
         ++stats_.updates;
         break;
       }
-      if (stored.error().kind != ErrorKind::kConflict || attempt >= 3) {
+      const bool conflict = stored.error().kind == ErrorKind::kConflict;
+      const bool gone = stored.error().kind == ErrorKind::kNotFound;
+      if (!(conflict || gone) || attempt >= 3) {
         return stored.error().Wrap("cannot update ResourceSlice " + meta.name);
       }
-      {
+      if (conflict) {
         std::lock_guard<std::mutex> lock(mu_);
         ++stats_.conflicts;
       }
+      // Either way the cache is wrong about this slice: re-read it. A 404 means it was deleted and
+      // the watch has not said so (or said something older after it): forgotten, the next sync
+      // creates it, instead of updating a slice that is gone for ever.
       auto fresh = api_.Get(path + "/" + meta.name);
+      if (!fresh.ok() && fresh.error().kind == ErrorKind::kNotFound) {
+        Forget(meta.name);
+        return fresh.error().Wrap("ResourceSlice " + meta.name +
+                                  " was deleted behind the watch; it is created again");
+      }
       if (!fresh.ok()) return fresh.error().Wrap("cannot re-read ResourceSlice " + meta.name);
       Remember(*fresh);
       meta.resource_version = (*fresh)["metadata"].value("resourceVersion", "");

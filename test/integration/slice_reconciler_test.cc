@@ -174,6 +174,22 @@ TEST_F(SliceReconcilerTest, ADeletedSliceIsRecreatedWithinTwoSeconds) {
   EXPECT_EQ(server_->Slices()[0]["spec"]["devices"].size(), 2u);
 }
 
+// A slice deleted without the watch saying so (a missed event) stays in the reconciler's view:
+// the update it then sends is answered 404. The reconciler re-reads the slice, forgets it when it
+// is gone, and creates it again, instead of updating a slice that no longer exists for ever.
+TEST_F(SliceReconcilerTest, ASliceDeletedBehindTheWatchIsCreatedAgain) {
+  StartServer();
+  StartReconciler("workstation");
+  ASSERT_TRUE(Converged(1));
+  const std::string name = server_->Slices()[0]["metadata"]["name"];
+  ASSERT_TRUE(server_->RemoveSliceUnwatched(name));
+  reconciler_->SetScan(*Scan("sriov"));  // the one slice changes: an update of the deleted one
+  ASSERT_TRUE(server_->WaitForSlices([](const auto& slices) { return slices.size() == 1; }, kWait));
+  ASSERT_TRUE(Converged(1));
+  EXPECT_NE(server_->Slices()[0]["metadata"]["name"], name);
+  EXPECT_EQ(server_->Slices()[0]["spec"]["devices"].size(), 8u);
+}
+
 TEST_F(SliceReconcilerTest, AKubeletRestartWipeIsRepaired) {
   StartServer();
   StartReconciler("sriov");

@@ -965,6 +965,11 @@ bool FakeApiServer::RemoveSlice(const std::string& name) {
   return true;
 }
 
+bool FakeApiServer::RemoveSliceUnwatched(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return slices_.erase(name) == 1;
+}
+
 void FakeApiServer::FailNext(int count, int status, int retry_after,
                              const std::string& path_prefix) {
   std::lock_guard<std::mutex> lock(mu_);

@@ -146,6 +146,9 @@ class FakeApiServer {
   bool WaitForSlices(const std::function<bool(const std::vector<nlohmann::json>&)>& done,
                      std::chrono::milliseconds timeout);
   bool RemoveSlice(const std::string& name);  // as another actor would (emits a watch event)
+  // Removes a slice without a watch event, as a deletion a watch missed (or saw before an older
+  // event of the same slice) leaves a client believing it still exists.
+  bool RemoveSliceUnwatched(const std::string& name);
   // Stores `slice` (v1 form, with metadata.name) as another writer would, without admission, so
   // that it may hold what this plugin cannot read; an existing slice of that name is replaced and
   // keeps its uid. Emits the watch event and returns the stored slice.
