@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Builds the real Kubernetes components the cluster tests run (test/cluster/), from source, through
+# the Go module proxy: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kubelet
+# of k8s.io/kubernetes at the release pinned in test/cluster/components/kubernetes-MINOR/go.mod, and
+# etcd 3.6 from test/cluster/components/etcd-3.6. Nothing else is downloaded: no release binaries,
+# no images.
+#   hack/kube-binaries.sh MINOR      e.g. 1.37; prints the directory that holds the binaries
+# The binaries are cached per release under ~/.cache/vfio-dra/kubernetes/VERSION/ (rebuilt only
+# when the wrapper's go.mod/go.sum change), Go's module and build caches under
+# ~/.cache/vfio-dra/go/, so a second run takes seconds and a rebuild after a go.mod change about a
+# minute. The first build of a release takes 15-25 minutes on 2 cores (README, "Tests against a
+# real control plane").
+# VFIO_DRA_KUBE_CACHE overrides the cache root (default ~/.cache/vfio-dra).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+minor=${1:-}
+if [ -z "$minor" ]; then
+  echo "usage: hack/kube-binaries.sh MINOR (one of:" \
+    "$(cd "$root/test/cluster/components" && ls -d kubernetes-* | sed 's/kubernetes-//' | tr '\n' ' '))" >&2
+  exit 2
+fi
+wrapper=$root/test/cluster/components/kubernetes-$minor
+etcd_wrapper=$root/test/cluster/components/etcd-3.6
+if [ ! -f "$wrapper/go.mod" ]; then
+  echo "kube-binaries.sh: no wrapper module for Kubernetes $minor ($wrapper/go.mod is missing)" >&2
+  exit 2
+fi
+export PATH=/usr/local/go/bin:$PATH
+if ! command -v go >/dev/null; then
+  echo "kube-binaries.sh: go is not installed (expected /usr/local/go/bin/go, Go >= 1.26)" >&2
+  exit 1
+fi
+cache=${VFIO_DRA_KUBE_CACHE:-$HOME/.cache/vfio-dra}
+export GOMODCACHE=$cache/go/mod GOCACHE=$cache/go/build GOFLAGS=-modcacherw GOTOOLCHAIN=local
+# The wrappers' go.sum are committed: a module the proxy serves differently fails the build.
+export GONOSUMDB= GOFLAGS="$GOFLAGS -mod=readonly"
+
+# The version a wrapper pins, from its go.mod (inside or outside a require block).
+pinned() { awk -v m="$2" '($1 == m && $2 ~ /^v/) {print $2} ($1 == "require" && $2 == m) {print $3}' "$1"; }
+version=$(pinned "$wrapper/go.mod" k8s.io/kubernetes)
+etcd_version=$(pinned "$etcd_wrapper/go.mod" go.etcd.io/etcd/server/v3)
+if [ -z "$version" ] || [ -z "$etcd_version" ]; then
+  echo "kube-binaries.sh: cannot read the pinned versions from $wrapper/go.mod and $etcd_wrapper/go.mod" >&2
+  exit 1
+fi
+out=$cache/kubernetes/$version
+stamp=$(cat "$wrapper/go.mod" "$wrapper/go.sum" "$etcd_wrapper/go.mod" "$etcd_wrapper/go.sum" "$0" |
+  sha256sum | cut -c1-16)
+bins="kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet etcd"
+if [ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$stamp" ]; then
+  echo "$out"
+  exit 0
+fi
+mkdir -p "$out"
+rm -f "$out/.stamp"
+
+# Name the proxy as the reason when it cannot be reached, rather than a compiler error later.
+probe() {
+  if ! (cd "$1" && go mod download -x >"$out/download.log" 2>&1); then
+    echo "kube-binaries.sh: downloading the modules of $1 from the Go module proxy" \
+      "($(go env GOPROXY)) failed; the cluster tests need it (last lines of $out/download.log):" >&2
+    tail -5 "$out/download.log" >&2
+    exit 1
+  fi
+}
+start=$(date +%s)
+probe "$wrapper"
+probe "$etcd_wrapper"
+
+# As upstream's hack/lib/golang.sh and hack/lib/version.sh build a release: -trimpath, these
+# tags, and the version stamped so that /version and `kubectl version` report the release.
+major=${version#v}; major=${major%%.*}
+minor_num=${version#v*.}; minor_num=${minor_num%%.*}
+build_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+ldflags="-s -w"
+for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  ldflags+=" -X $p.gitVersion=$version -X $p.gitMajor=$major -X $p.gitMinor=$minor_num"
+  ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=$build_date"
+done
+tags=selinux,notest,grpcnotrace
+jobs=$(nproc)
+echo "kube-binaries.sh: building Kubernetes $version and etcd $etcd_version into $out" >&2
+(cd "$wrapper" && CGO_ENABLED=0 go build -p "$jobs" -trimpath -tags "$tags" -ldflags "$ldflags" \
+  -o "$out/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubelet)
+(cd "$etcd_wrapper" && CGO_ENABLED=0 go build -p "$jobs" -trimpath -ldflags "-s -w" \
+  -o "$out/etcd" go.etcd.io/etcd/server/v3)
+for b in $bins; do
+  if [ ! -x "$out/$b" ]; then
+    echo "kube-binaries.sh: the build finished without $out/$b" >&2
+    exit 1
+  fi
+done
+echo "$stamp" >"$out/.stamp"
+echo "kube-binaries.sh: Kubernetes $version built in $(($(date +%s) - start)) s" >&2
+echo "$out"
