@@ -1,5 +1,6 @@
 #include "plugin/socket_server.h"
 
+#include <fmt/format.h>
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
@@ -19,6 +20,7 @@
 
 #include "base/elastic_thread_pool.h"
 #include "base/file_io.h"
+#include "base/sha256.h"
 
 namespace vfio_dra::plugin {
 namespace {
@@ -256,16 +258,23 @@ Result<std::unique_ptr<SocketServer>> SocketServer::Start(
   }
   // gRPC binds the socket under a hidden name (the kubelet's plugin watcher skips dot files); it
   // is renamed into place once it listens with its final mode, so whoever sees the name can
-  // connect at once.
+  // connect at once. The hidden name has a fixed length, no longer than the final name of a
+  // DaemonSet's per-pod socket: a name built from the final one and the PID went past the 108
+  // bytes of a socket address in /var/lib/kubelet/plugins_registry once the host's PIDs reached
+  // seven digits (hostPID, pid_max 4194304). The digest of the name and the PID keeps two
+  // instances (and two sockets of one) apart, whichever PID namespace they run in.
   const std::string dir = std::filesystem::path(path).parent_path().string();
-  const std::string temp = dir + "/.vfio-dra-" + std::to_string(::getpid()) + "-" +
-                           std::filesystem::path(path).filename().string();
+  const Sha256 digest = Sha256Of(path + "\n" + std::to_string(::getpid()));
+  std::string tag;
+  for (size_t i = 0; i < 6; ++i) tag += fmt::format("{:02x}", digest[i]);
+  const std::string temp = dir + "/.vfio-dra-" + tag;
   constexpr size_t kMaxPath = sizeof(sockaddr_un::sun_path);
   if (temp.size() >= kMaxPath || path.size() >= kMaxPath) {
     return MakeError(ErrorKind::kInvalidArgument,
-                     "unix socket path " + path + " is too long (a socket path, with its " +
-                         "temporary name while binding, must be shorter than " +
-                         std::to_string(kMaxPath) + " bytes)");
+                     fmt::format("unix socket path {} is too long: a socket path must be shorter "
+                                 "than {} bytes, and so must its directory plus 23 (the "
+                                 "temporary name while binding); use a shorter directory",
+                                 path, kMaxPath));
   }
   auto dispatcher =
       std::make_unique<GenericDispatcher>(std::move(table), thread_name, std::move(log));

@@ -8,6 +8,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 
 #include <condition_variable>
 #include <filesystem>
@@ -313,6 +314,26 @@ TEST_F(SocketServerTest, TheSocketHasTheModeAskedForAndIsNotHiddenUnderATemporar
   for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
     EXPECT_EQ(entry.path().filename().string(), "test.sock");
   }
+}
+
+// The longest path a socket address holds (107 bytes) is served: binding under the temporary name
+// must not need more room than the final name (it once added the PID and so failed in the
+// kubelet's registration directory on a host whose PIDs have seven digits).
+TEST_F(SocketServerTest, ASocketPathOfTheLongestLengthIsServed) {
+  constexpr size_t kLongest = sizeof(sockaddr_un::sun_path) - 1;
+  socket_ = dir_ + "/";
+  socket_ += std::string(kLongest - socket_.size() - 5, 'r') + ".sock";
+  ASSERT_EQ(socket_.size(), kLongest);
+  Serve({});
+  struct stat st {};
+  ASSERT_EQ(::stat(socket_.c_str(), &st), 0) << socket_;
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  socket_ += "x";
+  auto refused = SocketServer::Start(socket_, 0600, {}, "test-grpc", Logger::Discard(),
+                                     std::chrono::milliseconds(0));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("is too long"), std::string::npos)
+      << refused.error().message;
 }
 
 // Health/Check that waits for `gate` (when set) before answering SERVING.
