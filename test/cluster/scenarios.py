@@ -1,0 +1,636 @@
+"""The cluster tests' scenarios (test/cluster/README.md). Each gets a running control plane with
+deploy/daemonset applied as shipped, adds its nodes, and asserts what the real components decide:
+the API server's validation, RBAC and admission, the scheduler's allocation, the controller
+manager's claims. Names map to ctest tests cluster_<release>_<scenario>."""
+
+import copy
+import json
+import os
+import re
+import subprocess
+import time
+
+from control_plane import ClusterError, Fatal, wait_for
+from node import Node, Rest
+
+DRIVER = "vfio.dra.io"
+RESOURCE = "/apis/resource.k8s.io/v1"
+
+
+class Environment:
+    def __init__(self, cluster, build_dir, work_dir, source_dir, release):
+        self.cluster = cluster
+        self.build = build_dir
+        self.dir = work_dir
+        self.source = source_dir
+        self.release = release
+        self.nodes = []
+
+    def kubectl(self, *args, **kwargs):
+        return self.cluster.kubectl(*args, **kwargs)
+
+    def apply_objects(self, objects, namespace="default"):
+        text = "\n".join(json.dumps(o) for o in objects)
+        return self.kubectl("apply", "-n", namespace, "-f", "-", input=text)
+
+    def install(self):
+        """kubectl apply -k deploy/daemonset, as the README tells an admin to install."""
+        result = self.kubectl("apply", "-k", os.path.join(self.source, "deploy", "daemonset"))
+        if "Warning" in result.stderr:
+            raise ClusterError(f"kubectl apply -k deploy/daemonset warned:\n{result.stderr}")
+        return result
+
+    def add_node(self, name, fixture, start_plugin=True):
+        node = Node(self.cluster, name, fixture, self.build, self.dir)
+        self.nodes.append(node)
+        node.register()
+        if start_plugin:
+            node.start_plugin()
+        return node
+
+    def expected_slices(self, node):
+        """What the plugin publishes for the node's devices, rendered offline by the same code
+        (`vfio-dra-plugin slices`)."""
+        minor = self.release
+        result = subprocess.run(
+            [os.path.join(self.build, "src", "vfio-dra-plugin"), "slices", "--sysfs-root",
+             os.path.join(node.dir, "sys"), "--node-name", node.name, "--kubernetes-version",
+             minor, "--pci-ids", os.path.join(node.dir, "pci.ids"), "--plugin-data-dir",
+             node.data_dir, "--config", os.path.join(node.dir, "policy.yaml"), "-o", "json"],
+            capture_output=True, text=True)
+        if result.returncode != 0:
+            raise ClusterError(f"vfio-dra-plugin slices for {node.name}: {result.stderr}")
+        data = json.loads(result.stdout)
+        return data["items"] if isinstance(data, dict) and "items" in data else data
+
+    def wait_slices_match(self, node, timeout=180):
+        """Waits until the server holds exactly the node's expected slices, every field the
+        plugin sent present with the value sent (nothing dropped by the server)."""
+        expected = self.expected_slices(node)
+        last = {}
+
+        def matches():
+            if node.plugin and not node.plugin.alive():
+                raise PluginExited(f"the plugin on {node.name} exited with "
+                                   f"{node.plugin.proc.returncode}\n{node.plugin.tail()}")
+            actual = node.slices()
+            last["diff"] = slice_differences(expected, actual)
+            return not last["diff"]
+
+        wait_for(f"{node.name}'s slices on the API server to match what the plugin sends",
+                 matches, timeout, on_timeout=lambda: "\n".join(last.get("diff", [])[:20]))
+        return node.slices()
+
+
+class PluginExited(Fatal):
+    pass
+
+
+# ---- comparing slices ----
+
+def missing_fields(sent, stored, path=""):
+    """Fields of `sent` that `stored` lacks or holds with another value."""
+    if isinstance(sent, dict):
+        if not isinstance(stored, dict):
+            return [f"{path}: sent an object, stored {stored!r}"]
+        out = []
+        for key, value in sent.items():
+            if key not in stored:
+                out.append(f"{path}.{key}: sent {json.dumps(value)[:120]}, dropped by the server")
+            else:
+                out += missing_fields(value, stored[key], f"{path}.{key}")
+        return out
+    if isinstance(sent, list):
+        if not isinstance(stored, list) or len(sent) != len(stored):
+            return [f"{path}: sent {len(sent)} entries, stored {json.dumps(stored)[:120]}"]
+        out = []
+        for i, (a, b) in enumerate(zip(sent, stored)):
+            out += missing_fields(a, b, f"{path}[{i}]")
+        return out
+    return [] if sent == stored else [f"{path}: sent {sent!r}, stored {stored!r}"]
+
+
+def slice_key(s):
+    spec = s["spec"]
+    return (tuple(sorted(d["name"] for d in spec.get("devices", []))),
+            tuple(sorted(c["name"] for c in spec.get("sharedCounters", []))))
+
+
+def slice_differences(expected, actual):
+    by_key = {slice_key(s): s for s in actual}
+    out = []
+    if len(expected) != len(actual):
+        out.append(f"expected {len(expected)} slices, the server holds {len(actual)}")
+    for s in expected:
+        stored = by_key.get(slice_key(s))
+        if stored is None:
+            out.append(f"no slice on the server holds devices {slice_key(s)[0][:5]}... "
+                       f"counter sets {slice_key(s)[1]}")
+            continue
+        spec = copy.deepcopy(s["spec"])
+        spec.get("pool", {}).pop("generation", None)  # moves on with every republish
+        out += missing_fields(spec, stored["spec"], f"slice {stored['metadata']['name']} .spec")
+        for key in ("labels", "annotations"):
+            out += missing_fields(s.get("metadata", {}).get(key, {}),
+                                  stored["metadata"].get(key, {}), f".metadata.{key}")
+    return out
+
+
+def devices_by_type(slices):
+    out = {}
+    for s in slices:
+        for d in s["spec"].get("devices", []):
+            kind = d.get("attributes", {}).get("type", {}).get("string")
+            out.setdefault(kind, []).append(d)
+    return out
+
+
+# ---- pods and claims ----
+
+def claim_template(name, device_class, selectors=(), count=None):
+    request = {"deviceClassName": device_class}
+    if selectors:
+        request["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+    if count:
+        request["allocationMode"] = "ExactCount"
+        request["count"] = count
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name},
+            "spec": {"spec": {"devices": {"requests": [{"name": "dev", "exactly": request}]}}}}
+
+
+def pod_with_claim(name, template, node=None):
+    spec = {"containers": [{"name": "vm", "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"claims": [{"name": "dev"}]}}],
+            "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": template}],
+            "terminationGracePeriodSeconds": 1}
+    if node:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def get_pod(env, name, namespace="default"):
+    return env.cluster.get_json("pod", name, "-n", namespace)
+
+
+def pod_claim(env, pod, namespace="default"):
+    statuses = pod.get("status", {}).get("resourceClaimStatuses", [])
+    if not statuses:
+        return None
+    return env.cluster.get_json("resourceclaim", statuses[0]["resourceClaimName"], "-n",
+                                namespace)
+
+
+def wait_scheduled(env, name, timeout=120):
+    def scheduled():
+        pod = get_pod(env, name)
+        return pod if pod["spec"].get("nodeName") else None
+    return wait_for(f"pod {name} to be scheduled", scheduled, timeout,
+                    on_timeout=lambda: json.dumps(get_pod(env, name).get("status"), indent=1))
+
+
+def wait_unschedulable(env, name, timeout=120):
+    def unschedulable():
+        pod = get_pod(env, name)
+        for c in pod.get("status", {}).get("conditions", []):
+            if c["type"] == "PodScheduled" and c["status"] == "False" and \
+                    c.get("reason") == "Unschedulable":
+                return c
+        return None
+    return wait_for(f"the scheduler to report pod {name} unschedulable", unschedulable, timeout)
+
+
+def allocated_devices(claim):
+    return [(r["driver"], r["pool"], r["device"])
+            for r in claim["status"]["allocation"]["devices"]["results"]]
+
+
+def delete_pod_and_wait_gone(env, node, name):
+    pod = get_pod(env, name)
+    env.kubectl("delete", "pod", name, "--wait=false")
+    with node.kubelet.lock:
+        was_prepared = pod["metadata"]["uid"] in node.kubelet.prepared
+    if was_prepared:
+        node.kubelet.wait_unprepared(pod["metadata"]["uid"])
+    wait_for(f"pod {name} to be gone", lambda: env.kubectl(
+        "get", "pod", name, check=False).returncode != 0, 120)
+
+
+# ---- scenarios ----
+
+def scenario_install(env):
+    """Item 1: the manifests as shipped, the admission policies' type checking, the examples."""
+    env.install()
+    for policy in ("vfio-dra-own-node-slices", "vfio-dra-own-node-claim-status"):
+        def checked():
+            p = env.cluster.get_json("validatingadmissionpolicy", policy)
+            status = p.get("status", {})
+            if status.get("observedGeneration") != p["metadata"]["generation"]:
+                return None
+            return status
+        status = wait_for(f"type checking of ValidatingAdmissionPolicy {policy}", checked, 60)
+        warnings = status.get("typeChecking", {}).get("expressionWarnings", [])
+        if warnings:
+            raise ClusterError(f"ValidatingAdmissionPolicy {policy}: type checking warned: "
+                               f"{json.dumps(warnings, indent=1)}")
+        for condition in status.get("conditions", []):
+            if condition.get("status") != "True":
+                raise ClusterError(f"ValidatingAdmissionPolicy {policy}: {condition}")
+    classes = {c["metadata"]["name"] for c in env.cluster.get_json("deviceclasses")["items"]}
+    for name in ("gpu.vfio.dra.io", "mdev.vfio.dra.io", "vf.vfio.dra.io", "hostdev.vfio.dra.io"):
+        if name not in classes:
+            raise ClusterError(f"DeviceClass {name} missing after kubectl apply -k")
+    examples = os.path.join(env.source, "deploy", "daemonset", "examples")
+    checked_kinds = []
+    for name in sorted(os.listdir(examples)):
+        result = env.kubectl("apply", "--dry-run=server", "-f", os.path.join(examples, name),
+                             check=False)
+        # KubeVirt's own kinds need KubeVirt's CRDs, which these tests do not install: each
+        # example's other objects must be accepted, and only "no matches for kind" on
+        # kubevirt.io/ kinds is tolerated.
+        for line in (result.stderr + result.stdout).splitlines():
+            if not line.strip():
+                continue
+            if re.search(r'created \(server dry run\)|configured \(server dry run\)|'
+                         r'unchanged \(server dry run\)', line):
+                checked_kinds.append(f"{name}: {line.strip()}")
+                continue
+            if 'no matches for kind "VirtualMachine' in line and "kubevirt.io/v1" in line:
+                continue
+            if "ensure CRDs are installed first" in line:
+                continue
+            raise ClusterError(f"example {name} was not accepted: {line}")
+    print("examples accepted by the API server:\n  " + "\n  ".join(checked_kinds))
+    if not any("resourceclaimtemplate" in k for k in checked_kinds):
+        raise ClusterError("no example ResourceClaimTemplate was checked")
+
+
+# A vGPU node with live instances (86 devices with counters: more than 64), a DGX-like node, SR-IOV
+# NICs, a VM host with an mdev parent, and a node with more devices than one slice may hold.
+SLICE_FIXTURES = [("vgpu-node", "vgpu-busy"), ("dgx-node", "datacenter"),
+                  ("sriov-node", "sriov"), ("vm-host", "vm-host"), ("big-node", "large-400")]
+
+
+def scenario_slices(env):
+    """Item 2: on each fixture node, every slice is accepted and stored with every field sent."""
+    env.install()
+    for name, fixture in SLICE_FIXTURES:
+        env.add_node(name, fixture)
+    report = []
+    for node in env.nodes:
+        slices = env.wait_slices_match(node)
+        devices = sum(len(s["spec"].get("devices", [])) for s in slices)
+        counters = sum(len(s["spec"].get("sharedCounters", [])) for s in slices)
+        for s in slices:
+            n = len(s["spec"].get("devices", []))
+            if s["spec"].get("devices") and s["spec"].get("sharedCounters"):
+                raise ClusterError(f"slice {s['metadata']['name']} mixes devices and counters")
+            limit = 64 if any(d.get("consumesCounters") or d.get("taints")
+                              for d in s["spec"].get("devices", [])) else 128
+            if n > limit:
+                raise ClusterError(f"slice {s['metadata']['name']} has {n} > {limit} devices")
+        report.append(f"{node.name} ({node.fixture}): {len(slices)} slices, {devices} devices, "
+                      f"{counters} counter sets")
+    print("\n".join(report))
+    for name, least in (("vgpu-node", 65), ("big-node", 129)):
+        node = next(n for n in env.nodes if n.name == name)
+        if sum(len(s["spec"].get("devices", [])) for s in node.slices()) < least:
+            raise ClusterError(f"{name} publishes fewer than {least} devices: the slice limits "
+                               "are not exercised")
+
+
+def wait_prepared_devices(env, node, pod_name):
+    pod = get_pod(env, pod_name)
+    entry = node.kubelet.wait_prepared(pod["metadata"]["uid"])
+    claim = pod_claim(env, get_pod(env, pod_name))
+    devices = allocated_devices(claim)
+    answer = entry["response"]["claims"][claim["metadata"]["uid"]]
+    prepared = [(DRIVER, d["pool_name"], d["device_name"]) for d in answer.get("devices", [])]
+    if sorted(prepared) != sorted(devices) or not all(
+            d.get("cdi_device_ids") for d in answer["devices"]):
+        raise ClusterError(f"pod {pod_name}: allocated {devices}, the plugin prepared "
+                           f"{json.dumps(answer)}")
+    return devices
+
+
+def device_attribute(slices, name, attribute, domain=DRIVER):
+    for s in slices:
+        for d in s["spec"].get("devices", []):
+            if d["name"] == name:
+                key = attribute if "/" in attribute else f"{domain}/{attribute}"
+                value = d.get("attributes", {}).get(key) or d.get("attributes", {}).get(attribute)
+                return None if value is None else next(iter(value.values()))
+    raise ClusterError(f"device {name} is in none of the slices")
+
+
+def scenario_allocation(env):
+    """Item 3: the real scheduler allocates from the published slices through the shipped
+    DeviceClasses, the examples' templates and the KEP-4815 counters."""
+    env.install()
+    # A vGPU host without live instances (so it is also allocatable whole) and another GPU.
+    node = env.add_node("node1", "vm-host")
+    slices = env.wait_slices_match(node)
+    by_type = devices_by_type(slices)
+    gpus, mdevs = by_type.get("gpu", []), by_type.get("mdev", [])
+    parents = {device_attribute(slices, m["name"], "parentPciAddress") for m in mdevs}
+    host = next(g for g in gpus
+                if device_attribute(slices, g["name"], "resource.kubernetes.io/pciBusID")
+                in parents)
+    host_bdf = device_attribute(slices, host["name"], "resource.kubernetes.io/pciBusID")
+    print(f"{len(gpus)} GPUs, {len(mdevs)} vGPUs; vGPU host {host['name']} ({host_bdf})")
+    attr = 'device.attributes["vfio.dra.io"]'
+    env.apply_objects([
+        claim_template("vgpu-on-host", "mdev.vfio.dra.io",
+                       [f'{attr}.parentPciAddress == "{host_bdf}"']),
+        claim_template("whole-host", "gpu.vfio.dra.io",
+                       [f'device.attributes["resource.kubernetes.io"].pciBusID == "{host_bdf}"']),
+        claim_template("any-gpu", "gpu.vfio.dra.io"),
+        claim_template("too-many", "gpu.vfio.dra.io", count=len(gpus) + 1),
+        # The class selects only its own kind: a gpu-class claim for anything else stays Pending.
+        claim_template("gpu-not-gpu", "gpu.vfio.dra.io", [f'{attr}.type != "gpu"']),
+        claim_template("mdev-not-mdev", "mdev.vfio.dra.io", [f'{attr}.type != "mdev"']),
+    ])
+    # The examples' own templates, as shipped.
+    import yaml
+    examples = os.path.join(env.source, "deploy", "daemonset", "examples")
+    for name in ("gpu-passthrough.yaml", "vgpu.yaml"):
+        with open(os.path.join(examples, name)) as f:
+            templates = [d for d in yaml.safe_load_all(f)
+                         if d and d.get("kind") == "ResourceClaimTemplate"]
+        env.apply_objects(templates)
+
+    def expect_pending(*pods):
+        for name in pods:
+            condition = wait_unschedulable(env, name)
+            if "cannot allocate all claims" not in condition.get("message", ""):
+                raise ClusterError(f"pod {name} is Pending for another reason: {condition}")
+            print(f"pod {name} stays Pending: {condition['message']}")
+
+    # A claim of the GPU class gets a GPU of the node.
+    env.apply_objects([pod_with_claim("gpu", "any-gpu")])
+    wait_scheduled(env, "gpu")
+    (_, pool, device), = wait_prepared_devices(env, node, "gpu")
+    if pool != "node1" or device not in {g["name"] for g in gpus}:
+        raise ClusterError(f"the GPU claim got {pool}/{device}, not a GPU of node1")
+    print(f"GPU claim allocated and prepared: {device}")
+    delete_pod_and_wait_gone(env, node, "gpu")
+
+    # The vGPU host whole: while it is held, none of its vGPUs.
+    env.apply_objects([pod_with_claim("whole", "whole-host")])
+    wait_scheduled(env, "whole")
+    (_, _, device), = wait_prepared_devices(env, node, "whole")
+    if device != host["name"]:
+        raise ClusterError(f"the whole-GPU claim got {device}, not {host['name']}")
+    env.apply_objects([pod_with_claim("vgpu", "vgpu-on-host")])
+    expect_pending("vgpu")
+    delete_pod_and_wait_gone(env, node, "whole")
+
+    # Once the GPU is released, the vGPU claim gets an mdev of it; now the whole GPU waits.
+    wait_scheduled(env, "vgpu", timeout=180)
+    (_, pool, device), = wait_prepared_devices(env, node, "vgpu")
+    if device not in {m["name"] for m in mdevs} or \
+            device_attribute(slices, device, "parentPciAddress") != host_bdf:
+        raise ClusterError(f"the vGPU claim got {pool}/{device}, not a vGPU of {host_bdf}")
+    print(f"vGPU claim allocated and prepared: {device}")
+    env.apply_objects([pod_with_claim("whole-again", "whole-host"),
+                       pod_with_claim("many", "too-many"),
+                       pod_with_claim("gpu-not-gpu", "gpu-not-gpu"),
+                       pod_with_claim("mdev-not-mdev", "mdev-not-mdev")])
+    expect_pending("whole-again", "many", "gpu-not-gpu", "mdev-not-mdev")
+
+    # The vGPU goes: once unprepared and its claim released, the whole GPU is allocatable.
+    delete_pod_and_wait_gone(env, node, "vgpu")
+    wait_scheduled(env, "whole-again", timeout=180)
+    (_, _, device), = wait_prepared_devices(env, node, "whole-again")
+    if device != host["name"]:
+        raise ClusterError(f"the whole-GPU claim got {device}, not {host['name']}")
+    print(f"whole GPU allocated after the vGPU was released: {device}")
+    for name in ("whole-again", "many", "gpu-not-gpu", "mdev-not-mdev"):
+        delete_pod_and_wait_gone(env, node, name)
+
+    # The examples select what the README says: an NVIDIA GPU, a vGPU of type nvidia-222.
+    for pod, template, check in (
+            ("example-gpu", "nvidia-gpu",
+             lambda d: device_attribute(slices, d, "vendorID") == "10de"),
+            ("example-vgpu", "vgpu-nvidia-222",
+             lambda d: device_attribute(slices, d, "mdevType") == "nvidia-222")):
+        env.apply_objects([pod_with_claim(pod, template)])
+        wait_scheduled(env, pod, timeout=180)
+        (_, _, device), = wait_prepared_devices(env, node, pod)
+        if not check(device):
+            raise ClusterError(f"example {pod} got {device}, which its README line excludes")
+        print(f"example {pod}: {device}")
+        delete_pod_and_wait_gone(env, node, pod)
+    if node.kubelet.errors:
+        raise ClusterError(f"kubelet calls failed: {node.kubelet.errors}")
+
+
+def seed_vf_settings(node):
+    """The simulated PF driver's VF settings (vfio::MakeFileVfNetwork): the sriov fixture's PF
+    0000:5e:00.0 with 8 VFs as a fresh PF has them."""
+    vfnet = os.path.join(node.dir, "vfnet")
+    pf = os.path.join(vfnet, "0000:5e:00.0")
+    os.makedirs(pf, exist_ok=True)
+    with open(os.path.join(pf, "netdev"), "w") as f:
+        f.write("ens5f0\n")
+    for i in range(8):
+        with open(os.path.join(pf, f"vf{i}.json"), "w") as f:
+            f.write('{"mac":"00:00:00:00:00:00","vlan":0,"qos":0,"spoofchk":true,"trust":false}')
+    return ["--simulated-vf-network-dir", vfnet]
+
+
+def add_sriov_node(env, name):
+    node = env.add_node(name, "sriov", start_plugin=False)
+    node.start_plugin(seed_vf_settings(node))
+    env.wait_slices_match(node)
+    return node
+
+
+def scenario_vf_status(env):
+    """Item 5: the Ready condition and network data the plugin applies to an SR-IOV VF claim's
+    status.devices, merged by server-side apply with what another field manager set there."""
+    env.install()
+    node = add_sriov_node(env, "node1")
+    env.apply_objects([claim_template("vf", "vf.vfio.dra.io")])
+    pod = pod_with_claim("virt-launcher-vm", "vf")
+    pod["metadata"]["annotations"] = {"kubevirt.io/dra-networks": json.dumps(
+        [{"claimName": "dev", "requestName": "dev", "mac": "02:00:00:00:be:ef"}])}
+    # The kubelet stand-in holds this pod's prepare until the other manager has written.
+    node.kubelet.hold("virt-launcher-vm")
+    env.apply_objects([pod])
+    wait_scheduled(env, "virt-launcher-vm")
+    claim = pod_claim(env, get_pod(env, "virt-launcher-vm"))
+    name = claim["metadata"]["name"]
+    (_, pool, device), = allocated_devices(claim)
+    # Another field manager (a network status controller, say) reports on the same device first.
+    # The API server admits status.devices entries only for allocated devices.
+    other = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": name, "namespace": "default"},
+             "status": {"devices": [{"driver": DRIVER, "pool": pool, "device": device,
+                                     "conditions": [{"type": "NetworkAttached", "status": "True",
+                                                     "reason": "Attached", "message": "",
+                                                     "lastTransitionTime": "2026-01-01T00:00:00Z"}]}]}}
+    env.kubectl("apply", "--server-side", "--subresource=status", "--field-manager=network-status",
+                "-f", "-", input=json.dumps(other))
+    node.kubelet.release("virt-launcher-vm")
+    wait_prepared_devices(env, node, "virt-launcher-vm")
+
+    def written():
+        c = env.cluster.get_json("resourceclaim", name)
+        entries = c.get("status", {}).get("devices", [])
+        return c if any(e.get("networkData") for e in entries) else None
+    stored = wait_for("the plugin's status.devices entry", written, 120)
+    print("status.devices:", json.dumps(stored["status"]["devices"], indent=1))
+    entries = stored["status"]["devices"]
+    if len(entries) != 1:
+        raise ClusterError(f"expected one entry for {pool}/{device}: {entries}")
+    ours = entries[0]
+    if (ours["driver"], ours["pool"], ours["device"]) != (DRIVER, pool, device):
+        raise ClusterError(f"status entry names {ours}, allocated {pool}/{device}")
+    conditions = {c["type"]: c for c in ours.get("conditions", [])}
+    if conditions.get("Ready", {}).get("status") != "True":
+        raise ClusterError(f"no Ready=True condition in {ours}")
+    if "NetworkAttached" not in conditions:
+        raise ClusterError(f"the other field manager's condition is gone: {ours}")
+    if ours.get("networkData", {}).get("hardwareAddress") != "02:00:00:00:be:ef":
+        raise ClusterError(f"networkData is not the pod's MAC: {ours}")
+    managed = env.cluster.get_json("resourceclaim", name, "--show-managed-fields")
+    managers = {m["manager"] for m in managed["metadata"].get("managedFields", [])
+                if m.get("subresource") == "status"}
+    if not {"network-status", DRIVER} <= managers:
+        raise ClusterError(f"status field managers on the claim: {managers}")
+    print(f"status written by {sorted(managers)}")
+
+
+def audit_events(env, user):
+    events = []
+    with open(os.path.join(env.cluster.dir, "audit.log")) as f:
+        for line in f:
+            event = json.loads(line)
+            if event.get("user", {}).get("username") == user:
+                events.append(event)
+    return events
+
+
+PLUGIN_USER = "system:serviceaccount:vfio-dra:vfio-dra-plugin"
+
+
+def scenario_ownership(env):
+    """Item 4: with its own token the plugin writes only what is its own, and the shipped RBAC
+    is exactly enough for what it needs."""
+    env.install()
+    node1 = add_sriov_node(env, "node1")
+    node2 = add_sriov_node(env, "node2")
+    token = open(os.path.join(node1.dir, "token")).read().strip()
+    plugin = Rest(env.cluster.server, env.cluster.ca_file, token)
+    # A slice for another node: refused.
+    theirs = node2.slices()[0]
+    forged = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+              "metadata": {"generateName": "forged-"},
+              "spec": {**theirs["spec"], "pool": {**theirs["spec"]["pool"], "name": "forged"}}}
+    status, body = plugin.request("POST", f"{RESOURCE}/resourceslices", forged)
+    if status != 403 or "may only change ResourceSlices of its own node" not in str(body):
+        raise ClusterError(f"node1's plugin creating a slice for node2: {status} {body}")
+    status, body = plugin.request("DELETE", f"{RESOURCE}/resourceslices/{theirs['metadata']['name']}")
+    if status != 403:
+        raise ClusterError(f"node1's plugin deleting node2's slice: {status} {body}")
+    # A claim allocated on node2: node1's plugin may not write its status.
+    env.apply_objects([claim_template("vf", "vf.vfio.dra.io")])
+    env.apply_objects([pod_with_claim("on-node2", "vf", node="node2")])
+    wait_scheduled(env, "on-node2")
+    wait_prepared_devices(env, node2, "on-node2")
+    claim = pod_claim(env, get_pod(env, "on-node2"))
+    result = claim["status"]["allocation"]["devices"]["results"][0]
+    patch = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": claim["metadata"]["name"], "namespace": "default"},
+             "status": {"devices": [{"driver": DRIVER, "pool": result["pool"],
+                                     "device": result["device"],
+                                     "networkData": {"hardwareAddress": "02:00:00:00:66:66"}}]}}
+    status, body = plugin.request(
+        "PATCH", f"{RESOURCE}/namespaces/default/resourceclaims/{claim['metadata']['name']}"
+        "/status?fieldManager=forger&force=true", patch, content_type="application/apply-patch+yaml")
+    if status not in (403, 422) or "node" not in str(body):
+        raise ClusterError(f"node1's plugin writing the status of a claim on node2: {status} {body}")
+    print(f"refused as it should be: {status} {body.get('message') if isinstance(body, dict) else body}")
+    # The plugin's own work on node1 needs no more than the shipped RBAC: no 403 for it.
+    env.apply_objects([pod_with_claim("on-node1", "vf", node="node1")])
+    wait_scheduled(env, "on-node1")
+    wait_prepared_devices(env, node1, "on-node1")
+    own = pod_claim(env, get_pod(env, "on-node1"))
+    wait_for("node1's plugin's status write", lambda: any(
+        e["driver"] == DRIVER for e in env.cluster.get_json(
+            "resourceclaim", own["metadata"]["name"]).get("status", {}).get("devices", [])), 120)
+    delete_pod_and_wait_gone(env, node1, "on-node1")
+    denied = [e for e in audit_events(env, PLUGIN_USER)
+              if e.get("responseStatus", {}).get("code") == 403 and
+              e.get("sourceIPs") and e["stage"] == "ResponseComplete"]
+    forged_ones = [e for e in denied if "forged" in json.dumps(e.get("objectRef", {})) or
+                   e["verb"] in ("create", "delete", "patch") and
+                   e.get("objectRef", {}).get("name") in (theirs["metadata"]["name"],
+                                                          claim["metadata"]["name"])]
+    unexpected = [e for e in denied if e not in forged_ones]
+    if unexpected:
+        raise ClusterError("the plugin got 403 for writes it needs: " + json.dumps(
+            [(e["verb"], e.get("objectRef"), e.get("responseStatus")) for e in unexpected])[:2000])
+    for n in (node1, node2):
+        log = open(os.path.join(n.dir, "plugin.log"), errors="replace").read()
+        if "403" in log or "forbidden" in log.lower():
+            raise ClusterError(f"the plugin on {n.name} logged a refusal:\n" + "\n".join(
+                line for line in log.splitlines() if "403" in line or "orbidden" in line)[:2000])
+
+
+def scenario_slices_true(env):
+    """Item 6: the slices stay true against the real server: deleted slices come back, an API
+    server restart is survived without a burst of LISTs, device changes show."""
+    env.install()
+    node = env.add_node("node1", "sriov", start_plugin=False)
+    node.start_plugin(["--rescan-interval", "1"])
+    slices = env.wait_slices_match(node)
+    victim = slices[0]["metadata"]["name"]
+    env.kubectl("delete", "resourceslice", victim)
+    env.wait_slices_match(node)
+    print(f"slice {victim} deleted by hand: re-created")
+    env.kubectl("delete", "resourceslices", "--field-selector", "spec.nodeName=node1")
+    env.wait_slices_match(node)
+    print("all of the node's slices deleted: converged again")
+
+    def lists():
+        return [e for e in audit_events(env, PLUGIN_USER)
+                if e["verb"] == "list" and e["stage"] == "ResponseComplete"]
+    lists_before = len(lists())
+    env.cluster.restart_apiserver()
+    env.kubectl("delete", "resourceslice", node.slices()[0]["metadata"]["name"])
+    env.wait_slices_match(node)
+    lists_after = len(lists()) - lists_before
+    print(f"API server restarted: slices converged, {lists_after} LIST requests by the plugin "
+          "after the restart")
+    if lists_after > 4:
+        raise ClusterError(f"{lists_after} LIST requests after one API server restart")
+    # A VF disappears from the node (hot-unplug) and comes back.
+    sys_dir = os.path.join(node.dir, "sys")
+    vfs = devices_by_type(node.slices()).get("vf", [])
+    bdf = device_attribute(node.slices(), vfs[-1]["name"], "resource.kubernetes.io/pciBusID")
+    link = os.path.join(sys_dir, "bus", "pci", "devices", bdf)
+    target = os.readlink(link)
+    os.unlink(link)
+    wait_for(f"{vfs[-1]['name']} to leave the slices", lambda: vfs[-1]["name"] not in
+             {d["name"] for s in node.slices() for d in s["spec"].get("devices", [])}, 120)
+    os.symlink(target, link)
+    env.wait_slices_match(node)
+    print(f"{bdf} removed and added back: the slices followed")
+
+
+SCENARIOS = {
+    "install": scenario_install,
+    "slices": scenario_slices,
+    "allocation": scenario_allocation,
+    "vf-status": scenario_vf_status,
+    "ownership": scenario_ownership,
+    "slices-true": scenario_slices_true,
+}
+
+
+def node_names(scenario):
+    if scenario == "slices":
+        return [n for n, _ in SLICE_FIXTURES]
+    return ["node1", "node2"]
