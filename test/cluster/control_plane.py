@@ -35,11 +35,14 @@ RELEASE_SETTINGS = {
     },
 }
 
-# Audit only what item 6 counts: requests for resourceslices, at Metadata level (no bodies).
+# Audited, without bodies: everything the plugin's ServiceAccount asks (to find any refusal) and
+# all DRA requests (to count the plugin's LISTs and writes).
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
+  - level: Metadata
+    users: ["system:serviceaccount:vfio-dra:vfio-dra-plugin"]
   - level: Metadata
     resources:
       - group: resource.k8s.io

@@ -29,6 +29,10 @@ import urllib.parse
 from control_plane import ClusterError, Process, free_port, wait_for
 
 
+# The tests' own requests, told apart from the plugin's in the audit log.
+TEST_USER_AGENT = "vfio-dra-cluster-test"
+
+
 def now_rfc3339(micro=False):
     t = datetime.datetime.now(datetime.timezone.utc)
     return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
@@ -49,7 +53,8 @@ class Rest:
     def request(self, method, path, body=None, content_type="application/json", timeout=30):
         conn = self._connection(timeout)
         try:
-            headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+            headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json",
+                       "User-Agent": TEST_USER_AGENT}
             data = None
             if body is not None:
                 data = json.dumps(body).encode()
@@ -68,7 +73,8 @@ class Rest:
         try:
             conn.request("GET", f"{path}{sep}watch=true&resourceVersion={resource_version}"
                          f"&timeoutSeconds={timeout - 10}",
-                         headers={"Authorization": f"Bearer {self.token}"})
+                         headers={"Authorization": f"Bearer {self.token}",
+                                  "User-Agent": TEST_USER_AGENT})
             response = conn.getresponse()
             if response.status != 200:
                 raise ClusterError(f"watch {path}: HTTP {response.status}: "
