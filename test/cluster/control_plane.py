@@ -31,7 +31,10 @@ RELEASE_SETTINGS = {
     },
     "1.34": {
         "feature_gates": "DRAPartitionableDevices=true,DRADeviceTaints=true",
-        "runtime_config": "resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true",
+        # DeviceTaintRule is v1alpha3 only in 1.34; with DRADeviceTaints the controller
+        # manager's taint eviction controller waits for it, and with it every informer.
+        "runtime_config": "resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true,"
+                          "resource.k8s.io/v1alpha3=true",
     },
 }
 
