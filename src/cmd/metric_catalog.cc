@@ -15,7 +15,7 @@ void DeclareMetricCatalog(MetricsRegistry& metrics) {
   // Device work (prepare::VfioDevicePreparer).
   metrics.DeclareHistogram("vfio_dra_device_operation_duration_seconds",
                            "time of one device operation: bind (to vfio-pci), restore (to the "
-                           "original driver), mdev_create, mdev_remove");
+                           "original driver), mdev_create, mdev_remove, vgpu_create, vgpu_remove");
   metrics.DeclareCounter("vfio_dra_device_operation_errors_total",
                          "device operations that failed, by operation");
   // Publication and state, read at scrape time (ServeDaemon's collector).

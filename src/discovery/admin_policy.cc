@@ -61,7 +61,8 @@ Result<DeviceKind> Kind(const std::string& path, const YAML::Node& node, const s
   if (text == "mdev") return DeviceKind::kMdev;
   if (text == "vf") return DeviceKind::kVf;
   if (text == "hostdev") return DeviceKind::kHostdev;
-  return PolicyError(path, node, key, "must be one of gpu, mdev, vf, hostdev");
+  if (text == "vgpu") return DeviceKind::kVgpu;
+  return PolicyError(path, node, key, "must be one of gpu, mdev, vf, hostdev, vgpu");
 }
 
 Result<DeviceSelector> ParseSelector(const std::string& path, const YAML::Node& node,
@@ -110,26 +111,33 @@ Result<DeviceSelector> ParseSelector(const std::string& path, const YAML::Node& 
         selector.drivers.insert(text);
       } else if (key == "mdevType") {
         selector.mdev_types.insert(text);
+      } else if (key == "vgpuType") {
+        selector.vgpu_types.insert(text);
       } else {
         return PolicyError(path, kv.first, field,
                            "unknown key (known: kind, vendor, device, class, address, pf, driver, "
-                           "mdevType)");
+                           "mdevType, vgpuType)");
       }
     }
   }
   if (kind_required && !selector.kind.has_value()) {
-    return PolicyError(path, node, where + ".kind", "is required (gpu, mdev, vf or hostdev)");
+    return PolicyError(path, node, where + ".kind", "is required (gpu, mdev, vf, hostdev or vgpu)");
   }
   if (!any_field && kind_required) {
     return PolicyError(path, node, where,
                        "selects every device of its kind; name at least one of vendor, device, "
-                       "class, address, pf, driver, mdevType");
+                       "class, address, pf, driver, mdevType, vgpuType");
   }
   if (!any_field && !kind_required && !selector.kind.has_value()) {
     return PolicyError(path, node, where, "is empty and would deny everything");
   }
-  if (!selector.pfs.empty() && selector.kind.has_value() && *selector.kind != DeviceKind::kVf) {
-    return PolicyError(path, node, where + ".pf", "only applies to kind vf");
+  if (!selector.pfs.empty() && selector.kind.has_value() && *selector.kind != DeviceKind::kVf &&
+      *selector.kind != DeviceKind::kVgpu) {
+    return PolicyError(path, node, where + ".pf", "only applies to kinds vf and vgpu");
+  }
+  if (!selector.vgpu_types.empty() && selector.kind.has_value() &&
+      *selector.kind != DeviceKind::kVgpu) {
+    return PolicyError(path, node, where + ".vgpuType", "only applies to kind vgpu");
   }
   if (!selector.mdev_types.empty() && selector.kind.has_value() &&
       *selector.kind != DeviceKind::kMdev) {
@@ -157,6 +165,10 @@ Result<VfioDriverRule> ParseVfioDriverRule(const std::string& path, const YAML::
       if (!selector->mdev_types.empty()) {
         return PolicyError(path, match, where + ".match.mdevType",
                            "does not apply: mdevs have no VFIO driver of their own");
+      }
+      if (!selector->vgpu_types.empty()) {
+        return PolicyError(path, match, where + ".match.vgpuType",
+                           "does not apply: a vGPU VF stays on nvidia, its VFIO provider");
       }
       rule.match = std::move(*selector);
     } else if (key == "use") {
@@ -198,12 +210,18 @@ const char* DeviceKindName(DeviceKind kind) {
       return "vf";
     case DeviceKind::kHostdev:
       return "hostdev";
+    case DeviceKind::kVgpu:
+      return "vgpu";
   }
   return "unknown";
 }
 
 bool DeviceSelector::MatchesFunction(const PciFunction& fn) const {
-  if (!mdev_types.empty()) return false;
+  if (!mdev_types.empty() || !vgpu_types.empty()) return false;
+  return MatchesPciFields(fn);
+}
+
+bool DeviceSelector::MatchesPciFields(const PciFunction& fn) const {
   if (!vendors.empty() && !vendors.count(fn.vendor_id)) return false;
   if (!devices.empty() && !devices.count(fn.device_id)) return false;
   if (!MatchesClass(*this, fn.class_code)) return false;
@@ -218,16 +236,17 @@ bool DeviceSelector::MatchesMdev(const std::string& type_id, const PciFunction* 
   const bool needs_parent = !vendors.empty() || !devices.empty() || !classes.empty() ||
                             !addresses.empty() || !drivers.empty() || !pfs.empty();
   if (!needs_parent) return true;
-  if (parent == nullptr) return false;
-  if (!vendors.empty() && !vendors.count(parent->vendor_id)) return false;
-  if (!devices.empty() && !devices.count(parent->device_id)) return false;
-  if (!MatchesClass(*this, parent->class_code)) return false;
-  if (!addresses.empty() && !addresses.count(parent->address)) return false;
-  if (!drivers.empty() && !drivers.count(parent->driver)) return false;
-  if (!pfs.empty() && (!parent->sriov_vf.has_value() || !pfs.count(parent->sriov_vf->pf))) {
+  return parent != nullptr && MatchesPciFields(*parent);
+}
+
+bool DeviceSelector::MatchesVgpu(const sysfs::CreatableVgpuType& type,
+                                 const PciFunction& vf) const {
+  if (!mdev_types.empty()) return false;
+  if (!vgpu_types.empty() && !vgpu_types.count(std::to_string(type.id)) &&
+      !vgpu_types.count(type.name)) {
     return false;
   }
-  return true;
+  return MatchesPciFields(vf);
 }
 
 bool AdminPolicy::KindEnabled(DeviceKind kind) const {
@@ -240,6 +259,8 @@ bool AdminPolicy::KindEnabled(DeviceKind kind) const {
       return vf_enabled;
     case DeviceKind::kHostdev:
       return hostdev_enabled;
+    case DeviceKind::kVgpu:
+      return vgpu_enabled;
   }
   return false;
 }
@@ -303,6 +324,9 @@ Result<AdminPolicy> ParseAdminPolicy(const std::string& yaml_text, const std::st
               break;
             case DeviceKind::kHostdev:
               policy.hostdev_enabled = *enabled;
+              break;
+            case DeviceKind::kVgpu:
+              policy.vgpu_enabled = *enabled;
               break;
           }
         }

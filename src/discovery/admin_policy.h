@@ -4,16 +4,17 @@
 // IOMMU group can be allowed by the explicitly unsafe `unsafeNoIommu` switch.
 //
 //   version: v1
-//   kinds: {gpu: true, mdev: true, vf: true, hostdev: true}
+//   kinds: {gpu: true, mdev: true, vf: true, hostdev: true, vgpu: true}
 //   select:
-//     - kind: hostdev          # gpu | mdev | vf | hostdev (required)
+//     - kind: hostdev          # gpu | mdev | vf | hostdev | vgpu (required)
 //       vendor: "8086"         # each field: one value or a list; all given fields must match
 //       device: ["1572", "1583"]
 //       class: "0200"          # base class + subclass (4 hex digits) or full class (6)
 //       address: "0000:5e:00.0"
-//       pf: "0000:5e:00.0"     # vf only: the VF's physical function
+//       pf: "0000:5e:00.0"     # vf and vgpu only: the VF's physical function
 //       driver: "i40e"
 //       mdevType: "nvidia-222" # mdev only
+//       vgpuType: "1414"       # vgpu only: a type ID or name as creatable_vgpu_types lists it
 //   deny:
 //     - address: "0000:00:1f.6"
 //   vfioDrivers:               # which VFIO driver prepare binds a function to; first match wins
@@ -32,7 +33,8 @@
 
 namespace vfio_dra::discovery {
 
-enum class DeviceKind { kGpu, kMdev, kVf, kHostdev };
+// kVgpu: an NVIDIA vGPU on an SR-IOV VF (no mdev), one type per VF.
+enum class DeviceKind { kGpu, kMdev, kVf, kHostdev, kVgpu };
 const char* DeviceKindName(DeviceKind kind);
 
 struct DeviceSelector {
@@ -44,13 +46,20 @@ struct DeviceSelector {
   std::set<std::string> pfs;
   std::set<std::string> drivers;
   std::set<std::string> mdev_types;
-  std::string where;  // "select[2]" for messages
+  std::set<std::string> vgpu_types;  // IDs or names
+  std::string where;                 // "select[2]" for messages
 
   // Whether `fn` matches every given field (mdevType must be unset, or the call must be for a
   // type: MatchesMdev).
   bool MatchesFunction(const PciFunction& fn) const;
   // For mdev types: the type and, where the parent is a PCI function, the parent's fields.
   bool MatchesMdev(const std::string& type_id, const PciFunction* parent) const;
+  // For a vGPU type of an NVIDIA vGPU VF: the type (by ID or name) and the VF's fields.
+  bool MatchesVgpu(const sysfs::CreatableVgpuType& type, const PciFunction& vf) const;
+
+ private:
+  // Every given field but the type ones matches `fn`.
+  bool MatchesPciFields(const PciFunction& fn) const;
 };
 
 // The admin's choice of VFIO driver for the functions `match` selects, over what the kernel's
@@ -65,6 +74,7 @@ struct AdminPolicy {
   bool mdev_enabled = true;
   bool vf_enabled = true;
   bool hostdev_enabled = true;
+  bool vgpu_enabled = true;
   bool unsafe_no_iommu = false;
   std::vector<DeviceSelector> select;
   std::vector<DeviceSelector> deny;

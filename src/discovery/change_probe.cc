@@ -109,6 +109,32 @@ void AddMdevTypes(const sysfs::SysfsReader& sysfs, Digest& digest) {
   ::close(parents);
 }
 
+// A small attribute's text, read relative to `dir_fd`.
+void AddFile(int dir_fd, const char* path, Digest& digest) {
+  const int fd = ::openat(dir_fd, path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  char text[4096];
+  const ssize_t n = ::read(fd, text, sizeof text);
+  digest.Add(n > 0 ? std::string_view(text, static_cast<size_t>(n)) : std::string_view());
+  ::close(fd);
+}
+
+// NVIDIA vGPU VFs (the functions on nvidia with an nvidia/ directory): what each holds and can
+// take. Setting a type makes no uevent, and it changes what every sibling lists.
+void AddVgpuVfs(const sysfs::SysfsReader& sysfs, Digest& digest) {
+  const int driver = OpenDir(sysfs, "bus/pci/drivers/nvidia");
+  if (driver < 0) return;
+  ForEachEntry(driver, [&](std::string_view entry) {
+    const int dir = OpenDir(driver, std::string(entry) + "/nvidia");
+    if (dir < 0) return;
+    digest.Add(entry);
+    AddFile(dir, "current_vgpu_type", digest);
+    AddFile(dir, "creatable_vgpu_types", digest);
+    ::close(dir);
+  });
+  ::close(driver);
+}
+
 }  // namespace
 
 uint64_t ChangeProbe::Probe() {
@@ -145,6 +171,8 @@ uint64_t ChangeProbe::Probe() {
   AddDrivers(sysfs_, digest);
   digest.Add("mdev");
   AddMdevTypes(sysfs_, digest);
+  digest.Add("vgpu-vf");
+  AddVgpuVfs(sysfs_, digest);
   return digest.value();
 }
 

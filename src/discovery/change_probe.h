@@ -3,7 +3,8 @@
 // without a PCI hot-plug being visible in the device list: the bus's function list, each PCI
 // driver's list of bound functions (one directory read per driver instead of one link per
 // function: the kernel adds and removes a function's `driver` link and its entry under the
-// driver together) and, per mdev parent, each type's available_instances and instance list. It
+// driver together), per mdev parent, each type's available_instances and instance list, and per
+// NVIDIA vGPU VF its current and creatable vGPU types (a type change makes no uevent). It
 // never reads attributes that take the kernel's device lock (driver_override, sriov_numvfs,
 // uevent), so a device stuck in an unbind cannot stall it.
 //

@@ -9,7 +9,10 @@
 //    GPU and are not published on their own;
 //  - when several selected endpoints share one group, the group is one device: the lowest address
 //    is published and the others are bound with it;
-//  - a function without an IOMMU group is not managed unless the policy sets unsafeNoIommu.
+//  - a function without an IOMMU group is not managed unless the policy sets unsafeNoIommu;
+//  - an NVIDIA vGPU VF (nvidia/current_vgpu_type) is never bound to a VFIO driver: it stays on
+//    nvidia, its VFIO provider, and is published only as vGPUs (kind vgpu), one type per VF; a VF
+//    that holds a vGPU is published as that vGPU and offered nothing else.
 #pragma once
 
 #include <map>
@@ -48,11 +51,20 @@ struct MdevTypeDecision {
   std::string reason;
 };
 
+// An NVIDIA vGPU VF to publish: the vGPU it holds, or the types it can take now.
+struct SelectedVgpuVf {
+  std::string address;
+  int current_type = 0;      // non-zero: the VF holds this vGPU, published as it is
+  std::string current_name;  // the type's name when a sibling's list names it
+  std::vector<sysfs::CreatableVgpuType> offered;  // when it holds none: what it may get
+};
+
 struct DeviceSelection {
   std::vector<SelectedDevice> devices;  // sorted by address
   std::map<std::string, FunctionDecision> functions;
   std::vector<SelectedMdevType> mdev_types;
   std::vector<MdevTypeDecision> mdev_decisions;
+  std::vector<SelectedVgpuVf> vgpu_vfs;  // sorted by address
 };
 
 // PCI vendors whose SR-IOV network VFs are published without a selector.

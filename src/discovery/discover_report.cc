@@ -25,6 +25,8 @@ std::string Outcome(const PciFunction& fn, const FunctionDecision& decision,
                     const DeviceSelection& selection) {
   if (!decision.published) return "- " + decision.reason;
   std::string out = DeviceKindName(*decision.kind);
+  // A vGPU VF stays on nvidia: what it holds or can take is the story, not a VFIO driver.
+  if (*decision.kind == DeviceKind::kVgpu) return out + ": " + decision.reason;
   for (const SelectedDevice& device : selection.devices) {
     if (device.address != fn.address) continue;
     if (!device.companions.empty()) {
@@ -68,9 +70,12 @@ std::string DiscoverTable(const Inventory& inventory, const DeviceSelection& sel
                      "ID", "NAME", "DRIVER", "IOMMU", "NUMA", "PUBLISHED AS / WHY NOT");
   std::map<std::string, int> counts;
   int not_published = 0;
+  int vgpu_vfs = 0;
   for (const auto& [address, fn] : inventory.functions) {
     const FunctionDecision& decision = selection.functions.at(address);
-    if (decision.published) {
+    if (decision.published && decision.kind == DeviceKind::kVgpu) {
+      ++vgpu_vfs;
+    } else if (decision.published) {
       ++counts[DeviceKindName(*decision.kind)];
     } else {
       ++not_published;
@@ -112,11 +117,13 @@ std::string DiscoverTable(const Inventory& inventory, const DeviceSelection& sel
     summary += fmt::format("{}{} {}", summary.empty() ? "" : ", ", n, kind);
   }
   out += fmt::format(
-      "\nPublished: {} PCI device{}{}{}; {} mdev type{}. Not published: {} "
+      "\nPublished: {} PCI device{}{}{}; {} mdev type{}{}. Not published: {} "
       "function{}.\n",
       selection.devices.size(), selection.devices.size() == 1 ? "" : "s",
       summary.empty() ? "" : " (", summary.empty() ? "" : summary + ")", mdev_published,
-      mdev_published == 1 ? "" : "s", not_published, not_published == 1 ? "" : "s");
+      mdev_published == 1 ? "" : "s",
+      vgpu_vfs == 0 ? "" : fmt::format("; {} vGPU VF{}", vgpu_vfs, vgpu_vfs == 1 ? "" : "s"),
+      not_published, not_published == 1 ? "" : "s");
   if (!inventory.warnings.empty()) {
     out += "\nWarnings:\n";
     for (const std::string& w : inventory.warnings) out += "  " + EscapeForDisplay(w, 400) + "\n";
@@ -161,6 +168,19 @@ nlohmann::json DiscoverJson(const Inventory& inventory, const DeviceSelection& s
                         {"vfs", fn.sriov_pf->vfs}};
     }
     if (fn.sriov_vf) entry["vf"] = {{"pf", fn.sriov_vf->pf}, {"index", fn.sriov_vf->index}};
+    if (fn.vgpu_vf) {
+      json creatable = json::array();
+      for (const auto& type : fn.vgpu_vf->creatable) {
+        creatable.push_back({{"id", type.id}, {"name", type.name}});
+      }
+      entry["vgpuVf"] = {{"currentType", fn.vgpu_vf->current_type}, {"creatable", creatable}};
+      for (const SelectedVgpuVf& vf : selection.vgpu_vfs) {
+        if (vf.address != address) continue;
+        json offered = json::array();
+        for (const auto& type : vf.offered) offered.push_back(type.id);
+        entry["vgpuVf"]["offered"] = offered;
+      }
+    }
     for (const SelectedDevice& device : selection.devices) {
       if (device.address == address) {
         entry["companions"] = device.companions;

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "sysfs/sysfs_parse.h"
+
 namespace vfio_dra::discovery {
 
 struct SriovPf {
@@ -37,6 +39,15 @@ struct VfioDriverChoice {
   bool operator==(const VfioDriverChoice&) const = default;
 };
 
+// The vGPU side of an SR-IOV VF of an NVIDIA GPU that runs vGPUs on VFs without mdev (Ada,
+// Hopper, Blackwell; vGPU 17+): the files under the VF's nvidia/ directory. The driver re-lists
+// what each VF can take after every change on its PF, so these are read on every scan.
+struct VgpuVf {
+  int current_type = 0;  // nvidia/current_vgpu_type: the vGPU it holds, 0 for none
+  std::vector<sysfs::CreatableVgpuType> creatable;  // nvidia/creatable_vgpu_types now
+  bool operator==(const VgpuVf&) const = default;
+};
+
 struct PciFunction {
   std::string address;
   uint32_t vendor_id = 0;
@@ -59,7 +70,8 @@ struct PciFunction {
   std::optional<SriovPf> sriov_pf;
   std::optional<SriovVf> sriov_vf;
   std::vector<std::string> netdevs;
-  std::string modalias;  // "pci:v...d...sv...sd...bc..sc..i..", as the kernel writes it
+  std::optional<VgpuVf> vgpu_vf;  // a VF with nvidia/current_vgpu_type
+  std::string modalias;           // "pci:v...d...sv...sd...bc..sc..i..", as the kernel writes it
   VfioDriverChoice vfio_driver;
 
   uint32_t BaseClass() const { return class_code >> 16; }

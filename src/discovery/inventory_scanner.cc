@@ -103,6 +103,20 @@ Result<PciFunction> ReadFunction(const sysfs::SysfsReader& sysfs, const std::str
     fn.sriov_vf = SriovVf{*pf, -1};
   }
   if (auto net = dir.List("net"); net.ok()) fn.netdevs = *net;
+  if (fn.sriov_vf.has_value()) {
+    if (auto current = dir.Read("nvidia/current_vgpu_type"); current.ok()) {
+      auto type = sysfs::ParseDecimalAttribute(*current);
+      if (!type.ok() || *type < 0) {
+        return MakeError(ErrorKind::kInvalidArgument,
+                         dir.Path("nvidia/current_vgpu_type") + ": not a vGPU type ID");
+      }
+      auto listed = dir.Read("nvidia/creatable_vgpu_types");
+      if (!listed.ok()) return listed.error();
+      auto creatable = sysfs::ParseCreatableVgpuTypes(*listed);
+      if (!creatable.ok()) return creatable.error().Wrap(dir.Path("nvidia"));
+      fn.vgpu_vf = VgpuVf{static_cast<int>(*type), std::move(*creatable)};
+    }
+  }
   return fn;
 }
 

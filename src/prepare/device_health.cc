@@ -53,6 +53,14 @@ std::optional<std::string> PreparedProblem(const sysfs::SysfsReader& sysfs,
              *driver + ", not " + expected;
     }
   }
+  if (!target.vgpu_vf.empty()) {
+    auto current = sysfs.Read(FunctionDir(target.vgpu_vf) + "/nvidia/current_vgpu_type");
+    auto type = current.ok() ? sysfs::ParseDecimalAttribute(*current) : Result<int64_t>(0);
+    if (!current.ok() || !type.ok() || *type != target.vgpu_type) {
+      return "vGPU " + std::to_string(target.vgpu_type) + " on VF " + target.vgpu_vf +
+             " prepared for claim " + target.claim + " is gone";
+    }
+  }
   if (!target.mdev_uuid.empty()) {
     if (!sysfs::IsMdevUuid(target.mdev_uuid)) {
       return "recorded mdev UUID \"" + target.mdev_uuid + "\" is malformed";

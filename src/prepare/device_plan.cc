@@ -204,6 +204,50 @@ Result<PlannedDevice> PlanMdev(PlannedDevice planned, const PublishedDeviceView&
   return planned;
 }
 
+// A vGPU on an NVIDIA vGPU VF: the VF must still be the vGPU VF that was published, in its
+// group. Whether it can take the type now is the driver's to say when prepare sets it.
+Result<PlannedDevice> PlanVgpu(PlannedDevice planned, const PublishedDeviceView& published,
+                               const PlanContext& context) {
+  const std::string& name = planned.result.device;
+  if (!published.pci_bus_id || !published.vgpu_type_id || *published.vgpu_type_id <= 0 ||
+      *published.vgpu_type_id > 0x7fffffff) {
+    return MakeError(ErrorKind::kInternal, "published device " + name + " lacks " +
+                                               slicepublisher::attribute::kPciBusId + " or " +
+                                               slicepublisher::attribute::kVgpuTypeId);
+  }
+  if (!planned.config.network.Empty()) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "VfioConfig " + planned.config.network.Display() +
+                         " applies only to SR-IOV VFs of network adapters, and device " + name +
+                         " is a vGPU");
+  }
+  const std::string& address = *published.pci_bus_id;
+  planned.kind = PlannedKind::kVgpu;
+  planned.address = address;
+  planned.vgpu_type = static_cast<int>(*published.vgpu_type_id);
+  if (Status s = CheckNotBusy(context, address); !s.ok()) return s.error().Wrap("device " + name);
+  auto fn = discovery::ReadPciFunction(context.sysfs, address);
+  if (!fn.ok()) {
+    if (fn.error().kind == ErrorKind::kNotFound) {
+      return MakeError(ErrorKind::kFailedPrecondition,
+                       "device " + name + " (VF " + address +
+                           ") has vanished from the node since it was published");
+    }
+    return fn.error().Wrap("cannot re-check device " + name);
+  }
+  if (!fn->vgpu_vf) return Mismatch(name, "PCI " + address + " is no longer an NVIDIA vGPU VF");
+  if ((published.vendor_id && *published.vendor_id != fn->vendor_id) ||
+      (published.device_id && *published.device_id != fn->device_id)) {
+    return Mismatch(name, "PCI " + address + " is now a different device");
+  }
+  const auto& group = published.iommu_group;
+  if (!group || !fn->iommu_group || *group != static_cast<int64_t>(*fn->iommu_group)) {
+    return Mismatch(name, "the IOMMU group of VF " + address + " changed");
+  }
+  planned.iommu_group = *fn->iommu_group;
+  return planned;
+}
+
 }  // namespace
 
 Result<std::vector<PlannedDevice>> PlanClaim(
@@ -260,8 +304,9 @@ Result<std::vector<PlannedDevice>> PlanClaim(
     if (!config.ok()) return config.error().Wrap("request " + result.request);
     planned.config = *config;
     const PublishedDeviceView view = slicepublisher::DecodePublishedDevice(*published);
-    auto done = view.IsMdev() ? PlanMdev(std::move(planned), view, context)
-                              : PlanPci(std::move(planned), view, context);
+    auto done = view.IsMdev()   ? PlanMdev(std::move(planned), view, context)
+                : view.IsVgpu() ? PlanVgpu(std::move(planned), view, context)
+                                : PlanPci(std::move(planned), view, context);
     if (!done.ok()) return done.error();
     plan.push_back(std::move(*done));
   }
@@ -280,6 +325,8 @@ RecordedDevice RecordOf(const PlannedDevice& device) {
   out.device = device.result.device;
   out.share_id = device.result.share_id;
   out.is_mdev = device.kind == PlannedKind::kMdev;
+  out.is_vgpu = device.kind == PlannedKind::kVgpu;
+  out.vgpu_type = device.vgpu_type;
   out.address = device.address;
   out.functions = device.functions;
   out.iommu_group = device.iommu_group;
@@ -318,7 +365,10 @@ Result<std::vector<PlannedDevice>> PlanFromRecord(
     const RecordedDevice& d = record.devices[i];
     PlannedDevice planned;
     planned.result = ours[i];
-    planned.kind = d.is_mdev ? PlannedKind::kMdev : PlannedKind::kPci;
+    planned.kind = d.is_mdev   ? PlannedKind::kMdev
+                   : d.is_vgpu ? PlannedKind::kVgpu
+                               : PlannedKind::kPci;
+    planned.vgpu_type = d.vgpu_type;
     planned.address = d.address;
     planned.functions = d.functions;
     for (const FunctionRecord& f : record.functions) {

@@ -25,16 +25,18 @@
 
 namespace vfio_dra::prepare {
 
-enum class PlannedKind { kPci, kMdev };
+// kVgpu: a vGPU on an NVIDIA vGPU VF; the VF is not rebound, its type is set.
+enum class PlannedKind { kPci, kMdev, kVgpu };
 
 struct PlannedDevice {
   kube::DeviceRequestAllocationResult result;
   slicepublisher::SliceDevice published;
   PlannedKind kind = PlannedKind::kPci;
-  std::string address;                              // PCI: the published function
+  std::string address;                              // PCI and vGPU: the published function
   std::vector<std::string> functions;               // PCI: every function to bind, `address` first
   std::map<std::string, std::string> vfio_drivers;  // PCI: the VFIO driver of each function
-  std::optional<int> iommu_group;       // PCI: as published (none: unsafe no-IOMMU mode)
+  std::optional<int> iommu_group;       // PCI, vGPU: as published (none: unsafe no-IOMMU mode)
+  int vgpu_type = 0;                    // vGPU: the type ID to set on the VF
   vfio::MdevIdentity mdev;              // mdev
   bool mdev_created_by_driver = false;  // mdev: one of the UUIDs vfio-dra creates
   VfioConfig config;

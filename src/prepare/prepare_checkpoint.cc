@@ -35,6 +35,16 @@ PrepareState ParseState(const std::string& state) {
 
 // The record is written member by member (JsonWriter): every record is written twice per prepare,
 // and a json tree built for one dump cost as much again as the writing.
+void WriteIdentity(JsonWriter& w, const PciIdentity& identity) {
+  w.Key("identity");
+  w.BeginObject();
+  w.StringMember("vendor", identity.vendor);
+  w.StringMember("device", identity.device);
+  w.StringMember("subsystemVendor", identity.subsystem_vendor);
+  w.StringMember("subsystemDevice", identity.subsystem_device);
+  w.EndObject();
+}
+
 void WriteFunctions(JsonWriter& w, const std::vector<FunctionRecord>& functions) {
   w.BeginArray();
   for (const FunctionRecord& f : functions) {
@@ -44,15 +54,7 @@ void WriteFunctions(JsonWriter& w, const std::vector<FunctionRecord>& functions)
     w.StringMember("originalOverride", f.override);
     w.BoolMember("wasOnVfio", f.was_on_vfio);
     w.StringMember("vfioDriver", f.vfio_driver);
-    if (f.identity.Known()) {
-      w.Key("identity");
-      w.BeginObject();
-      w.StringMember("vendor", f.identity.vendor);
-      w.StringMember("device", f.identity.device);
-      w.StringMember("subsystemVendor", f.identity.subsystem_vendor);
-      w.StringMember("subsystemDevice", f.identity.subsystem_device);
-      w.EndObject();
-    }
+    if (f.identity.Known()) WriteIdentity(w, f.identity);
     w.EndObject();
   }
   w.EndArray();
@@ -61,6 +63,11 @@ void WriteFunctions(JsonWriter& w, const std::vector<FunctionRecord>& functions)
 std::string OptionalString(const json& object, const char* key) {
   auto it = object.find(key);
   return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+PciIdentity IdentityFromJson(const json& identity) {
+  return {identity.at("vendor").get<std::string>(), identity.at("device").get<std::string>(),
+          OptionalString(identity, "subsystemVendor"), OptionalString(identity, "subsystemDevice")};
 }
 
 FunctionRecord FunctionFromJson(const json& f) {
@@ -76,12 +83,7 @@ FunctionRecord FunctionFromJson(const json& f) {
     }
     r.vfio_driver = std::move(vfio_driver);
   }
-  if (auto it = f.find("identity"); it != f.end()) {
-    r.identity.vendor = it->at("vendor").get<std::string>();
-    r.identity.device = it->at("device").get<std::string>();
-    r.identity.subsystem_vendor = OptionalString(*it, "subsystemVendor");
-    r.identity.subsystem_device = OptionalString(*it, "subsystemDevice");
-  }
+  if (auto it = f.find("identity"); it != f.end()) r.identity = IdentityFromJson(*it);
   return r;
 }
 
@@ -101,6 +103,24 @@ void WriteMdevs(JsonWriter& w, const std::vector<MdevRecord>& mdevs) {
 MdevRecord MdevFromJson(const json& m) {
   return MdevRecord{m.at("parent").get<std::string>(), m.at("type").get<std::string>(),
                     m.at("uuid").get<std::string>(), m.at("createdByUs").get<bool>()};
+}
+
+void WriteVgpus(JsonWriter& w, const std::vector<VgpuRecord>& vgpus) {
+  w.BeginArray();
+  for (const VgpuRecord& v : vgpus) {
+    w.BeginObject();
+    w.StringMember("address", v.address);
+    w.IntMember("type", v.type_id);
+    w.BoolMember("createdByUs", v.created_by_us);
+    WriteIdentity(w, v.identity);
+    w.EndObject();
+  }
+  w.EndArray();
+}
+
+VgpuRecord VgpuFromJson(const json& v) {
+  return VgpuRecord{v.at("address").get<std::string>(), v.at("type").get<int>(),
+                    v.at("createdByUs").get<bool>(), IdentityFromJson(v.at("identity"))};
 }
 
 // Only the fields that are set: an absent field is one the driver did not report (previous) or
@@ -187,8 +207,12 @@ void WriteDevice(JsonWriter& w, const RecordedDevice& d) {
   w.StringMember("pool", d.pool);
   w.StringMember("device", d.device);
   if (d.share_id) w.StringMember("shareID", *d.share_id);
-  w.StringMember("kind", d.is_mdev ? "mdev" : "pci");
-  if (d.is_mdev) {
+  w.StringMember("kind", d.is_mdev ? "mdev" : d.is_vgpu ? "vgpu" : "pci");
+  if (d.is_vgpu) {
+    w.StringMember("address", d.address);
+    w.IntMember("vgpuType", d.vgpu_type);
+    if (d.iommu_group) w.IntMember("iommuGroup", *d.iommu_group);
+  } else if (d.is_mdev) {
     w.Key("mdev");
     w.BeginObject();
     w.StringMember("parent", d.mdev.parent);
@@ -227,15 +251,20 @@ RecordedDevice DeviceFromJson(const json& j) {
   d.pool = j.at("pool").get<std::string>();
   d.device = j.at("device").get<std::string>();
   const std::string kind = j.at("kind").get<std::string>();
-  if (kind != "pci" && kind != "mdev") {
+  if (kind != "pci" && kind != "mdev" && kind != "vgpu") {
     throw json::other_error::create(501, "unknown device kind \"" + kind + "\"", nullptr);
   }
   d.is_mdev = kind == "mdev";
+  d.is_vgpu = kind == "vgpu";
   d.iommu_interface = j.at("iommuInterface").get<std::string>();
   d.attributes = j.at("attributes").get<std::map<std::string, json>>();
   d.cdi_device_ids = j.at("cdiDeviceIDs").get<std::vector<std::string>>();
   if (auto it = j.find("shareID"); it != j.end()) d.share_id = it->get<std::string>();
-  if (d.is_mdev) {
+  if (d.is_vgpu) {
+    d.address = j.at("address").get<std::string>();
+    d.vgpu_type = j.at("vgpuType").get<int>();
+    if (auto it = j.find("iommuGroup"); it != j.end()) d.iommu_group = it->get<int>();
+  } else if (d.is_mdev) {
     const json& m = j.at("mdev");
     d.mdev = {m.at("parent").get<std::string>(), m.at("type").get<std::string>(),
               m.at("uuid").get<std::string>()};
@@ -259,7 +288,7 @@ RecordedDevice DeviceFromJson(const json& j) {
 Result<std::string> RecordText(const ClaimRecord& r) {
   JsonWriter w(1);
   w.BeginObject();
-  w.IntMember("version", kCheckpointVersion);
+  w.IntMember("version", r.vgpus.empty() ? kCheckpointVersionWithoutVgpus : kCheckpointVersion);
   w.StringMember("bootID", r.boot_id);
   w.Key("claim");
   w.BeginObject();
@@ -271,6 +300,10 @@ Result<std::string> RecordText(const ClaimRecord& r) {
   WriteFunctions(w, r.functions);
   w.Key("mdevs");
   WriteMdevs(w, r.mdevs);
+  if (!r.vgpus.empty()) {
+    w.Key("vgpus");
+    WriteVgpus(w, r.vgpus);
+  }
   w.Key("vfNetworks");
   WriteVfNetworks(w, r.vf_networks);
   w.Key("cdiFiles");
@@ -301,6 +334,9 @@ void ReadClaimFields(const json& j, ClaimRecord& r) {
   r.state = ParseState(j.at("state").get<std::string>());
   for (const json& f : j.at("functions")) r.functions.push_back(FunctionFromJson(f));
   for (const json& m : j.at("mdevs")) r.mdevs.push_back(MdevFromJson(m));
+  if (auto it = j.find("vgpus"); it != j.end()) {
+    for (const json& v : *it) r.vgpus.push_back(VgpuFromJson(v));
+  }
   if (auto it = j.find("vfNetworks"); it != j.end()) {
     for (const json& v : *it) r.vf_networks.push_back(VfNetworkFromJson(v));
   }
@@ -310,7 +346,7 @@ void ReadClaimFields(const json& j, ClaimRecord& r) {
 // Throws nlohmann::json exceptions on a wrong shape; the caller turns them into "corrupt".
 ClaimRecord RecordFromJson(const json& root) {
   const int version = root.at("version").get<int>();
-  if (version != kCheckpointVersion) {
+  if (version != kCheckpointVersion && version != kCheckpointVersionWithoutVgpus) {
     throw json::other_error::create(502,
                                     "unknown checkpoint version " + std::to_string(version) +
                                         " (this build reads " + std::to_string(kCheckpointVersion) +
@@ -806,6 +842,9 @@ std::vector<PreparedTarget> PreparedTargets(const CheckpointView& view) {
       target.device = device.device;
       if (device.is_mdev) {
         target.mdev_uuid = device.mdev.uuid;
+      } else if (device.is_vgpu) {
+        target.vgpu_vf = device.address;
+        target.vgpu_type = device.vgpu_type;
       } else {
         target.functions = device.functions;
         for (const FunctionRecord& f : record.functions) {

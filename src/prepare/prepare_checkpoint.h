@@ -54,7 +54,11 @@
 
 namespace vfio_dra::prepare {
 
-inline constexpr int kCheckpointVersion = 2;
+// 3: records that hold vGPUs on NVIDIA vGPU VFs. Records without are still written as version 2,
+// which builds before vGPU VFs read; a record with vGPUs is of a newer version to them, so they
+// leave it in place instead of moving it aside as corrupt (and forgetting the vGPU).
+inline constexpr int kCheckpointVersion = 3;
+inline constexpr int kCheckpointVersionWithoutVgpus = 2;
 inline constexpr const char* kClaimsDirectory = "claims";
 // In the plugin data dir: held shared by every change of a record, exclusively to move one aside.
 inline constexpr const char* kRecordsLockFile = "records.lock";
@@ -97,6 +101,15 @@ struct MdevRecord {
   bool operator==(const MdevRecord&) const = default;
 };
 
+// A vGPU on an NVIDIA vGPU VF: the type prepare sets on the VF, recorded before it is set.
+struct VgpuRecord {
+  std::string address;  // the VF
+  int type_id = 0;
+  bool created_by_us = false;  // the VF held no vGPU: only then unprepare writes 0
+  PciIdentity identity;        // the VF, checked after a reboot
+  bool operator==(const VgpuRecord&) const = default;
+};
+
 // One allocated device: the plan (enough to prepare it again without the published slices, e.g.
 // after a reboot or while the device is unpublished) and the answer given to the kubelet.
 struct RecordedDevice {
@@ -105,7 +118,9 @@ struct RecordedDevice {
   std::string device;
   std::optional<std::string> share_id;
   bool is_mdev = false;
-  std::string address;                 // PCI: the published function
+  bool is_vgpu = false;                // a vGPU on an NVIDIA vGPU VF (`address`)
+  int vgpu_type = 0;                   // vGPU: its type ID
+  std::string address;                 // PCI and vGPU: the published function
   std::vector<std::string> functions;  // PCI: every function bound for it
   std::optional<int> iommu_group;      // PCI, as published
   vfio::MdevIdentity mdev;             // mdev
@@ -137,6 +152,7 @@ struct ClaimRecord {
   std::string boot_id;  // of the boot the record was last written in
   std::vector<FunctionRecord> functions;
   std::vector<MdevRecord> mdevs;
+  std::vector<VgpuRecord> vgpus;
   std::vector<VfNetworkRecord> vf_networks;
   std::vector<std::string> cdi_files;  // file names in --cdi-dir
   std::vector<RecordedDevice> devices;
@@ -279,6 +295,8 @@ struct PreparedTarget {
   std::vector<std::string> functions;  // PCI: every function bound to a VFIO driver for it
   std::map<std::string, std::string> vfio_drivers;  // PCI: the VFIO driver of each function
   std::string mdev_uuid;                            // mdev
+  std::string vgpu_vf;                              // vGPU: the VF, which must hold vgpu_type
+  int vgpu_type = 0;
 };
 std::vector<PreparedTarget> PreparedTargets(const CheckpointView& view);
 

@@ -33,9 +33,11 @@ bool Contains(const std::vector<std::string>& list, const std::string& value) {
 void AddDeviceKeys(const ClaimRecord& record, std::set<std::string>& keys) {
   for (const FunctionRecord& f : record.functions) keys.insert(f.address);
   for (const MdevRecord& m : record.mdevs) keys.insert(m.parent);
+  for (const VgpuRecord& v : record.vgpus) keys.insert(v.address);
   for (const RecordedDevice& device : record.devices) {
     keys.insert(device.functions.begin(), device.functions.end());
     if (device.is_mdev) keys.insert(device.mdev.parent);
+    if (device.is_vgpu) keys.insert(device.address);
   }
 }
 
@@ -43,6 +45,8 @@ void AddDeviceKeys(const std::vector<PlannedDevice>& plan, std::set<std::string>
   for (const PlannedDevice& device : plan) {
     if (device.kind == PlannedKind::kPci) {
       keys.insert(device.functions.begin(), device.functions.end());
+    } else if (device.kind == PlannedKind::kVgpu) {
+      keys.insert(device.address);
     } else {
       keys.insert(device.mdev.parent);
     }
@@ -85,6 +89,7 @@ VfioDevicePreparer::VfioDevicePreparer(PreparerOptions options, const sysfs::Sys
       gate_(writer),
       binder_(sysfs, gate_, vfio::BinderOptions{options_.unbind_timeout, options_.dev_root}),
       mdevs_(sysfs, writer, gate_, options_.unbind_timeout),
+      vgpus_(sysfs, gate_, options_.unbind_timeout),
       nodes_(sysfs, options_.dev_root),
       vf_network_(options_.vf_network, options_.pods, log.WithComponent("vf-network")),
       cdi_(options_.cdi_dir),
@@ -236,8 +241,20 @@ Status VfioDevicePreparer::RecordStart(const kube::ResourceClaim& claim,
   for (const FunctionRecord& f : record.functions) recorded.insert(f.address);
   std::set<std::string> recorded_mdevs;
   for (const MdevRecord& m : record.mdevs) recorded_mdevs.insert(m.uuid);
+  std::set<std::string> recorded_vgpus;
+  for (const VgpuRecord& v : record.vgpus) recorded_vgpus.insert(v.address);
   for (const PlannedDevice& device : plan) {
-    if (device.kind == PlannedKind::kPci) {
+    if (device.kind == PlannedKind::kVgpu) {
+      if (!recorded_vgpus.insert(device.address).second) continue;
+      auto current = vgpus_.CurrentType(device.address);
+      if (!current.ok()) return current.error().Wrap("device " + device.result.device);
+      auto identity = ReadIdentity(device.address);
+      if (!identity.ok()) return identity.error();
+      // Only a vGPU this claim makes is removed at unprepare; one the VF holds already stays.
+      record.vgpus.push_back(
+          {device.address, device.vgpu_type, *current == 0, std::move(*identity)});
+      changed = true;
+    } else if (device.kind == PlannedKind::kPci) {
       for (const std::string& address : device.functions) {
         if (!recorded.insert(address).second) continue;
         auto original = binder_.Inspect(address, VfioDriverOf(device, address), deadline);
@@ -303,7 +320,13 @@ Status VfioDevicePreparer::CheckOverlap(const CheckpointView& view, const std::s
     const ClaimRecord& other = *shared;
     for (const PlannedDevice& device : plan) {
       const std::string& name = device.result.device;
-      if (device.kind == PlannedKind::kPci) {
+      if (device.kind == PlannedKind::kVgpu) {
+        const bool held =
+            holds_function(other, device.address) ||
+            std::any_of(other.vgpus.begin(), other.vgpus.end(),
+                        [&](const VgpuRecord& v) { return v.address == device.address; });
+        if (held) return HeldByOther(name, "VF " + device.address, other);
+      } else if (device.kind == PlannedKind::kPci) {
         for (const std::string& f : device.functions) {
           if (holds_function(other, f)) return HeldByOther(name, "PCI function " + f, other);
           for (const MdevRecord& m : other.mdevs) {
@@ -330,17 +353,20 @@ Status VfioDevicePreparer::CheckOverlap(const CheckpointView& view, const std::s
 }
 
 Status VfioDevicePreparer::CheckIdentities(const ClaimRecord& record) const {
-  for (const FunctionRecord& f : record.functions) {
-    if (!f.identity.Known()) continue;
-    auto now = ReadIdentity(f.address);
+  std::vector<std::pair<std::string, PciIdentity>> recorded;
+  for (const FunctionRecord& f : record.functions) recorded.emplace_back(f.address, f.identity);
+  for (const VgpuRecord& v : record.vgpus) recorded.emplace_back(v.address, v.identity);
+  for (const auto& [address, identity] : recorded) {
+    if (!identity.Known()) continue;
+    auto now = ReadIdentity(address);
     if (!now.ok()) {
-      return now.error().Wrap("after a reboot, cannot check that " + f.address +
+      return now.error().Wrap("after a reboot, cannot check that " + address +
                               " is still the device that was prepared");
     }
-    if (!(*now == f.identity)) {
+    if (!(*now == identity)) {
       return MakeError(ErrorKind::kFailedPrecondition,
-                       "after a reboot, PCI " + f.address + " is " + now->Display() +
-                           ", not the device " + f.identity.Display() +
+                       "after a reboot, PCI " + address + " is " + now->Display() +
+                           ", not the device " + identity.Display() +
                            " that was prepared for this claim (the node's PCI addresses "
                            "changed); it cannot be prepared again here: delete the pod so the "
                            "claim is allocated again");
@@ -363,6 +389,8 @@ Result<cdi::Device> VfioDevicePreparer::CdiDevice(const std::string& claim_uid,
     if (!mdev_group.ok()) return mdev_group.error();
     group = *mdev_group;
     sysfs_dir = "bus/mdev/devices/" + device.mdev.uuid;
+  } else if (device.kind == PlannedKind::kVgpu) {
+    // The VF's own group (nvidia.ko registers it with VFIO); planned only with one.
   } else if (!group) {
     // No-IOMMU mode: the kernel makes a group when vfio-pci binds the device.
     auto bound = sysfs_.LinkBaseName(sysfs_dir + "/iommu_group");
@@ -391,7 +419,7 @@ Result<cdi::Device> VfioDevicePreparer::CdiDevice(const std::string& claim_uid,
     } else {
       out.device_nodes.push_back(CdiNode(*iommufd));
       std::vector<std::string> dirs;
-      if (device.kind == PlannedKind::kMdev) {
+      if (device.kind != PlannedKind::kPci) {
         dirs.push_back(sysfs_dir);
       } else {
         for (const std::string& f : device.functions) dirs.push_back("bus/pci/devices/" + f);
@@ -463,6 +491,14 @@ Status VfioDevicePreparer::ApplyDevice(const PlannedDevice& device,
                          ": the kubelet's deadline for this call is reached; its retry continues "
                          "from here");
   };
+  if (device.kind == PlannedKind::kVgpu) {
+    if (deadline.Expired()) return out_of_time("setting vGPU type on " + device.address);
+    Step("vgpu-create:" + device.address);
+    auto created = Timed("vgpu_create",
+                         [&] { return vgpus_.Assign(device.address, device.vgpu_type, deadline); });
+    if (!created.ok()) return created.error().Wrap("device " + device.result.device);
+    return Status::Ok();
+  }
   if (device.kind == PlannedKind::kMdev) {
     if (!device.mdev_created_by_driver) return Status::Ok();
     if (deadline.Expired()) return out_of_time("creating mdev " + device.mdev.uuid);
@@ -863,19 +899,31 @@ Status VfioDevicePreparer::Undo(const ClaimRecord& record, Deadline deadline) {
       !s.ok()) {
     note(s.error());
   }
-  for (auto it = record.mdevs.rbegin(); it != record.mdevs.rend(); ++it) {
-    if (!it->created_by_us) continue;
+  // What prepare created in this boot goes; after a reboot it is gone already, and whatever is in
+  // its place now was not made for this claim. False when the deadline stops the rest.
+  const auto remove_created = [&](const std::string& what, const std::string& step,
+                                  const char* operation, const std::function<Status()>& remove) {
     if (earlier_boot) {
-      // The reboot removed it; an instance with this UUID now is not the one recorded.
-      log_.Info("not removing an mdev created before the node rebooted",
-                {{"claim", who}, {"mdev", it->uuid}});
-      continue;
+      log_.Info("not removing " + what + ": created before the node rebooted", {{"claim", who}});
+      return true;
     }
-    if (out_of_time("removing mdev " + it->uuid)) break;
-    Step("mdev-remove:" + it->uuid);
-    if (Status s = Timed("mdev_remove", [&] { return mdevs_.Remove(it->uuid, deadline); });
-        !s.ok()) {
-      note(s.error());
+    if (out_of_time("removing " + what)) return false;
+    Step(step);
+    if (Status s = Timed(operation, remove); !s.ok()) note(s.error());
+    return true;
+  };
+  for (auto it = record.mdevs.rbegin(); it != record.mdevs.rend(); ++it) {
+    if (it->created_by_us &&
+        !remove_created("mdev " + it->uuid, "mdev-remove:" + it->uuid, "mdev_remove",
+                        [&] { return mdevs_.Remove(it->uuid, deadline); })) {
+      break;
+    }
+  }
+  for (auto it = record.vgpus.rbegin(); it != record.vgpus.rend(); ++it) {
+    if (it->created_by_us &&
+        !remove_created("the vGPU on " + it->address, "vgpu-remove:" + it->address, "vgpu_remove",
+                        [&] { return vgpus_.Clear(it->address, it->type_id, deadline); })) {
+      break;
     }
   }
   RestoreFunctions(record, earlier_boot, deadline, note, out_of_time);

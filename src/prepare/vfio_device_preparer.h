@@ -5,12 +5,12 @@
 // re-check every allocated device, or rebuild the plan of a claim prepared before from its record),
 // refuse devices another claim holds, record PrepareStarted with every function's original binding
 // and identity and the mdevs to create, bind each function to vfio-pci / create each mdev, verify
-// the /dev/vfio nodes, write the claim's CDI spec and the KubeVirt metadata files, then record
-// PrepareCompleted with the answer. Every step is idempotent, so a repeated prepare (the kubelet
-// retries; a shared claim; after a reboot bindings and /var/run/cdi are gone) re-creates what is
-// missing and gives the same answer without touching what is in place. A failed first prepare is
-// rolled back, unless the kubelet's deadline ran out: then the record stays for the retry (or the
-// unprepare) to finish.
+// the /dev/vfio nodes (a vGPU VF is not rebound: its vGPU type is set instead), write the claim's
+// CDI spec and the KubeVirt metadata files, then record PrepareCompleted with the answer. Every
+// step is idempotent, so a repeated prepare (the kubelet retries; a shared claim; after a reboot
+// bindings and /var/run/cdi are gone) re-creates what is missing and gives the same answer without
+// touching what is in place. A failed first prepare is rolled back, unless the kubelet's deadline
+// ran out: then the record stays for the retry (or the unprepare) to finish.
 //
 // Unprepare undoes exactly what the checkpoint says, in reverse order: CDI specs and metadata,
 // the mdevs vfio-dra created, each function back to its original driver and driver_override;
@@ -51,6 +51,7 @@
 #include "vfio/mdev_lifecycle.h"
 #include "vfio/vfio_nodes.h"
 #include "vfio/vfio_pci_binder.h"
+#include "vfio/vgpu_vf_lifecycle.h"
 
 namespace vfio_dra::prepare {
 
@@ -195,7 +196,8 @@ class VfioDevicePreparer final : public DevicePreparer {
                         const std::function<void(const Error&)>& note,
                         const std::function<bool(const std::string&)>& out_of_time);
   std::string SpecFileName(const std::string& claim_uid) const;
-  // Times one device operation (bind, restore, mdev_create, mdev_remove) for the metrics.
+  // Times one device operation (bind, restore, mdev_create, mdev_remove, vgpu_create,
+  // vgpu_remove) for the metrics.
   template <typename Op>
   auto Timed(const char* operation, Op op) -> decltype(op());
 
@@ -207,6 +209,7 @@ class VfioDevicePreparer final : public DevicePreparer {
   vfio::DeviceLockGate gate_;
   vfio::VfioPciBinder binder_;
   vfio::MdevLifecycle mdevs_;
+  vfio::VgpuVfLifecycle vgpus_;
   vfio::VfioNodes nodes_;
   VfNetworkConfigurator vf_network_;
   cdi::SpecDirectory cdi_;

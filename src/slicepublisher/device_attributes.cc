@@ -27,6 +27,7 @@ PublishedDeviceView DecodePublishedDevice(const SliceDevice& device) {
   view.mdev_type = StringAttribute(device, attribute::kMdevType);
   view.mdev_parent = StringAttribute(device, attribute::kMdevParent);
   view.parent_pci_address = StringAttribute(device, attribute::kParentPciAddress);
+  view.vgpu_type_id = IntAttribute(device, attribute::kVgpuTypeId);
   return view;
 }
 

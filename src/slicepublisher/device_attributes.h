@@ -35,6 +35,10 @@ inline constexpr char kMdevUuid[] = "mdevUUID";
 inline constexpr char kMdevType[] = "mdevType";
 inline constexpr char kMdevParent[] = "mdevParent";
 inline constexpr char kParentPciAddress[] = "parentPciAddress";
+// NVIDIA vGPU on a VF: the type's ID as creatable_vgpu_types lists it (what prepare writes to
+// current_vgpu_type) and its name.
+inline constexpr char kVgpuTypeId[] = "vgpuTypeID";
+inline constexpr char kVgpuTypeName[] = "vgpuTypeName";
 // Not published (it is set at prepare): the MAC of a prepared network VF, in the KubeVirt
 // metadata file.
 inline constexpr char kMacAddress[] = "macAddress";
@@ -42,6 +46,8 @@ inline constexpr char kMacAddress[] = "macAddress";
 
 // The value of attribute::kType for mediated devices.
 inline constexpr char kMdevDeviceType[] = "mdev";
+// The value of attribute::kType for vGPUs on NVIDIA vGPU VFs (DeviceKindName(kVgpu)).
+inline constexpr char kVgpuDeviceType[] = "vgpu";
 
 // A published device as its readers need it. Fields are empty when the attribute is absent or
 // not of its type (a device of another kind, or a slice written by an older version).
@@ -56,8 +62,10 @@ struct PublishedDeviceView {
   std::optional<std::string> mdev_type;
   std::optional<std::string> mdev_parent;
   std::optional<std::string> parent_pci_address;
+  std::optional<int64_t> vgpu_type_id;  // vGPUs on NVIDIA vGPU VFs
 
   bool IsMdev() const { return type == kMdevDeviceType; }
+  bool IsVgpu() const { return type == kVgpuDeviceType; }
 };
 
 PublishedDeviceView DecodePublishedDevice(const SliceDevice& device);

@@ -65,6 +65,12 @@ std::string MdevDeviceName(const std::string& parent, const std::string& type_id
 
 std::string ForeignMdevDeviceName(const std::string& uuid) { return "mdev-" + uuid; }
 
+std::string VgpuDeviceName(const std::string& vf, int type_id) {
+  return PciDeviceName(discovery::DeviceKind::kVgpu, vf) + "-" + std::to_string(type_id);
+}
+
+std::string VgpuVfCounterSetName(const std::string& vf) { return "vgpu-vf-" + AddressPart(vf); }
+
 std::string CounterSetName(const std::string& parent, bool parent_is_pci) {
   return parent_is_pci ? "gpu-" + AddressPart(parent) : ToDnsLabel("mdev-parent-" + parent);
 }

@@ -86,6 +86,30 @@ SliceDevice MdevDevice(const std::string& name, const std::string& uuid,
   return device;
 }
 
+// A vGPU on an NVIDIA vGPU VF: the VF is what the VM gets (its pciBusID), the PF its parent.
+SliceDevice VgpuDevice(const PciFunction& vf, int type_id, const std::string& type_name) {
+  SliceDevice device;
+  device.name = VgpuDeviceName(vf.address, type_id);
+  auto& a = device.attributes;
+  a[attribute::kType] = std::string(kVgpuDeviceType);
+  a[attribute::kPciBusId] = vf.address;
+  AddTopology(device, vf);
+  a[attribute::kVgpuTypeId] = int64_t{type_id};
+  if (!type_name.empty()) {
+    a[attribute::kVgpuTypeName] = Truncate(type_name, kMaxStringAttribute);
+    a[attribute::kProductName] = Truncate(type_name, kMaxStringAttribute);
+  }
+  a[attribute::kVendorId] = Hex4(vf.vendor_id);
+  a[attribute::kDeviceId] = Hex4(vf.device_id);
+  if (vf.iommu_group) a[attribute::kIommuGroup] = int64_t{*vf.iommu_group};
+  if (!vf.driver.empty()) a[attribute::kHostDriver] = Truncate(vf.driver, kMaxStringAttribute);
+  if (vf.sriov_vf) {
+    a[attribute::kParentPciAddress] = vf.sriov_vf->pf;
+    if (vf.sriov_vf->index >= 0) a[attribute::kVfIndex] = int64_t{vf.sriov_vf->index};
+  }
+  return device;
+}
+
 // Splits `devices` into chunks of at most `limit`.
 void Chunk(std::vector<SliceDevice> devices, size_t limit, std::vector<SliceContent>& out) {
   for (size_t i = 0; i < devices.size(); i += limit) {
@@ -161,6 +185,30 @@ ParentGroup BuildParentGroup(const MdevParent& parent, const PciFunction* parent
   return group;
 }
 
+// An NVIDIA vGPU VF takes one vGPU: each type it offers consumes its VF's whole counter set
+// (capacity 1), so the scheduler gives it one type at most. A vGPU it holds is published without
+// counters (there is no choice left) and nothing else is offered on it. Without counters nothing
+// is offered, since nothing would stop two types being allocated on one VF.
+void AddVgpuVfs(const discovery::NodeScan& scan, const BuildOptions& options,
+                std::vector<ParentGroup>& groups, std::vector<SliceDevice>& plain) {
+  for (const discovery::SelectedVgpuVf& selected : scan.selection.vgpu_vfs) {
+    const PciFunction* vf = scan.inventory.Find(selected.address);
+    if (vf == nullptr) continue;
+    if (selected.current_type != 0) {
+      plain.push_back(VgpuDevice(*vf, selected.current_type, selected.current_name));
+      continue;
+    }
+    if (options.layout == CounterLayout::kNone || selected.offered.empty()) continue;
+    ParentGroup group{VgpuVfCounterSetName(vf->address), {}, 1};
+    for (const auto& type : selected.offered) {
+      SliceDevice device = VgpuDevice(*vf, type.id, type.name);
+      device.consumes_counters.push_back({group.counter_set, {{kCapacityCounter, 1}}});
+      group.devices.push_back(std::move(device));
+    }
+    groups.push_back(std::move(group));
+  }
+}
+
 // Counter sets in slices of their own (1.35+): devices that consume counters and plain devices
 // follow in slices of their own limits.
 void LayOutOwnSlice(std::vector<ParentGroup>& groups, std::vector<SliceDevice> plain,
@@ -233,6 +281,7 @@ discovery::NodeScan BuilderInput(const discovery::NodeScan& scan) {
     }
   };
   for (const auto& selected : scan.selection.devices) keep(selected.address);
+  for (const auto& selected : scan.selection.vgpu_vfs) keep(selected.address);
   for (const MdevParent& parent : inventory.mdev_parents) {
     if (!parent.pci_address.empty()) keep(parent.pci_address);
   }
@@ -240,6 +289,7 @@ discovery::NodeScan BuilderInput(const discovery::NodeScan& scan) {
   kept.inventory.iommu_enabled = inventory.iommu_enabled;
   kept.selection.devices = scan.selection.devices;
   kept.selection.mdev_types = scan.selection.mdev_types;
+  kept.selection.vgpu_vfs = scan.selection.vgpu_vfs;
   return kept;
 }
 
@@ -282,6 +332,7 @@ DesiredPool BuildDesiredPool(const discovery::NodeScan& scan, const BuildOptions
   std::vector<SliceDevice> plain;
   plain.reserve(whole_devices.size());
   for (auto& [address, device] : whole_devices) plain.push_back(std::move(device));
+  AddVgpuVfs(scan, options, groups, plain);
 
   switch (options.layout) {
     case CounterLayout::kNone: {

@@ -6,6 +6,9 @@
 // one counter, `capacity`; the numbers come from PlanMdevCounters (mdev_counters.h) on the maxima
 // of MdevTypeMaxima. The whole-device entry and every instance of a parent are mutually exclusive
 // for the scheduler, and a type is offered only as often as the kernel can still create it.
+//
+// NVIDIA vGPU VFs get a counter set each (capacity 1): every type a VF offers consumes all of
+// it, so a VF gets one vGPU. A vGPU that exists is published as it is, without counters.
 #pragma once
 
 #include <map>

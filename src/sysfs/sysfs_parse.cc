@@ -203,6 +203,42 @@ std::optional<int> ParseMdevMaxInstance(std::string_view description) {
   return std::nullopt;
 }
 
+Result<std::vector<CreatableVgpuType>> ParseCreatableVgpuTypes(std::string_view text) {
+  std::vector<CreatableVgpuType> types;
+  size_t start = 0;
+  bool header = true;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(start, end - start);
+    start = end + 1;
+    if (line.empty()) continue;
+    const size_t colon = line.find(':');
+    std::string_view id_text = line.substr(0, colon);
+    while (!id_text.empty() && id_text.back() == ' ') id_text.remove_suffix(1);
+    if (header) {
+      // The header names the columns; a file without it is not the format we know.
+      header = false;
+      if (id_text == "ID") continue;
+      return MakeError(ErrorKind::kInvalidArgument,
+                       "creatable_vgpu_types: first line \"" + std::string(line) +
+                           "\" is not the header \"ID    : vGPU Name\"");
+    }
+    auto id = ParseDecimalAttribute(id_text);
+    std::string_view name = colon == std::string_view::npos ? "" : line.substr(colon + 1);
+    while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+    while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+    if (colon == std::string_view::npos || !id.ok() || *id <= 0 || *id > 0x7fffffff ||
+        name.empty()) {
+      return MakeError(
+          ErrorKind::kInvalidArgument,
+          "creatable_vgpu_types: line \"" + std::string(line) + "\" is not \"<ID> : <name>\"");
+    }
+    types.push_back({static_cast<int>(*id), std::string(name)});
+  }
+  return types;
+}
+
 bool IsDriverName(std::string_view text) {
   return !text.empty() && text.size() <= 64 && std::all_of(text.begin(), text.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '_';

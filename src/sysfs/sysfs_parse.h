@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/result.h"
 
@@ -54,5 +55,16 @@ bool IsDriverName(std::string_view text);
 // ("num_heads=4, frl_config=45, framebuffer=2048M, max_resolution=5120x2880, max_instance=12").
 // Absent when the description states nothing (or nothing positive and in range).
 std::optional<int> ParseMdevMaxInstance(std::string_view description);
+
+// One line of an NVIDIA vGPU VF's nvidia/creatable_vgpu_types.
+struct CreatableVgpuType {
+  int id = 0;
+  std::string name;
+  bool operator==(const CreatableVgpuType&) const = default;
+};
+// The types an NVIDIA vGPU VF can take now: the header line "ID    : vGPU Name", then one
+// "%-5d : %s" line per type (only the header on a VF that holds a vGPU or a full card). IDs are
+// positive decimals; anything else is an error naming the line.
+Result<std::vector<CreatableVgpuType>> ParseCreatableVgpuTypes(std::string_view text);
 
 }  // namespace vfio_dra::sysfs

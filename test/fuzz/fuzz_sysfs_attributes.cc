@@ -70,6 +70,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)PcieRootFromPath(text);
   (void)IsMdevUuid(text);
   (void)ParseMdevMaxInstance(text);
+  (void)ParseCreatableVgpuTypes(text);
   (void)IsDriverName(text);
   // The input as a modules.alias, and as a modalias against the kernel's kind of table.
   if (auto aliases = VfioAliases::Parse(text, "fuzz"); aliases.ok()) {

@@ -106,7 +106,8 @@ class PrepareDaemonTest : public ::testing::Test {
     for (const char* sub : {"sys", "dev", "cdi", "data", "registry", "registry-b"})
       fs::remove_all(dir_ + "/" + sub);
     fs::remove(dir_ + "/sys.sim.json");
-    BuildFixture("vm-host", dir_ + "/sys");
+    fs::remove(dir_ + "/sys.vgpu-vf-types");
+    BuildFixture(fixture_, dir_ + "/sys");
     fs::create_directories(dir_ + "/registry");
   }
   void StartDaemon(const std::vector<std::string>& env = {}) {
@@ -192,11 +193,19 @@ class PrepareDaemonTest : public ::testing::Test {
     const json checkpoint = Checkpoint();
     std::set<std::string> recorded;
     std::set<std::string> files;
+    std::set<std::string> vgpus;
     for (const auto& [uid, claim] : checkpoint["claims"].items()) {
       for (const json& f : claim["functions"]) recorded.insert(f["address"]);
       for (const json& f : claim["cdiFiles"]) files.insert(f);
+      for (const json& v : claim.value("vgpus", json::array())) vgpus.insert(v["address"]);
     }
-    for (const auto& [address, host] : HostDrivers()) {
+    // A vGPU type set on a VF is one the checkpoint records.
+    for (const std::string& vf : vgpu_vfs_) {
+      if (VgpuType(vf) != "0\n") {
+        EXPECT_EQ(vgpus.count(vf), 1u) << "unrecorded vGPU on " << vf;
+      }
+    }
+    for (const auto& [address, host] : *host_drivers_) {
       if (recorded.count(address) == 0) {
         EXPECT_EQ(Driver(address), host) << address;
       }
@@ -253,12 +262,49 @@ class PrepareDaemonTest : public ::testing::Test {
     }
     ASSERT_TRUE(unprepared.ok()) << unprepared.error().message;
     ASSERT_EQ(unprepared->claims().at(claim.uid).error(), "") << daemon_->Log();
-    for (const auto& [address, host] : HostDrivers()) EXPECT_EQ(Driver(address), host) << address;
+    for (const auto& [address, host] : *host_drivers_) {
+      EXPECT_EQ(Driver(address), host) << address;
+    }
+    for (const std::string& vf : vgpu_vfs_) EXPECT_EQ(VgpuType(vf), "0\n") << vf;
     EXPECT_TRUE(CdiFiles().empty());
     EXPECT_TRUE(Checkpoint()["claims"].empty());
   }
 
+  // PrepareAndUnprepareThroughAKill on a fresh node for each of `steps` (a clean run's, from
+  // CleanRunSteps); `done` checks the node after each round.
+  void KillAtEveryStep(
+      const SimClaim& claim, const std::vector<std::string>& steps, bool retry_on_other_instance,
+      const std::function<void()>& prepared, const std::function<void()>& done = [] {}) {
+    size_t prepare_steps = 0;
+    while (prepare_steps < steps.size() && steps[prepare_steps] != "cdi:remove") ++prepare_steps;
+    for (size_t k = 1; k <= steps.size(); ++k) {
+      SCOPED_TRACE("SIGKILL before step " + std::to_string(k) + " (" + steps[k - 1] + ")");
+      FreshNode();
+      PrepareAndUnprepareThroughAKill(claim, k, prepare_steps, retry_on_other_instance, prepared);
+      done();
+      if (::testing::Test::HasFailure()) break;
+    }
+  }
+  // The steps of a clean prepare and unprepare of `claim`, as the daemon names them.
+  std::vector<std::string> CleanRunSteps(const SimClaim& claim) {
+    const std::string step_log = dir_ + "/steps.log";
+    StartDaemon({"VFIO_DRA_SIM_STEP_LOG=" + step_log});
+    EXPECT_EQ(sim_.Prepare(plugin_, {claim})->claims().at(claim.uid).error(), "") << daemon_->Log();
+    EXPECT_EQ(sim_.Unprepare(plugin_, {claim})->claims().at(claim.uid).error(), "");
+    std::vector<std::string> steps;
+    std::ifstream in(step_log);
+    for (std::string line; std::getline(in, line);) steps.push_back(line);
+    return steps;
+  }
+  std::string VgpuType(const std::string& vf) const {
+    return Slurp(dir_ + "/sys/bus/pci/devices/" + vf + "/nvidia/current_vgpu_type");
+  }
+
   std::string dir_, kubeconfig_;
+  std::string fixture_ = "vm-host";
+  // The functions the fixture's claims use, with their host drivers, and its vGPU VFs.
+  const std::map<std::string, std::string>* host_drivers_ = &HostDrivers();
+  std::vector<std::string> vgpu_vfs_;
   std::vector<std::string> every_instance_args_;
   std::unique_ptr<FakeApiServer> server_;
   std::unique_ptr<DaemonProcess> daemon_;
@@ -692,33 +738,43 @@ TEST_P(SigkillTest, SurvivesSigkillAtEveryStepOfPrepareAndUnprepare) {
   server_->PutClaim(
       Claim("vm", uid, {{"gpu", "gpu-0000-01-00-0"}, {"vgpu", "mdev-0000-3b-00-0-nvidia-222-0"}}));
   const SimClaim claim{"vms", "vm", uid};
-  // A clean run names every step.
-  const std::string step_log = dir_ + "/steps.log";
-  StartDaemon({"VFIO_DRA_SIM_STEP_LOG=" + step_log});
-  ASSERT_EQ(sim_.Prepare(plugin_, {claim})->claims().at(uid).error(), "") << daemon_->Log();
-  ASSERT_EQ(sim_.Unprepare(plugin_, {claim})->claims().at(uid).error(), "");
-  std::vector<std::string> steps;
-  {
-    std::ifstream in(step_log);
-    for (std::string line; std::getline(in, line);) steps.push_back(line);
-  }
+  const std::vector<std::string> steps = CleanRunSteps(claim);
   ASSERT_GE(steps.size(), 14u);
-  size_t prepare_steps = 0;
-  while (prepare_steps < steps.size() && steps[prepare_steps] != "cdi:remove") ++prepare_steps;
+  KillAtEveryStep(
+      claim, steps, retry_on_other_instance,
+      [&] {
+        // Prepared: both GPU functions on vfio-pci, the mdev exists, both CDI specs are there.
+        EXPECT_EQ(Driver("0000:01:00.0"), "vfio-pci");
+        EXPECT_EQ(Driver("0000:01:00.1"), "vfio-pci");
+        EXPECT_FALSE(fs::is_empty(dir_ + "/sys/bus/mdev/devices"));
+        EXPECT_EQ(CdiFiles().size(), 3u);  // the devices' spec and one metadata spec per request
+      },
+      [&] { EXPECT_TRUE(fs::is_empty(dir_ + "/sys/bus/mdev/devices")); });
+}
 
-  for (size_t k = 1; k <= steps.size(); ++k) {
-    SCOPED_TRACE("SIGKILL before step " + std::to_string(k) + " (" + steps[k - 1] + ")");
-    FreshNode();
-    PrepareAndUnprepareThroughAKill(claim, k, prepare_steps, retry_on_other_instance, [&] {
-      // Prepared: both GPU functions on vfio-pci, the mdev exists, both CDI specs are there.
-      EXPECT_EQ(Driver("0000:01:00.0"), "vfio-pci");
-      EXPECT_EQ(Driver("0000:01:00.1"), "vfio-pci");
-      EXPECT_FALSE(fs::is_empty(dir_ + "/sys/bus/mdev/devices"));
-      EXPECT_EQ(CdiFiles().size(), 3u);  // the devices' spec and one metadata spec per request
-    });
-    EXPECT_TRUE(fs::is_empty(dir_ + "/sys/bus/mdev/devices"));
-    if (HasFailure()) break;
-  }
+// The same for a vGPU on an NVIDIA vGPU VF: its type is set and cleared, the VF never leaves
+// nvidia, and no kill leaves a type on a VF that the checkpoint does not record.
+TEST_P(SigkillTest, SurvivesSigkillAtEveryStepOfAVgpuOnAVf) {
+  const bool retry_on_other_instance = GetParam();
+  static const std::map<std::string, std::string> kVgpuVfs = {{"0000:41:00.4", "nvidia"},
+                                                              {"0000:41:00.5", "nvidia"}};
+  fixture_ = "vgpu-vf";
+  host_drivers_ = &kVgpuVfs;
+  vgpu_vfs_ = {"0000:41:00.4", "0000:41:00.5", "0000:41:00.6", "0000:41:00.7"};
+  FreshNode();
+  const std::string uid = "22222222-0000-4000-8000-000000000002";
+  server_->PutClaim(
+      Claim("vm", uid, {{"vgpu", "vgpu-0000-41-00-4-1415"}, {"vgpu2", "vgpu-0000-41-00-5-1415"}}));
+  const SimClaim claim{"vms", "vm", uid};
+  const std::vector<std::string> steps = CleanRunSteps(claim);
+  EXPECT_THAT(steps, ::testing::Contains("vgpu-create:0000:41:00.4"));
+  EXPECT_THAT(steps, ::testing::Contains("vgpu-remove:0000:41:00.5"));
+  KillAtEveryStep(claim, steps, retry_on_other_instance, [&] {
+    EXPECT_EQ(VgpuType("0000:41:00.4"), "1415\n");
+    EXPECT_EQ(VgpuType("0000:41:00.5"), "1415\n");
+    EXPECT_EQ(Driver("0000:41:00.4"), "nvidia");
+    EXPECT_EQ(CdiFiles().size(), 3u);  // the devices' spec and one metadata spec per request
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(RetryTarget, SigkillTest, ::testing::Values(false, true),

@@ -5,6 +5,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
@@ -145,6 +146,21 @@ SimulatedKernel::SimulatedKernel(std::string sysfs_root, std::string dev_root)
       if (any_instance && idle_type_offered) mdev_mixed_.insert(dir);
     }
   }
+  // The vGPU types of vGPU-on-VF PFs: the driver knows the card; the tree lists only what is
+  // creatable now.
+  std::ifstream vgpu_types(VgpuVfTypesFile(root_));
+  for (std::string line; std::getline(vgpu_types, line);) {
+    std::istringstream fields(line);
+    std::string pf;
+    VgpuVfTypeSpec type;
+    fields >> pf >> type.id >> type.max_instances >> std::ws;
+    std::getline(fields, type.name);
+    // A fixture rebuilt on the same root (a simulated reboot) appends its types again.
+    std::vector<VgpuVfTypeSpec>& known = vgpu_vf_types_[pf];
+    if (!pf.empty() && std::find(known.begin(), known.end(), type) == known.end()) {
+      known.push_back(type);
+    }
+  }
   // Sizes the fixture knows but the tree cannot state (a busy parent of a silent vendor).
   std::ifstream hints(MdevMaxHintFile(root_));
   std::string hint_dir;
@@ -171,9 +187,16 @@ void SimulatedKernel::AddBootTimeNodes() {
   for (const auto& entry : fs::directory_iterator(Abs("bus/pci/devices"))) {
     const std::string address = entry.path().filename().string();
     const std::string driver = DriverOf(address);
-    if (IsVfioDriver(driver) && !fs::exists(Abs(DeviceDir(address) + "/vfio-dev"))) {
+    const std::string dir = DeviceDir(address);
+    if (IsVfioDriver(driver) && !fs::exists(Abs(dir + "/vfio-dev"))) {
       DoUnbind(driver, address);
       DoBind(driver, address);
+    }
+    // An NVIDIA vGPU VF: nvidia.ko registers it with VFIO itself.
+    if (driver == "nvidia" && fs::exists(Abs(dir + "/nvidia/current_vgpu_type")) &&
+        !fs::exists(Abs(dir + "/vfio-dev"))) {
+      std::lock_guard<std::mutex> nodes(nodes_mu_);
+      AddVfioNodes(dir);
     }
   }
 }
@@ -200,6 +223,12 @@ SimulatedKernel::~SimulatedKernel() {
 void SimulatedKernel::SaveState() const {
   nlohmann::json state = {
       {"hostDrivers", host_driver_}, {"mdevMax", mdev_max_}, {"mdevMixed", mdev_mixed_}};
+  for (const auto& [pf, types] : vgpu_vf_types_) {
+    for (const VgpuVfTypeSpec& type : types) {
+      state["vgpuVfTypes"][pf].push_back(
+          {{"id", type.id}, {"name", type.name}, {"max", type.max_instances}});
+    }
+  }
   WriteText(state_file_, state.dump(2));
 }
 
@@ -208,6 +237,22 @@ void SimulatedKernel::LoadState() {
   host_driver_ = state.at("hostDrivers").get<std::map<std::string, std::string>>();
   mdev_max_ = state.at("mdevMax").get<std::map<std::string, std::map<std::string, int>>>();
   mdev_mixed_ = state.value("mdevMixed", std::set<std::string>{});
+  if (state.contains("vgpuVfTypes")) {
+    for (const auto& [pf, types] : state.at("vgpuVfTypes").items()) {
+      for (const auto& type : types) {
+        vgpu_vf_types_[pf].push_back({type.at("id").get<int>(), type.at("name").get<std::string>(),
+                                      type.at("max").get<int>()});
+      }
+    }
+  }
+}
+
+void SimulatedKernel::OpenVgpuVf(const std::string& address) {
+  WriteText(root_ + ".vmm-open/" + address, "");
+}
+
+void SimulatedKernel::CloseVgpuVf(const std::string& address) {
+  fs::remove(root_ + ".vmm-open/" + address);
 }
 
 void SimulatedKernel::FailVfioBind(const std::string& address, int err) {
@@ -480,6 +525,13 @@ int SimulatedKernel::Apply(const std::vector<std::string>& parts, const std::str
                            const std::string& arg) {
   const bool device_attribute =
       parts.size() >= 5 && parts[0] == "bus" && parts[1] == "pci" && parts[2] == "devices";
+  if (device_attribute && parts.size() == 6 && parts[4] == "nvidia" &&
+      parts[5] == "current_vgpu_type") {
+    // Changes what every sibling VF can create: runs alone.
+    std::unique_lock<std::shared_mutex> tree(tree_mu_);
+    if (!fs::exists(Abs(rel))) return ENOENT;
+    return SetVgpuType(parts[3], arg);
+  }
   if (rel == "bus/pci/drivers_probe" ||
       (parts.size() == 5 && parts[0] == "bus" && parts[1] == "pci" && parts[2] == "drivers") ||
       (device_attribute && !(parts.size() == 5 && parts[4] == "sriov_numvfs"))) {
@@ -634,6 +686,10 @@ void SimulatedKernel::DoBind(const std::string& driver, const std::string& addre
   // Numbers and group nodes are shared by all devices: handed out one binder at a time, as the
   // kernel's IDA and group lock do.
   std::lock_guard<std::mutex> nodes(nodes_mu_);
+  AddVfioNodes(dir);
+}
+
+void SimulatedKernel::AddVfioNodes(const std::string& dir) {
   const std::string cdev = ClaimVfioDev(dir);
   const int index = ParseInt(cdev.substr(4), -1);
   ::mkdir(Abs(dir + "/vfio-dev").c_str(), 0755);
@@ -777,6 +833,52 @@ int SimulatedKernel::RemoveMdev(const std::string& uuid) {
   return 0;
 }
 
+int SimulatedKernel::SetVgpuType(const std::string& vf, const std::string& value) {
+  const int wanted = ParseInt(value, -1);
+  if (wanted < 0) return EINVAL;
+  if (fs::exists(root_ + ".vmm-open/" + vf)) return EBUSY;
+  const std::string pf =
+      ValueOr<std::string>(tree_.LinkBaseName("bus/pci/devices/" + vf + "/physfn"), "");
+  const std::string dir = "bus/pci/devices/" + vf + "/nvidia";
+  const int current = ParseInt(ReadText(Abs(dir + "/current_vgpu_type")), 0);
+  if (wanted == 0) {
+    WriteText(Abs(dir + "/current_vgpu_type"), "0\n");
+    RecomputeCreatableVgpuTypes(pf);
+    return 0;
+  }
+  // Only an ID the VF lists now can be set (none while it holds a vGPU).
+  bool creatable = false;
+  const std::string listed = ReadText(Abs(dir + "/creatable_vgpu_types"));
+  std::istringstream lines(listed);
+  std::string line;
+  std::getline(lines, line);  // the header
+  while (std::getline(lines, line)) {
+    if (ParseInt(line.substr(0, line.find(':')), -1) == wanted) creatable = true;
+  }
+  if (current != 0 || !creatable) return ENODEV;
+  WriteText(Abs(dir + "/current_vgpu_type"), std::to_string(wanted) + "\n");
+  RecomputeCreatableVgpuTypes(pf);
+  return 0;
+}
+
+void SimulatedKernel::RecomputeCreatableVgpuTypes(const std::string& pf) {
+  std::vector<std::string> vfs;
+  for (int i = 0;; ++i) {
+    auto vf = tree_.LinkBaseName("bus/pci/devices/" + pf + "/virtfn" + std::to_string(i));
+    if (!vf.ok()) break;
+    vfs.push_back(*vf);
+  }
+  std::vector<int> currents;
+  for (const std::string& vf : vfs) {
+    currents.push_back(
+        ParseInt(ReadText(Abs("bus/pci/devices/" + vf + "/nvidia/current_vgpu_type")), 0));
+  }
+  for (size_t i = 0; i < vfs.size(); ++i) {
+    WriteText(Abs("bus/pci/devices/" + vfs[i] + "/nvidia/creatable_vgpu_types"),
+              CreatableVgpuTypesText(vgpu_vf_types_[pf], currents, currents[i]));
+  }
+}
+
 int SimulatedKernel::SetNumVfs(const std::string& address, const std::string& value) {
   const std::string dir = DeviceDir(address);
   if (!fs::exists(Abs(dir + "/sriov_totalvfs"))) return EACCES;
@@ -840,6 +942,7 @@ bool IsManagedWrite(const SimWrite& write, const std::set<std::string>& function
   const std::string& path = write.path;
   for (const std::string& f : functions) {
     if (path == "bus/pci/devices/" + f + "/driver_override") return true;
+    if (path == "bus/pci/devices/" + f + "/nvidia/current_vgpu_type") return true;
     if (path.rfind("bus/pci/drivers/", 0) == 0 &&
         (path.ends_with("/bind") || path.ends_with("/unbind")) && write.value == f) {
       return true;

@@ -1,6 +1,10 @@
 // SimulatedKernel: the kernel side of sysfs for tests. It implements the daemon's SysfsWriter and
 // changes a fixture tree (test/fixtures) the way the kernel would for the writes vfio-dra makes:
-// driver_override, a driver's bind/unbind, drivers_probe, mdev create/remove and sriov_numvfs,
+// driver_override, a driver's bind/unbind, drivers_probe, mdev create/remove, sriov_numvfs and the
+// vGPU type of an NVIDIA vGPU VF (nvidia/current_vgpu_type: an ID creates, 0 destroys; -EBUSY
+// while a VMM has the VF open, -ENODEV for an ID the VF does not list as creatable; the siblings'
+// creatable_vgpu_types shrink as vGPUs are made, one type per PF; such a VF stays on nvidia,
+// which is its VFIO provider: it has vfio-dev/ and a /dev/vfio/<group> node),
 // including the uevent DRIVER line, /sys/class/vfio, vfio-dev cdevs, the /dev/vfio nodes (real
 // character devices made with mknod, so the daemon's checks run as on a node) and mdev
 // available_instances (NVIDIA's one-type-per-parent rule; other vendors count space, as mtty and
@@ -39,6 +43,7 @@
 
 #include "sysfs/sysfs_reader.h"
 #include "sysfs/sysfs_writer.h"
+#include "sysfs_fixture.h"
 
 namespace vfio_dra::testing {
 
@@ -76,7 +81,11 @@ class SimulatedKernel final : public sysfs::SysfsWriter {
   // makes them just before the probe).
   void HangVfioBind(const std::string& address);
   void ReleaseHangs();
-  void FailMdevCreate(int err);                   // the next mdev create
+  void FailMdevCreate(int err);  // the next mdev create
+  // A VMM opens (or lets go of) an NVIDIA vGPU VF: while it is open, writes to its
+  // current_vgpu_type fail with EBUSY. Kept next to the tree, so every process's kernel sees it.
+  void OpenVgpuVf(const std::string& address);
+  void CloseVgpuVf(const std::string& address);
   void RemoveDevice(const std::string& address);  // hot-unplug: the function vanishes
   // Writes currently blocked in a hang.
   int Hanging() const;
@@ -107,6 +116,12 @@ class SimulatedKernel final : public sysfs::SysfsWriter {
   int CreateMdev(const std::string& parent_dir, const std::string& type, const std::string& uuid);
   int RemoveMdev(const std::string& uuid);
   int SetNumVfs(const std::string& address, const std::string& value);
+  // A write of `value` to the VF's nvidia/current_vgpu_type.
+  int SetVgpuType(const std::string& vf, const std::string& value);
+  // Rewrites creatable_vgpu_types of every VF of `pf` from the VFs' current types.
+  void RecomputeCreatableVgpuTypes(const std::string& pf);
+  // The VFIO side of a device: its vfio-dev cdev and its group's node.
+  void AddVfioNodes(const std::string& dir);
 
   // The device lock (see the header comment). Called with mu_ held.
   void LockDevice(const std::string& address);
@@ -155,6 +170,7 @@ class SimulatedKernel final : public sysfs::SysfsWriter {
   std::map<std::string, std::string> host_driver_;  // address -> matching host driver
   std::map<std::string, std::map<std::string, int>> mdev_max_;  // parent dir -> type -> max
   std::set<std::string> mdev_mixed_;  // NVIDIA parents in heterogeneous mode (count space)
+  std::map<std::string, std::vector<VgpuVfTypeSpec>> vgpu_vf_types_;  // PF address -> its types
   // Rewrites every type's available_instances of a parent from what exists on it.
   void RecomputeAvailable(const std::string& parent_dir);
   std::map<std::string, int> fail_bind_;

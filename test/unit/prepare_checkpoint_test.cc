@@ -303,13 +303,13 @@ TEST_F(PrepareCheckpointTest, RecordsMovedAsideNeverOverwriteAnEarlierCopy) {
 // version, instead of being moved aside as corrupt.
 TEST_F(PrepareCheckpointTest, ARecordOfANewerVersionIsKeptForThatVersion) {
   PrepareCheckpoint checkpoint = Open();
-  std::ofstream(RecordPath(kUid)) << R"({"version": 3, "bootID": "b", "claim": {"new": 1}})";
+  std::ofstream(RecordPath(kUid)) << R"({"version": 4, "bootID": "b", "claim": {"new": 1}})";
   ASSERT_TRUE(checkpoint.Put(Started(kOtherUid)).ok());
   const CheckpointView view = checkpoint.Load();
   EXPECT_EQ(view.claims.size(), 1u);
   ASSERT_EQ(view.unreadable.count(kUid), 1u);
   EXPECT_THAT(view.unreadable.at(kUid),
-              HasSubstr("has version 3, written by a newer vfio-dra (this build reads version 2)"));
+              HasSubstr("has version 4, written by a newer vfio-dra (this build reads version 3)"));
   EXPECT_TRUE(fs::exists(RecordPath(kUid)));
   EXPECT_FALSE(checkpoint.Find(kUid).ok());
 }

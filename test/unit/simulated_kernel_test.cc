@@ -283,5 +283,104 @@ TEST(SimulatedKernelSpace, ParentsThatMixTypesCountSpace) {
   EXPECT_EQ(available("0000:3c:00.0", "nvidia-223"), 6);
 }
 
+// NVIDIA vGPU on SR-IOV VFs, as the vGPU manager's VFIO framework and the upstream RFC document
+// it: per-VF nvidia/creatable_vgpu_types and current_vgpu_type, no mdev, the VF stays on nvidia.
+class SimulatedVgpuVfTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    node_ = std::make_unique<FixtureNode>("vgpu-vf");
+    kernel_ = std::make_unique<SimulatedKernel>(node_->sysfs_root(), node_->dir() + "/dev");
+  }
+  int SetType(const std::string& vf, const std::string& value) {
+    return kernel_->Write(Path(vf, "current_vgpu_type"), value);
+  }
+  std::string Read(const std::string& vf, const std::string& file) const {
+    std::ifstream in(Path(vf, file));
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  std::string Path(const std::string& vf, const std::string& file) const {
+    return node_->sysfs_root() + "/bus/pci/devices/" + vf + "/nvidia/" + file;
+  }
+  std::unique_ptr<FixtureNode> node_;
+  std::unique_ptr<SimulatedKernel> kernel_;
+};
+
+constexpr char kAllTypes[] =
+    "ID    : vGPU Name\n"
+    "1414  : NVIDIA H100-20C\n"
+    "1415  : NVIDIA H100-40C\n"
+    "1416  : NVIDIA H100-80C\n";
+
+TEST_F(SimulatedVgpuVfTest, AnIdleCardListsEveryTypeOnEveryVfInTheDriversFormat) {
+  for (const char* vf : {"0000:41:00.4", "0000:41:00.5", "0000:41:00.6", "0000:41:00.7"}) {
+    EXPECT_EQ(Read(vf, "creatable_vgpu_types"), kAllTypes) << vf;
+    EXPECT_EQ(Read(vf, "current_vgpu_type"), "0\n") << vf;
+  }
+}
+
+TEST_F(SimulatedVgpuVfTest, WritingAnIdCreatesAndSiblingsListOnlyThatTypeUntilTheCardIsFull) {
+  EXPECT_EQ(SetType("0000:41:00.4", "1415"), 0);
+  EXPECT_EQ(Read("0000:41:00.4", "current_vgpu_type"), "1415\n");
+  // The VF holding it lists nothing; siblings only the type in use (homogeneous per PF).
+  EXPECT_EQ(Read("0000:41:00.4", "creatable_vgpu_types"), "ID    : vGPU Name\n");
+  EXPECT_EQ(Read("0000:41:00.5", "creatable_vgpu_types"),
+            "ID    : vGPU Name\n1415  : NVIDIA H100-40C\n");
+  EXPECT_EQ(SetType("0000:41:00.5", "1414"), ENODEV);  // another type: not creatable now
+  EXPECT_EQ(SetType("0000:41:00.5", "1415"), 0);
+  // Two 40C vGPUs fill the card: every VF shows only the header.
+  for (const char* vf : {"0000:41:00.4", "0000:41:00.5", "0000:41:00.6", "0000:41:00.7"}) {
+    EXPECT_EQ(Read(vf, "creatable_vgpu_types"), "ID    : vGPU Name\n") << vf;
+  }
+  EXPECT_EQ(SetType("0000:41:00.6", "1415"), ENODEV);
+  // The other card is not affected.
+  EXPECT_EQ(Read("0000:c1:00.5", "creatable_vgpu_types"),
+            "ID    : vGPU Name\n1415  : NVIDIA H100-40C\n");
+}
+
+TEST_F(SimulatedVgpuVfTest, WritingZeroDestroysAndTheListsGrowBack) {
+  ASSERT_EQ(SetType("0000:41:00.4", "1414"), 0);
+  EXPECT_EQ(SetType("0000:41:00.4", "0"), 0);
+  EXPECT_EQ(Read("0000:41:00.4", "current_vgpu_type"), "0\n");
+  EXPECT_EQ(Read("0000:41:00.5", "creatable_vgpu_types"), kAllTypes);
+  EXPECT_EQ(SetType("0000:41:00.4", "0"), 0);  // nothing to destroy
+}
+
+TEST_F(SimulatedVgpuVfTest, UnknownIdsAndTypesOnAVfThatHoldsOneAreNoDevice) {
+  EXPECT_EQ(SetType("0000:41:00.4", "9999"), ENODEV);
+  EXPECT_EQ(SetType("0000:41:00.4", "NVIDIA H100-20C"), EINVAL);
+  EXPECT_EQ(SetType("0000:c1:00.4", "1415"), ENODEV);  // holds one already
+  EXPECT_EQ(Read("0000:c1:00.4", "current_vgpu_type"), "1415\n");
+}
+
+TEST_F(SimulatedVgpuVfTest, AVfOpenedByAVmmIsBusy) {
+  kernel_->OpenVgpuVf("0000:c1:00.4");
+  EXPECT_EQ(SetType("0000:c1:00.4", "0"), EBUSY);
+  EXPECT_EQ(Read("0000:c1:00.4", "current_vgpu_type"), "1415\n");
+  // Every process's kernel sees it.
+  SimulatedKernel other(node_->sysfs_root(), node_->dir() + "/dev");
+  EXPECT_EQ(other.Write(Path("0000:c1:00.4", "current_vgpu_type"), "0"), EBUSY);
+  kernel_->CloseVgpuVf("0000:c1:00.4");
+  EXPECT_EQ(SetType("0000:c1:00.4", "0"), 0);
+}
+
+TEST_F(SimulatedVgpuVfTest, TheVfStaysOnNvidiaWithItsVfioNodes) {
+  const std::string vf = node_->sysfs_root() + "/bus/pci/devices/0000:41:00.4";
+  ASSERT_EQ(SetType("0000:41:00.4", "1414"), 0);
+  EXPECT_EQ(fs::read_symlink(vf + "/driver").filename(), "nvidia");
+  EXPECT_TRUE(fs::is_directory(vf + "/vfio-dev"));
+  struct stat st {};
+  EXPECT_EQ(::stat((node_->dir() + "/dev/vfio/81").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  EXPECT_TRUE(fs::is_empty(node_->sysfs_root() + "/class/mdev_bus"));
+}
+
+TEST_F(SimulatedVgpuVfTest, ARestartedKernelKnowsTheCardsTypes) {
+  ASSERT_EQ(SetType("0000:41:00.4", "1415"), 0);
+  kernel_.reset();
+  kernel_ = std::make_unique<SimulatedKernel>(node_->sysfs_root(), node_->dir() + "/dev");
+  EXPECT_EQ(SetType("0000:41:00.4", "0"), 0);
+  EXPECT_EQ(Read("0000:41:00.5", "creatable_vgpu_types"), kAllTypes);
+}
+
 }  // namespace
 }  // namespace vfio_dra::testing

@@ -92,8 +92,9 @@ TEST_P(EveryFixture, BuilderInputBuildsTheSamePool) {
     EXPECT_EQ(from_kept.slices, from_whole.slices) << GetParam();
     EXPECT_EQ(from_kept.warnings, from_whole.warnings) << GetParam();
   }
-  EXPECT_LE(kept.inventory.functions.size(),
-            built.scan->selection.devices.size() + built.scan->inventory.mdev_parents.size());
+  EXPECT_LE(kept.inventory.functions.size(), built.scan->selection.devices.size() +
+                                                 built.scan->inventory.mdev_parents.size() +
+                                                 built.scan->selection.vgpu_vfs.size());
   EXPECT_TRUE(kept.selection.functions.empty());
 }
 

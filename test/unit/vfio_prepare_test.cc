@@ -1762,5 +1762,147 @@ TEST_F(PrepareTest, AnEarlierVersionHoldingTheNodeLockIsWaitedFor) {
   ASSERT_TRUE(Unprepare().ok());
 }
 
+// NVIDIA vGPU on SR-IOV VFs: prepare sets the type on the VF (no rebinding, no mdev) and hands out
+// the VF's VFIO nodes; unprepare writes 0.
+TEST_F(PrepareTest, AVgpuOnAVfIsSetConfirmedHandedOutAndClearedWithoutRebinding) {
+  Use("vgpu-vf");
+  const std::string vf = "0000:41:00.4";
+  const std::string current =
+      node_->sysfs_root() + "/bus/pci/devices/" + vf + "/nvidia/current_vgpu_type";
+  auto prepared = Prepare(Claim({{"vgpu", "vgpu-0000-41-00-4-1415"}}));
+  ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+  EXPECT_EQ(Slurp(current), "1415\n");
+  EXPECT_EQ(Driver(vf), "nvidia") << "a vGPU VF stays on nvidia, its VFIO provider";
+  EXPECT_EQ(Override(vf), "(null)\n");
+  const json spec = CdiSpec(std::string("vfio.dra.io-vfio_") + kUid + ".json");
+  EXPECT_EQ(spec["containerEdits"]["deviceNodes"][0]["path"], "/dev/vfio/vfio");
+  EXPECT_EQ(spec["devices"][0]["containerEdits"]["deviceNodes"],
+            json::parse(R"([{"path":"/dev/vfio/81","type":"c","major":241,"minor":81}])"));
+  const json metadata =
+      json::parse(Slurp(DataDir() + "/dra-device-metadata/" + kUid + "_vgpu.json"));
+  const json& attributes = metadata["requests"][0]["devices"][0]["attributes"];
+  EXPECT_EQ(attributes["resource.kubernetes.io/pciBusID"], json({{"string", vf}}));
+  EXPECT_EQ(attributes["vgpuTypeID"], json({{"int", 1415}}));
+  const auto record = Recorded(kUid);
+  ASSERT_TRUE(record.has_value());
+  EXPECT_TRUE(record->functions.empty());
+  ASSERT_EQ(record->vgpus.size(), 1u);
+  EXPECT_EQ(record->vgpus[0].address, vf);
+  EXPECT_EQ(record->vgpus[0].type_id, 1415);
+  EXPECT_TRUE(record->vgpus[0].created_by_us);
+  EXPECT_EQ(record->vgpus[0].identity.vendor, "10de");
+  // The health stream sees the vGPU in place.
+  ASSERT_EQ(preparer_->Prepared()->size(), 1u);
+  EXPECT_EQ(preparer_->Prepared()->front().vgpu_vf, vf);
+  bool seen = false;
+  for (const auto& status :
+       prepare::CheckDeviceHealth(*sysfs_, published_.Current(), *preparer_->Prepared())) {
+    if (status.device != "vgpu-0000-41-00-4-1415") continue;
+    seen = true;
+    EXPECT_TRUE(status.healthy) << status.message;
+  }
+  EXPECT_TRUE(seen);
+
+  // The kubelet's retry: the same answer, nothing written again.
+  const size_t writes = kernel_->Writes().size();
+  auto again = Prepare(Claim({{"vgpu", "vgpu-0000-41-00-4-1415"}}));
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_EQ(again->front().cdi_device_ids, prepared->front().cdi_device_ids);
+  EXPECT_EQ(kernel_->Writes().size(), writes);
+
+  ASSERT_TRUE(Unprepare().ok());
+  EXPECT_EQ(Slurp(current), "0\n");
+  EXPECT_EQ(Driver(vf), "nvidia");
+  EXPECT_EQ(Recorded(kUid), std::nullopt);
+  ExpectWritesConfinedTo({vf});
+}
+
+TEST_F(PrepareTest, UnprepareOfAVgpuAVmmStillHoldsFailsForThatClaimOnlyAndTheRetryFinishes) {
+  Use("vgpu-vf");
+  const auto current = [&](const std::string& vf) {
+    return Slurp(node_->sysfs_root() + "/bus/pci/devices/" + vf + "/nvidia/current_vgpu_type");
+  };
+  ASSERT_TRUE(Prepare(Claim({{"vgpu", "vgpu-0000-41-00-4-1414"}}, Uid(1), "a")).ok());
+  ASSERT_TRUE(Prepare(Claim({{"vgpu", "vgpu-0000-41-00-5-1414"}}, Uid(2), "b")).ok());
+  kernel_->OpenVgpuVf("0000:41:00.4");
+  Status held = Unprepare(Uid(1), "a");
+  ASSERT_FALSE(held.ok());
+  EXPECT_THAT(held.error().message, HasSubstr("0000:41:00.4"));
+  EXPECT_THAT(held.error().message, HasSubstr("EBUSY"));
+  EXPECT_EQ(current("0000:41:00.4"), "1414\n");
+  EXPECT_TRUE(Recorded(Uid(1)).has_value()) << "kept for the retry";
+  // The other claim is not affected.
+  ASSERT_TRUE(Unprepare(Uid(2), "b").ok());
+  EXPECT_EQ(current("0000:41:00.5"), "0\n");
+  // The VMM lets go: the kubelet's retry finishes.
+  kernel_->CloseVgpuVf("0000:41:00.4");
+  ASSERT_TRUE(Unprepare(Uid(1), "a").ok());
+  EXPECT_EQ(current("0000:41:00.4"), "0\n");
+  EXPECT_EQ(Recorded(Uid(1)), std::nullopt);
+}
+
+TEST_F(PrepareTest, AVgpuTheVfHeldAtStartIsHandedOutAndLeftInPlace) {
+  Use("vgpu-vf");
+  const std::string current =
+      node_->sysfs_root() + "/bus/pci/devices/0000:c1:00.4/nvidia/current_vgpu_type";
+  auto prepared = Prepare(Claim({{"vgpu", "vgpu-0000-c1-00-4-1415"}}));
+  ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+  ASSERT_EQ(Recorded(kUid)->vgpus.size(), 1u);
+  EXPECT_FALSE(Recorded(kUid)->vgpus[0].created_by_us);
+  ASSERT_TRUE(Unprepare().ok());
+  EXPECT_EQ(Slurp(current), "1415\n") << "not made by vfio-dra: not removed";
+  for (const SimWrite& w : kernel_->Writes())
+    EXPECT_THAT(w.path, ::testing::Not(HasSubstr("vgpu")));
+}
+
+// Two claims for different types on one idle GPU can both be allocated (the PF runs one type at
+// a time, which no counter can say); the second fails with a clear per-claim error and leaves
+// nothing behind.
+TEST_F(PrepareTest, ASecondTypeOnAGpuRunningAnotherFailsClearlyAndLeavesNothing) {
+  Use("vgpu-vf");
+  ASSERT_TRUE(Prepare(Claim({{"vgpu", "vgpu-0000-41-00-4-1414"}}, Uid(1), "a")).ok());
+  auto refused = Prepare(Claim({{"vgpu", "vgpu-0000-41-00-5-1416"}}, Uid(2), "b"));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error().message, HasSubstr("ENODEV"));
+  EXPECT_THAT(refused.error().message, HasSubstr("vgpuType"));
+  EXPECT_EQ(Slurp(node_->sysfs_root() + "/bus/pci/devices/0000:41:00.5/nvidia/current_vgpu_type"),
+            "0\n");
+  EXPECT_EQ(Recorded(Uid(2)), std::nullopt);
+}
+
+TEST_F(PrepareTest, AVgpuVfAnotherClaimHoldsIsRefused) {
+  Use("vgpu-vf");
+  ASSERT_TRUE(Prepare(Claim({{"vgpu", "vgpu-0000-41-00-4-1414"}}, Uid(1), "a")).ok());
+  auto refused = Prepare(Claim({{"vgpu", "vgpu-0000-41-00-4-1415"}}, Uid(2), "b"));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error().message, HasSubstr("is already prepared for"));
+}
+
+// After a reboot the vGPU is gone and the record is of another boot: prepare sets it again, but
+// only on the same device.
+TEST_F(PrepareTest, AfterARebootAVgpuIsSetAgainOnlyOnTheSameDevice) {
+  Use("vgpu-vf");
+  const std::string current =
+      node_->sysfs_root() + "/bus/pci/devices/0000:41:00.4/nvidia/current_vgpu_type";
+  ASSERT_TRUE(Prepare(Claim({{"vgpu", "vgpu-0000-41-00-4-1416"}})).ok());
+  Reboot("vgpu-vf");
+  EXPECT_EQ(Slurp(current), "0\n");
+  auto again = Prepare(Claim({{"vgpu", "vgpu-0000-41-00-4-1416"}}));
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_EQ(Slurp(current), "1416\n");
+
+  Reboot("vgpu-vf");
+  WriteBootId("boot-3");  // Reboot names every boot after the first "boot-2"
+  Open();
+  // The address now names another device.
+  std::ofstream(node_->sysfs_root() + "/bus/pci/devices/0000:41:00.4/device") << "0x2335\n";
+  std::ofstream(node_->sysfs_root() + "/bus/pci/devices/0000:41:00.4/modalias")
+      << "pci:v000010DEd00002335sv000010DEsd00002335bc03sc02i00\n";
+  auto refused = Prepare(Claim({{"vgpu", "vgpu-0000-41-00-4-1416"}}));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error().message, HasSubstr("not the device"));
+  EXPECT_EQ(Slurp(current), "0\n");
+}
+
 }  // namespace
 }  // namespace vfio_dra::testing

@@ -1,0 +1,130 @@
+#include "vfio/vgpu_vf_lifecycle.h"
+
+#include <cerrno>
+
+#include "base/file_io.h"
+#include "sysfs/sysfs_parse.h"
+
+namespace vfio_dra::vfio {
+namespace {
+
+std::string Describe(const std::string& vf, int type_id) {
+  return "vGPU " + std::to_string(type_id) + " on VF " + vf;
+}
+
+}  // namespace
+
+std::string VgpuVfLifecycle::File(const std::string& vf) const {
+  return "bus/pci/devices/" + vf + "/nvidia/current_vgpu_type";
+}
+
+Result<int> VgpuVfLifecycle::CurrentType(const std::string& vf) const {
+  auto text = sysfs_.Read(File(vf));
+  if (!text.ok()) {
+    return text.error().Wrap("VF " + vf +
+                             " is not an NVIDIA vGPU VF now (is the vGPU manager "
+                             "loaded and are its VFs enabled?)");
+  }
+  auto type = sysfs::ParseDecimalAttribute(*text);
+  if (!type.ok() || *type < 0 || *type > 0x7fffffff) {
+    return MakeError(ErrorKind::kInvalidArgument, sysfs_.Path(File(vf)) + ": not a vGPU type ID");
+  }
+  return static_cast<int>(*type);
+}
+
+Result<int> VgpuVfLifecycle::WriteType(const std::string& vf, int value, Deadline deadline) {
+  return gate_.Write(vf, sysfs_.Path(File(vf)), std::to_string(value),
+                     deadline.RemainingOr(timeout_));
+}
+
+Status VgpuVfLifecycle::Assign(const std::string& vf, int type_id, Deadline deadline) {
+  auto current = CurrentType(vf);
+  if (!current.ok()) return current.error().Wrap(Describe(vf, type_id));
+  if (*current == type_id) return Status::Ok();
+  if (*current != 0) {
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     Describe(vf, type_id) + ": the VF holds vGPU " + std::to_string(*current) +
+                         " (made outside this claim); a VF takes one vGPU, so the claim cannot "
+                         "be prepared until that one is removed");
+  }
+  auto err = WriteType(vf, type_id, deadline);
+  if (!err.ok()) return err.error().Wrap("creating " + Describe(vf, type_id));
+  if (*err == ENODEV) {
+    std::string listed = "nothing";
+    if (auto text = sysfs_.Read("bus/pci/devices/" + vf + "/nvidia/creatable_vgpu_types");
+        text.ok()) {
+      if (auto types = sysfs::ParseCreatableVgpuTypes(*text); types.ok() && !types->empty()) {
+        listed.clear();
+        for (const auto& type : *types) {
+          listed += (listed.empty() ? "" : ", ") + std::to_string(type.id);
+        }
+      }
+    }
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     Describe(vf, type_id) +
+                         ": the driver cannot create this type on the VF "
+                         "now (ENODEV; creatable_vgpu_types lists " +
+                         listed +
+                         "). The GPU runs one vGPU type at a time and may be full: pin one type "
+                         "per GPU in the policy (select: [{kind: vgpu, pf: \"<PF>\", vgpuType: "
+                         "\"<ID>\"}]); the kubelet retries this claim until room is free or the "
+                         "claim is deleted");
+  }
+  if (*err == EBUSY) {
+    return MakeError(ErrorKind::kUnavailable, Describe(vf, type_id) +
+                                                  ": the VF is open (EBUSY), so its type cannot be "
+                                                  "set; the kubelet retries once it is let go");
+  }
+  if (*err != 0) {
+    return MakeError(ErrorKind::kFailedPrecondition, "creating " + Describe(vf, type_id) +
+                                                         ": writing " + sysfs_.Path(File(vf)) +
+                                                         " failed: " + ErrnoText(*err));
+  }
+  auto now = CurrentType(vf);
+  if (!now.ok()) return now.error().Wrap("confirming " + Describe(vf, type_id));
+  if (*now != type_id) {
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     Describe(vf, type_id) + ": the driver accepted the type but the VF reads " +
+                         std::to_string(*now));
+  }
+  return Status::Ok();
+}
+
+Status VgpuVfLifecycle::Clear(const std::string& vf, int type_id, Deadline deadline) {
+  auto current = CurrentType(vf);
+  if (!current.ok()) return current.error().Wrap("removing " + Describe(vf, type_id));
+  if (*current == 0) return Status::Ok();
+  if (*current != type_id) {
+    return MakeError(ErrorKind::kFailedPrecondition, "removing " + Describe(vf, type_id) +
+                                                         ": the VF holds vGPU " +
+                                                         std::to_string(*current) +
+                                                         " instead, which this claim did not make; "
+                                                         "it is left alone");
+  }
+  auto err = WriteType(vf, 0, deadline);
+  if (!err.ok()) {
+    return err.error().Wrap("removing " + Describe(vf, type_id) +
+                            " (it is probably still in use by a VM; retry once it is let go)");
+  }
+  if (*err == EBUSY) {
+    return MakeError(ErrorKind::kUnavailable,
+                     "removing " + Describe(vf, type_id) +
+                         " failed: EBUSY (a VM still has the VF open); the kubelet retries the "
+                         "unprepare, which finishes once the VM lets go");
+  }
+  if (*err != 0) {
+    return MakeError(ErrorKind::kFailedPrecondition, "removing " + Describe(vf, type_id) +
+                                                         ": writing 0 to " + sysfs_.Path(File(vf)) +
+                                                         " failed: " + ErrnoText(*err));
+  }
+  auto now = CurrentType(vf);
+  if (!now.ok()) return now.error().Wrap("confirming the removal of " + Describe(vf, type_id));
+  if (*now != 0) {
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     "removing " + Describe(vf, type_id) +
+                         ": the driver accepted 0 but the VF still reads " + std::to_string(*now));
+  }
+  return Status::Ok();
+}
+
+}  // namespace vfio_dra::vfio

@@ -1,0 +1,258 @@
+// NVIDIA vGPU on SR-IOV VFs from sysfs to slices: parsing creatable_vgpu_types, discovery of the
+// VFs, the policy's switch and type pins, the published devices and their counters (checked by
+// the slice validator in every layout), and what `discover` says about each VF, on the
+// simulated kernel as vGPUs come and go.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "discovery/admin_policy.h"
+#include "discovery/discover_report.h"
+#include "discovery/node_scan.h"
+#include "prepare/prepare_checkpoint.h"
+#include "simulated_kernel.h"
+#include "slicepublisher/device_attributes.h"
+#include "slicepublisher/slice_builder.h"
+#include "slicepublisher/slice_validator.h"
+#include "sysfs/sysfs_parse.h"
+#include "unit/fixture_node.h"
+
+namespace vfio_dra::testing {
+namespace {
+
+using slicepublisher::CounterLayout;
+using slicepublisher::DesiredPool;
+using slicepublisher::SliceDevice;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(CreatableVgpuTypes, ParsesTheDriversFormat) {
+  auto types = sysfs::ParseCreatableVgpuTypes(
+      "ID    : vGPU Name\n1414  : NVIDIA H200X-1-18C\n25    : NVIDIA H100-80C\n");
+  ASSERT_TRUE(types.ok()) << types.error().message;
+  EXPECT_THAT(*types, ElementsAre(sysfs::CreatableVgpuType{1414, "NVIDIA H200X-1-18C"},
+                                  sysfs::CreatableVgpuType{25, "NVIDIA H100-80C"}));
+  auto full = sysfs::ParseCreatableVgpuTypes("ID    : vGPU Name\n");
+  ASSERT_TRUE(full.ok());
+  EXPECT_TRUE(full->empty());
+  EXPECT_FALSE(sysfs::ParseCreatableVgpuTypes("1414  : NVIDIA H100-20C\n").ok());  // no header
+  EXPECT_FALSE(sysfs::ParseCreatableVgpuTypes("ID    : vGPU Name\nabc : x\n").ok());
+  EXPECT_FALSE(sysfs::ParseCreatableVgpuTypes("ID    : vGPU Name\n0     : x\n").ok());
+  EXPECT_FALSE(sysfs::ParseCreatableVgpuTypes("ID    : vGPU Name\n12    :\n").ok());
+}
+
+TEST(VgpuVfPolicy, TheKindCanBeTurnedOffAndTypesPinnedOnlyForIt) {
+  auto off = discovery::ParseAdminPolicy("kinds: {vgpu: false}\n", "p.yaml");
+  ASSERT_TRUE(off.ok()) << off.error().message;
+  EXPECT_FALSE(off->vgpu_enabled);
+  auto pin = discovery::ParseAdminPolicy(
+      "select:\n  - {kind: vgpu, pf: \"0000:41:00.0\", vgpuType: \"1414\"}\n", "p.yaml");
+  ASSERT_TRUE(pin.ok()) << pin.error().message;
+  auto wrong =
+      discovery::ParseAdminPolicy("select:\n  - {kind: mdev, vgpuType: \"1414\"}\n", "p.yaml");
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_THAT(wrong.error().message, HasSubstr("only applies to kind vgpu"));
+}
+
+class VgpuVfNode : public ::testing::Test {
+ protected:
+  void SetUp() override { node_ = std::make_unique<FixtureNode>("vgpu-vf"); }
+  std::shared_ptr<const discovery::NodeScan> Scan(const std::string& policy_yaml = "") const {
+    sysfs::SysfsReader sysfs(node_->sysfs_root());
+    auto policy = discovery::ParseAdminPolicy(policy_yaml, "policy.yaml");
+    EXPECT_TRUE(policy.ok()) << policy.error().message;
+    return discovery::ScanNode(sysfs, nullptr, *policy);
+  }
+  static DesiredPool Build(const discovery::NodeScan& scan, CounterLayout layout) {
+    slicepublisher::MdevTypeMaxima maxima;
+    DesiredPool pool = slicepublisher::BuildDesiredPool(scan, {"node-1", layout}, maxima);
+    const int minor = layout == CounterLayout::kOwnSlice ? 35 : 34;
+    Status valid = slicepublisher::ValidatePool(pool, {minor, "vfio.dra.io", "node-1", layout});
+    EXPECT_TRUE(valid.ok()) << valid.error().message;
+    return pool;
+  }
+  static std::map<std::string, SliceDevice> Devices(const DesiredPool& pool) {
+    std::map<std::string, SliceDevice> out;
+    for (const auto& slice : pool.slices) {
+      for (const auto& device : slice.devices) out[device.name] = device;
+    }
+    return out;
+  }
+  static std::vector<std::string> Names(const DesiredPool& pool) {
+    std::vector<std::string> names;
+    for (const auto& [name, device] : Devices(pool)) names.push_back(name);
+    return names;
+  }
+  int SetType(SimulatedKernel& kernel, const std::string& vf, int type) const {
+    return kernel.Write(
+        node_->sysfs_root() + "/bus/pci/devices/" + vf + "/nvidia/current_vgpu_type",
+        std::to_string(type));
+  }
+  std::unique_ptr<FixtureNode> node_;
+};
+
+TEST_F(VgpuVfNode, DiscoveryReadsEachVfsCurrentAndCreatableTypes) {
+  auto scan = Scan();
+  const discovery::PciFunction* idle = scan->inventory.Find("0000:41:00.4");
+  ASSERT_NE(idle, nullptr);
+  ASSERT_TRUE(idle->vgpu_vf.has_value());
+  EXPECT_EQ(idle->vgpu_vf->current_type, 0);
+  EXPECT_EQ(idle->vgpu_vf->creatable.size(), 3u);
+  const discovery::PciFunction* busy = scan->inventory.Find("0000:c1:00.4");
+  ASSERT_TRUE(busy && busy->vgpu_vf);
+  EXPECT_EQ(busy->vgpu_vf->current_type, 1415);
+  EXPECT_TRUE(busy->vgpu_vf->creatable.empty());
+  EXPECT_FALSE(scan->inventory.Find("0000:41:00.0")->vgpu_vf.has_value());
+  // The PFs are not published whole: their VFs are enabled.
+  EXPECT_FALSE(scan->selection.functions.at("0000:41:00.0").published);
+  EXPECT_TRUE(scan->selection.devices.empty());
+  ASSERT_EQ(scan->selection.vgpu_vfs.size(), 6u);
+}
+
+TEST_F(VgpuVfNode, SlicesOfferEachTypePerVfWithOneVgpuPerVfAndPublishAHeldVgpuAsItIs) {
+  auto scan = Scan();
+  for (CounterLayout layout : {CounterLayout::kInDeviceSlice, CounterLayout::kOwnSlice}) {
+    const DesiredPool pool = Build(*scan, layout);
+    const auto devices = Devices(pool);
+    // 4 idle VFs x 3 types, plus the held 40C, plus the 40C the other VF of that GPU can take.
+    EXPECT_EQ(devices.size(), 14u);
+    const SliceDevice& offered = devices.at("vgpu-0000-41-00-4-1414");
+    const auto view = slicepublisher::DecodePublishedDevice(offered);
+    EXPECT_TRUE(view.IsVgpu());
+    EXPECT_EQ(view.pci_bus_id, "0000:41:00.4");
+    EXPECT_EQ(view.vgpu_type_id, 1414);
+    EXPECT_EQ(view.parent_pci_address, "0000:41:00.0");
+    EXPECT_EQ(std::get<std::string>(offered.attributes.at("vgpuTypeName")), "NVIDIA H100-20C");
+    EXPECT_EQ(std::get<std::string>(offered.attributes.at("resource.kubernetes.io/pcieRoot")),
+              "pci0000:40");
+    EXPECT_EQ(std::get<int64_t>(offered.attributes.at("resource.kubernetes.io/numaNode")), 0);
+    ASSERT_EQ(offered.consumes_counters.size(), 1u);
+    EXPECT_EQ(offered.consumes_counters[0].counter_set, "vgpu-vf-0000-41-00-4");
+    EXPECT_EQ(offered.consumes_counters[0].counters.at("capacity"), 1);
+    // Every type of a VF draws on the same counter set of capacity 1.
+    EXPECT_EQ(devices.at("vgpu-0000-41-00-4-1416").consumes_counters, offered.consumes_counters);
+    size_t sets = 0;
+    for (const auto& slice : pool.slices) {
+      for (const auto& set : slice.shared_counters) {
+        ++sets;
+        EXPECT_EQ(set.counters.at("capacity"), 1) << set.name;
+      }
+    }
+    EXPECT_EQ(sets, 5u);  // the idle VFs; not the one that holds a vGPU
+    // The held vGPU: as it is, nothing else offered on its VF.
+    const SliceDevice& held = devices.at("vgpu-0000-c1-00-4-1415");
+    EXPECT_TRUE(held.consumes_counters.empty());
+    EXPECT_EQ(std::get<std::string>(held.attributes.at("vgpuTypeName")), "NVIDIA H100-40C");
+    EXPECT_EQ(devices.count("vgpu-0000-c1-00-4-1414"), 0u);
+    EXPECT_EQ(devices.count("vgpu-0000-c1-00-5-1414"), 0u);  // the GPU runs 40C
+    EXPECT_EQ(devices.count("vgpu-0000-c1-00-5-1415"), 1u);
+    EXPECT_EQ(devices.count("gpu-0000-41-00-0"), 0u);  // never the whole PF with VFs on
+  }
+  // Without counters nothing would keep two types off one VF: only the held vGPU.
+  EXPECT_THAT(Names(Build(*scan, CounterLayout::kNone)), ElementsAre("vgpu-0000-c1-00-4-1415"));
+}
+
+TEST_F(VgpuVfNode, TwoVgpusOfOneTypeMakeTheOtherTypesVanishAndFillTheGpu) {
+  SimulatedKernel kernel(node_->sysfs_root(), node_->dir() + "/dev");
+  ASSERT_EQ(SetType(kernel, "0000:41:00.4", 1415), 0);
+  auto one = Scan();
+  auto names = Names(Build(*one, CounterLayout::kOwnSlice));
+  // The GPU runs 40C now: its other types vanish from the siblings, one more 40C fits.
+  for (const char* vf : {"0000-41-00-5", "0000-41-00-6", "0000-41-00-7"}) {
+    EXPECT_THAT(names, ::testing::Contains(std::string("vgpu-") + vf + "-1415"));
+    EXPECT_THAT(names, ::testing::Not(::testing::Contains(std::string("vgpu-") + vf + "-1414")));
+    EXPECT_THAT(names, ::testing::Not(::testing::Contains(std::string("vgpu-") + vf + "-1416")));
+  }
+  EXPECT_THAT(names, ::testing::Contains("vgpu-0000-41-00-4-1415"));
+  ASSERT_EQ(SetType(kernel, "0000:41:00.5", 1415), 0);
+  auto full = Scan();
+  const DesiredPool pool = Build(*full, CounterLayout::kOwnSlice);
+  std::vector<std::string> on_gpu;
+  for (const std::string& name : Names(pool)) {
+    if (name.rfind("vgpu-0000-41", 0) == 0) on_gpu.push_back(name);
+  }
+  EXPECT_THAT(on_gpu, ElementsAre("vgpu-0000-41-00-4-1415", "vgpu-0000-41-00-5-1415"));
+  for (const auto& [name, device] : Devices(pool)) {
+    if (name.rfind("vgpu-0000-41", 0) == 0) {
+      EXPECT_TRUE(device.consumes_counters.empty()) << name;
+    }
+  }
+  EXPECT_THAT(full->selection.functions.at("0000:41:00.6").reason, HasSubstr("can take none now"));
+  EXPECT_FALSE(full->selection.functions.at("0000:41:00.6").published);
+}
+
+TEST_F(VgpuVfNode, ThePolicyTurnsTheKindOffOrPinsTypes) {
+  auto off = Scan("kinds: {vgpu: false}\n");
+  EXPECT_TRUE(off->selection.vgpu_vfs.empty());
+  EXPECT_THAT(off->selection.functions.at("0000:41:00.4").reason,
+              HasSubstr("kind vgpu is turned off"));
+  auto pinned = Scan(
+      "select:\n  - {kind: vgpu, pf: \"0000:41:00.0\", vgpuType: \"NVIDIA H100-20C\"}\n"
+      "  - {kind: vgpu, pf: \"0000:c1:00.0\", vgpuType: \"1415\"}\n");
+  const auto names = Names(Build(*pinned, CounterLayout::kOwnSlice));
+  EXPECT_THAT(names, ElementsAre("vgpu-0000-41-00-4-1414", "vgpu-0000-41-00-5-1414",
+                                 "vgpu-0000-41-00-6-1414", "vgpu-0000-41-00-7-1414",
+                                 "vgpu-0000-c1-00-4-1415", "vgpu-0000-c1-00-5-1415"));
+  EXPECT_THAT(pinned->selection.functions.at("0000:41:00.4").reason,
+              HasSubstr("not offered (no selector): 1415 (NVIDIA H100-40C)"));
+  auto other = Scan("select:\n  - {kind: vgpu, vgpuType: \"9999\"}\n");
+  EXPECT_THAT(other->selection.functions.at("0000:41:00.4").reason,
+              HasSubstr("no vgpu selector of the policy matches them"));
+}
+
+TEST_F(VgpuVfNode, DiscoverExplainsEachVf) {
+  auto scan = Scan();
+  const std::string table = discovery::DiscoverTable(scan->inventory, scan->selection, {});
+  EXPECT_THAT(table, HasSubstr("vgpu: vGPU VF of 0000:c1:00.0: holds vGPU 1415 (NVIDIA H100-40C), "
+                               "published as it is; never offered another type"));
+  EXPECT_THAT(table,
+              HasSubstr("vgpu: vGPU VF of 0000:41:00.0: holds no vGPU; offered 1414 "
+                        "(NVIDIA H100-20C), 1415 (NVIDIA H100-40C), 1416 (NVIDIA H100-80C)"));
+  EXPECT_THAT(table, HasSubstr("6 vGPU VFs"));
+  const nlohmann::json json = discovery::DiscoverJson(scan->inventory, scan->selection, {});
+  for (const auto& fn : json["functions"]) {
+    if (fn["address"] != "0000:c1:00.5") continue;
+    EXPECT_EQ(fn["vgpuVf"]["currentType"], 0);
+    EXPECT_EQ(fn["vgpuVf"]["offered"], nlohmann::json::array({1415}));
+  }
+}
+
+// A record with a vGPU is of version 3, so that a build before vGPU VFs leaves it in place
+// instead of moving it aside as corrupt; records without stay readable by such builds.
+TEST(VgpuVfCheckpoint, RecordsWithVgpusAreVersion3AndRoundTrip) {
+  FixtureNode node("");
+  auto checkpoint = prepare::PrepareCheckpoint::Open(node.dir(), "boot-1");
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.error().message;
+  prepare::ClaimRecord record;
+  record.uid = "4f1c2a9e-0000-4000-8000-000000000009";
+  record.namespace_ = "vms";
+  record.name = "c";
+  ASSERT_TRUE(checkpoint->Put(record).ok());
+  const auto version = [&] {
+    std::ifstream in(node.dir() + "/claims/" + record.uid + ".json");
+    return nlohmann::json::parse(in)["version"].get<int>();
+  };
+  EXPECT_EQ(version(), 2);
+  record.vgpus.push_back({"0000:41:00.4", 1414, true, {"10de", "2331", "10de", "2331"}});
+  prepare::RecordedDevice device;
+  device.request = "vgpu";
+  device.pool = "node-1";
+  device.device = "vgpu-0000-41-00-4-1414";
+  device.is_vgpu = true;
+  device.vgpu_type = 1414;
+  device.address = "0000:41:00.4";
+  device.iommu_group = 81;
+  device.iommu_interface = "legacy";
+  record.devices.push_back(device);
+  ASSERT_TRUE(checkpoint->Put(record).ok());
+  EXPECT_EQ(version(), 3);
+  auto back = checkpoint->Find(record.uid);
+  ASSERT_TRUE(back.ok() && back->has_value());
+  record.boot_id = "boot-1";
+  EXPECT_EQ(**back, record);
+}
+
+}  // namespace
+}  // namespace vfio_dra::testing
