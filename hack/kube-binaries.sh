@@ -4,7 +4,10 @@
 # of k8s.io/kubernetes at the release pinned in test/cluster/components/kubernetes-MINOR/go.mod, and
 # etcd 3.6 from test/cluster/components/etcd-3.6. Nothing else is downloaded: no release binaries,
 # no images.
-#   hack/kube-binaries.sh MINOR      e.g. 1.37; prints the directory that holds the binaries
+#   hack/kube-binaries.sh MINOR [--with-kubelet]
+#                                    e.g. 1.37; prints the directory that holds the binaries; the
+#                                    kubelet (for the real-node tests) only when asked, as it adds
+#                                    a quarter to a first build
 # The binaries are cached per release under ~/.cache/vfio-dra/kubernetes/VERSION/ (rebuilt only
 # when the wrapper's go.mod/go.sum change), Go's module and build caches under
 # ~/.cache/vfio-dra/go/, so a second run takes seconds and a rebuild after a go.mod change about a
@@ -14,6 +17,12 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 minor=${1:-}
+with_kubelet=0
+case "${2:-}" in
+  "") ;;
+  --with-kubelet) with_kubelet=1 ;;
+  *) echo "kube-binaries.sh: unknown argument '$2'" >&2; exit 2 ;;
+esac
 if [ -z "$minor" ]; then
   echo "usage: hack/kube-binaries.sh MINOR (one of:" \
     "$(cd "$root/test/cluster/components" && ls -d kubernetes-* | sed 's/kubernetes-//' | tr '\n' ' '))" >&2
@@ -46,8 +55,13 @@ fi
 out=$cache/kubernetes/$version
 stamp=$(cat "$wrapper/go.mod" "$wrapper/go.sum" "$etcd_wrapper/go.mod" "$etcd_wrapper/go.sum" "$0" |
   sha256sum | cut -c1-16)
-bins="kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet etcd"
-if [ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$stamp" ]; then
+components="kube-apiserver kube-controller-manager kube-scheduler kubectl"
+[ "$with_kubelet" = 1 ] && components+=" kubelet"
+bins="$components etcd"
+stamp+="-$with_kubelet"
+# A build with the kubelet serves a run without it.
+if [ -f "$out/.stamp" ] && { [ "$(cat "$out/.stamp")" = "$stamp" ] ||
+  [ "$(cat "$out/.stamp")" = "${stamp%-0}-1" ]; }; then
   echo "$out"
   exit 0
 fi
@@ -80,9 +94,10 @@ done
 tags=selinux,notest,grpcnotrace
 jobs=$(nproc)
 echo "kube-binaries.sh: building Kubernetes $version and etcd $etcd_version into $out" >&2
+packages=()
+for c in $components; do packages+=("k8s.io/kubernetes/cmd/$c"); done
 (cd "$wrapper" && CGO_ENABLED=0 go build -p "$jobs" -trimpath -tags "$tags" -ldflags "$ldflags" \
-  -o "$out/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubelet)
+  -o "$out/" "${packages[@]}")
 (cd "$etcd_wrapper" && CGO_ENABLED=0 go build -p "$jobs" -trimpath -ldflags "-s -w" \
   -o "$out/etcd" go.etcd.io/etcd/server/v3)
 for b in $bins; do

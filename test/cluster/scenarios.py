@@ -237,7 +237,8 @@ def scenario_install(env):
             if condition.get("status") != "True":
                 raise ClusterError(f"ValidatingAdmissionPolicy {policy}: {condition}")
     classes = {c["metadata"]["name"] for c in env.cluster.get_json("deviceclasses")["items"]}
-    for name in ("gpu.vfio.dra.io", "mdev.vfio.dra.io", "vf.vfio.dra.io", "hostdev.vfio.dra.io"):
+    for name in ("gpu.vfio.dra.io", "mdev.vfio.dra.io", "vf.vfio.dra.io", "hostdev.vfio.dra.io",
+                 "vgpu.vfio.dra.io"):
         if name not in classes:
             raise ClusterError(f"DeviceClass {name} missing after kubectl apply -k")
     examples = os.path.join(env.source, "deploy", "daemonset", "examples")
@@ -266,9 +267,11 @@ def scenario_install(env):
 
 
 # A vGPU node with live instances (86 devices with counters: more than 64), a DGX-like node, SR-IOV
-# NICs, a VM host with an mdev parent, and a node with more devices than one slice may hold.
+# NICs, a VM host with an mdev parent, NVIDIA vGPUs on SR-IOV VFs, and a node with more devices
+# than one slice may hold.
 SLICE_FIXTURES = [("vgpu-node", "vgpu-busy"), ("dgx-node", "datacenter"),
-                  ("sriov-node", "sriov"), ("vm-host", "vm-host"), ("big-node", "large-400")]
+                  ("sriov-node", "sriov"), ("vm-host", "vm-host"), ("vgpu-vf-node", "vgpu-vf"),
+                  ("big-node", "large-400")]
 
 
 def scenario_slices(env):
@@ -434,6 +437,53 @@ def vm_pod_with_vf(name, mac, node=None):
     pod["metadata"]["annotations"] = {"kubevirt.io/dra-networks": json.dumps(
         [{"claimName": "dev", "requestName": "dev", "mac": mac}])}
     return pod
+
+
+def scenario_vgpu_vf(env):
+    """NVIDIA vGPUs on SR-IOV VFs through the real scheduler: a claim by type gets a VF that can
+    take it and is prepared; a VF with a vGPU claimed is not given out again (its counter set);
+    the class selects only this kind."""
+    env.install()
+    node = env.add_node("node1", "vgpu-vf")
+    slices = env.wait_slices_match(node)
+    vgpus = devices_by_type(slices).get("vgpu", [])
+    offered = [d for d in vgpus if d.get("consumesCounters")]
+    vf = device_attribute(slices, offered[0]["name"], "resource.kubernetes.io/pciBusID")
+    type_name = device_attribute(slices, offered[0]["name"], "vgpuTypeName")
+    print(f"{len(vgpus)} vGPU devices ({len(offered)} offered); first VF {vf}, type {type_name}")
+    attr = 'device.attributes["vfio.dra.io"]'
+    on_vf = f'device.attributes["resource.kubernetes.io"].pciBusID == "{vf}"'
+    env.apply_objects([
+        claim_template("vgpu-on-vf", "vgpu.vfio.dra.io", [on_vf]),
+        claim_template("vgpu-by-type", "vgpu.vfio.dra.io", [f'{attr}.vgpuTypeName == "{type_name}"']),
+        claim_template("vgpu-not-vgpu", "vgpu.vfio.dra.io", [f'{attr}.type != "vgpu"']),
+    ])
+    env.apply_objects([pod_with_claim("first", "vgpu-on-vf")])
+    wait_scheduled(env, "first")
+    (_, _, device), = wait_prepared_devices(env, node, "first")
+    if device_attribute(slices, device, "resource.kubernetes.io/pciBusID") != vf:
+        raise ClusterError(f"the claim for a vGPU on {vf} got {device}")
+    print(f"vGPU on {vf} allocated and prepared: {device}")
+    env.apply_objects([pod_with_claim("second", "vgpu-on-vf"),
+                       pod_with_claim("not-vgpu", "vgpu-not-vgpu")])
+    for name in ("second", "not-vgpu"):
+        condition = wait_unschedulable(env, name)
+        if "cannot allocate all claims" not in condition.get("message", ""):
+            raise ClusterError(f"pod {name} is Pending for another reason: {condition}")
+        print(f"pod {name} stays Pending: {condition['message']}")
+    env.apply_objects([pod_with_claim("by-type", "vgpu-by-type")])
+    wait_scheduled(env, "by-type")
+    (_, _, other), = wait_prepared_devices(env, node, "by-type")
+    if device_attribute(slices, other, "vgpuTypeName") != type_name or \
+            device_attribute(slices, other, "resource.kubernetes.io/pciBusID") == vf:
+        raise ClusterError(f"the claim by type {type_name} got {other}")
+    print(f"vGPU by type allocated and prepared on another VF: {other}")
+    delete_pod_and_wait_gone(env, node, "first")
+    wait_scheduled(env, "second", timeout=180)
+    wait_prepared_devices(env, node, "second")
+    print("the VF's second claim was allocated once the first was gone")
+    if node.kubelet.errors:
+        raise ClusterError(f"kubelet calls failed: {node.kubelet.errors}")
 
 
 def seed_vf_settings(node):
@@ -645,6 +695,7 @@ SCENARIOS = {
     "vf-status": scenario_vf_status,
     "ownership": scenario_ownership,
     "slices-true": scenario_slices_true,
+    "vgpu-vf": scenario_vgpu_vf,
 }
 
 

@@ -3,7 +3,9 @@
 // it), checks gRPC health, prepares and unprepares claims on distinct devices concurrently over
 // one connection through DRA v1 and v1beta1, reads and cancels the health stream, and sends calls
 // the plugin must refuse. Every other test talks to the daemon through gRPC C++; this one is the
-// independent check that the server speaks to grpc-go as a kubelet needs.
+// independent check that the server speaks to grpc-go as a kubelet needs. The fake API server,
+// not a real one: the test is about the kubelet-facing socket, and it starts hundreds of daemons
+// in a suite that must stay fast (test/cluster runs the plugin against the real API server).
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

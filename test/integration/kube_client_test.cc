@@ -1,4 +1,7 @@
-// The API client against the fake API server over real HTTP on loopback.
+// The API client against the fake API server over real HTTP on loopback. The fake, not a real
+// server: these tests inject what a real server cannot be made to do on demand (dropped
+// connections and watches, 5xx and 429 with Retry-After, 410 on watch, slow answers, a rotated
+// token, a given old server's discovery). What a real server decides is in test/cluster.
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 

@@ -1,6 +1,8 @@
 // The real vfio-dra-plugin binary, driven by the kubelet simulator over its unix sockets and
 // backed by the fake API server: registration, both DRA API versions, per-claim semantics,
-// concurrency, malformed requests, shutdown and socket hygiene.
+// concurrency, malformed requests, shutdown and socket hygiene. The fake API server, not a real
+// one: the tests need claims in states no real scheduler produces (malformed, half-allocated,
+// deleted mid-call) and API faults on demand; test/cluster covers the real server.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>

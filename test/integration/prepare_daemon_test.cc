@@ -3,7 +3,9 @@
 // API server. A claim of each kind is prepared and unprepared, and the crash-safety test kills
 // the daemon with SIGKILL before every single step of prepare and unprepare, restarts it, lets
 // the kubelet retry, and checks that the claim ends prepared (or unprepared) with nothing on the
-// node that the checkpoint does not account for.
+// node that the checkpoint does not account for. The fake API server, not a real one: the
+// crash tests restart daemons hundreds of times against claims put in place directly (no
+// scheduler), and some inject API faults; test/cluster prepares claims the real scheduler made.
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

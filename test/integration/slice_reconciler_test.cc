@@ -1,4 +1,7 @@
-// The slice reconciler against the fake API server over loopback HTTP.
+// The slice reconciler against the fake API server over loopback HTTP. The fake, not a real
+// server: these tests inject conflicts, dropped watches, 410s, 5xx and writes of other clients at
+// chosen moments; the reconciler against a real API server (deletions, a restart) is in
+// test/cluster (scenario slices-true).
 #include "slicepublisher/slice_reconciler.h"
 
 #include <gmock/gmock.h>
