@@ -23,7 +23,6 @@ import ssl
 import tempfile
 import subprocess
 import threading
-import time
 import urllib.parse
 
 from control_plane import ClusterError, Process, free_port, wait_for
@@ -212,13 +211,17 @@ class KubeletStandIn:
         response, error = self._call("prepare", uid, claims)
         with self.lock:
             if error:
-                self.errors.append(("prepare", uid, error))
-                self.log(f"NodePrepareResources for pod {pod['metadata']['name']}: {error}")
-                self.changed.notify_all()
-                return False
+                return self._failed("NodePrepareResources", pod, error)
             self.prepared[uid] = {"claims": claims, "response": response}
             self.changed.notify_all()
         return True
+
+    def _failed(self, call, pod, error):
+        """Records a failed call (lock held); the pod is tried again, as the kubelet does."""
+        self.errors.append((call, pod["metadata"]["uid"], error))
+        self.log(f"{call} for pod {pod['metadata']['name']}: {error}")
+        self.changed.notify_all()
+        return False
 
     def _terminate(self, pod):
         uid = pod["metadata"]["uid"]
@@ -228,10 +231,7 @@ class KubeletStandIn:
             response, error = self._call("unprepare", uid, entry["claims"])
             with self.lock:
                 if error:
-                    self.errors.append(("unprepare", uid, error))
-                    self.log(f"NodeUnprepareResources for pod {pod['metadata']['name']}: {error}")
-                    self.changed.notify_all()
-                    return False
+                    return self._failed("NodeUnprepareResources", pod, error)
                 del self.prepared[uid]
                 self.unprepared[uid] = response
                 self.changed.notify_all()

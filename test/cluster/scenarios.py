@@ -8,7 +8,6 @@ import json
 import os
 import re
 import subprocess
-import time
 
 from control_plane import ClusterError, Fatal, wait_for
 from node import TEST_USER_AGENT, Node, Rest
@@ -200,6 +199,15 @@ def wait_unschedulable(env, name, timeout=120):
     return wait_for(f"the scheduler to report pod {name} unschedulable", unschedulable, timeout)
 
 
+def expect_pending(env, *pods):
+    """Each pod stays Pending because the scheduler cannot allocate its claims."""
+    for name in pods:
+        condition = wait_unschedulable(env, name)
+        if "cannot allocate all claims" not in condition.get("message", ""):
+            raise ClusterError(f"pod {name} is Pending for another reason: {condition}")
+        print(f"pod {name} stays Pending: {condition['message']}")
+
+
 def allocated_devices(claim):
     return [(r["driver"], r["pool"], r["device"])
             for r in claim["status"]["allocation"]["devices"]["results"]]
@@ -365,13 +373,6 @@ def scenario_allocation(env):
                          if d and d.get("kind") == "ResourceClaimTemplate"]
         env.apply_objects(templates)
 
-    def expect_pending(*pods):
-        for name in pods:
-            condition = wait_unschedulable(env, name)
-            if "cannot allocate all claims" not in condition.get("message", ""):
-                raise ClusterError(f"pod {name} is Pending for another reason: {condition}")
-            print(f"pod {name} stays Pending: {condition['message']}")
-
     # A claim of the GPU class gets a GPU of the node.
     env.apply_objects([pod_with_claim("gpu", "any-gpu")])
     wait_scheduled(env, "gpu")
@@ -388,7 +389,7 @@ def scenario_allocation(env):
     if device != host["name"]:
         raise ClusterError(f"the whole-GPU claim got {device}, not {host['name']}")
     env.apply_objects([pod_with_claim("vgpu", "vgpu-on-host")])
-    expect_pending("vgpu")
+    expect_pending(env, "vgpu")
     delete_pod_and_wait_gone(env, node, "whole")
 
     # Once the GPU is released, the vGPU claim gets an mdev of it; now the whole GPU waits.
@@ -402,7 +403,7 @@ def scenario_allocation(env):
                        pod_with_claim("many", "too-many"),
                        pod_with_claim("gpu-not-gpu", "gpu-not-gpu"),
                        pod_with_claim("mdev-not-mdev", "mdev-not-mdev")])
-    expect_pending("whole-again", "many", "gpu-not-gpu", "mdev-not-mdev")
+    expect_pending(env, "whole-again", "many", "gpu-not-gpu", "mdev-not-mdev")
 
     # The vGPU goes: once unprepared and its claim released, the whole GPU is allocatable.
     delete_pod_and_wait_gone(env, node, "vgpu")
@@ -466,11 +467,7 @@ def scenario_vgpu_vf(env):
     print(f"vGPU on {vf} allocated and prepared: {device}")
     env.apply_objects([pod_with_claim("second", "vgpu-on-vf"),
                        pod_with_claim("not-vgpu", "vgpu-not-vgpu")])
-    for name in ("second", "not-vgpu"):
-        condition = wait_unschedulable(env, name)
-        if "cannot allocate all claims" not in condition.get("message", ""):
-            raise ClusterError(f"pod {name} is Pending for another reason: {condition}")
-        print(f"pod {name} stays Pending: {condition['message']}")
+    expect_pending(env, "second", "not-vgpu")
     env.apply_objects([pod_with_claim("by-type", "vgpu-by-type")])
     wait_scheduled(env, "by-type")
     (_, _, other), = wait_prepared_devices(env, node, "by-type")
