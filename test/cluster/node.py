@@ -23,9 +23,11 @@ import ssl
 import tempfile
 import subprocess
 import threading
+import urllib.error
 import urllib.parse
+import urllib.request
 
-from control_plane import ClusterError, Process, free_port, wait_for
+from control_plane import ClusterError, Fatal, Process, free_port, wait_for
 
 
 # The tests' own requests, told apart from the plugin's in the audit log.
@@ -292,6 +294,13 @@ class KubeletStandIn:
             if batch:
                 self.stop_event.wait(0.2)
 
+    def register_plugin(self):
+        result = subprocess.run([self.kubelet_sim, "register", "--registrar-dir",
+                                 self.registrar_dir], capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            raise ClusterError(f"registering the plugin on {self.node.name}: {result.stderr}")
+        self.log(f"registered the plugin: {result.stdout.strip()}")
+
     def hold(self, pod_name):
         """Tests: do not prepare this pod's claims until release() (to order other writes)."""
         with self.lock:
@@ -386,6 +395,7 @@ class Node:
         pod = self.plugin_pod()
         token_file = self.plugin_token(pod)
         kubeconfig = self.cluster.kubeconfig(None, token_file=token_file)
+        metrics_port = free_port()
         admin_policy = os.path.join(self.dir, "policy.yaml")
         if not os.path.exists(admin_policy):
             with open(admin_policy, "w") as f:
@@ -399,10 +409,43 @@ class Node:
                 "--pci-ids", os.path.join(self.dir, "pci.ids"),
                 "--config", admin_policy,
                 # Several plugins run on this one machine: each its own metrics port.
-                "--metrics-address", f"127.0.0.1:{free_port()}", *extra_args]
+                "--metrics-address", f"127.0.0.1:{metrics_port}", *extra_args]
         self.plugin = Process(f"plugin-{self.name}", args, os.path.join(self.dir, "plugin.log"),
                               env={**os.environ, **(env or {})})
+        # The kubelet's plugin watcher registers a plugin as soon as its socket appears.
+        self.kubelet.register_plugin()
+        self._report_ready(pod, metrics_port)
         return self.plugin
+
+    def _report_ready(self, pod, metrics_port):
+        """What the kubelet reports once the container's readiness probe (/healthz) passes: the
+        DaemonSet's pod Running and Ready, so the DaemonSet controller sees it available."""
+        def healthy():
+            if not self.plugin.alive():
+                raise Fatal(f"the plugin on {self.name} exited\n{self.plugin.tail()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/healthz",
+                                            timeout=5) as response:
+                    return response.status == 200
+            except (OSError, urllib.error.URLError):
+                return False
+        wait_for(f"the plugin on {self.name} to answer /healthz with 200", healthy, 120)
+        t = now_rfc3339()
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        status, body = self.rest.request(
+            "PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status",
+            {"status": {"phase": "Running", "startTime": t,
+                        "conditions": [{"type": c, "status": "True", "lastTransitionTime": t}
+                                       for c in ("Initialized", "PodScheduled",
+                                                 "ContainersReady", "Ready")],
+                        "containerStatuses": [{
+                            "name": "plugin", "ready": True, "started": True, "restartCount": 0,
+                            "image": pod["spec"]["containers"][0]["image"], "imageID": "",
+                            "state": {"running": {"startedAt": t}}}]}},
+            content_type="application/merge-patch+json")
+        if status != 200:
+            raise ClusterError(f"reporting pod {ns}/{name} Ready as system:node:{self.name}: "
+                               f"{status} {body}")
 
     def stop(self, keep_files=True):
         self.kubelet.stop()

@@ -9,6 +9,8 @@ import os
 import re
 import subprocess
 
+import yaml
+
 from control_plane import ClusterError, Fatal, wait_for
 from node import TEST_USER_AGENT, Node, Rest
 
@@ -17,8 +19,9 @@ RESOURCE = "/apis/resource.k8s.io/v1"
 
 
 class Environment:
-    def __init__(self, cluster, build_dir, work_dir, source_dir, release):
+    def __init__(self, cluster, build_dir, work_dir, source_dir, release, helm=None):
         self.cluster = cluster
+        self.helm = helm
         self.build = build_dir
         self.dir = work_dir
         self.source = source_dir
@@ -365,7 +368,6 @@ def scenario_allocation(env):
         claim_template("mdev-not-mdev", "mdev.vfio.dra.io", [f'{attr}.type != "mdev"']),
     ])
     # The examples' own templates, as shipped.
-    import yaml
     examples = os.path.join(env.source, "deploy", "daemonset", "examples")
     for name in ("gpu-passthrough.yaml", "vgpu.yaml"):
         with open(os.path.join(examples, name)) as f:
@@ -481,6 +483,54 @@ def scenario_vgpu_vf(env):
     print("the VF's second claim was allocated once the first was gone")
     if node.kubelet.errors:
         raise ClusterError(f"kubelet calls failed: {node.kubelet.errors}")
+
+
+def scenario_helm(env):
+    """The Helm chart on the real control plane: `helm install` gives a plugin that publishes;
+    `helm upgrade` with a new image rolls the DaemonSet with a surge pod (the old one stays until
+    the new one is available, maxUnavailable 0); `helm uninstall` removes everything it made."""
+    if not env.helm:
+        raise ClusterError("no helm binary (run.py --helm, from hack/helm-binary.sh)")
+    chart = os.path.join(env.source, "deploy", "helm", "vfio-dra")
+
+    def helm(*args):
+        result = subprocess.run([env.helm, *args, "--kubeconfig", env.cluster.admin_kubeconfig],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            raise ClusterError(f"helm {' '.join(args)} failed:\n{result.stderr}{result.stdout}")
+        return result.stdout
+
+    print(helm("install", "vfio-dra", chart).splitlines()[0])
+    made = {(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
+            for o in yaml.safe_load_all(helm("get", "manifest", "vfio-dra")) if o}
+    node = add_sriov_node(env, "node1")
+    print(f"installed {len(made)} objects; node1's plugin published "
+          f"{sum(len(s['spec'].get('devices', [])) for s in node.slices())} devices")
+    old = node.plugin_pod()
+    helm("upgrade", "vfio-dra", chart, "--set", "image.tag=0.1.1")
+
+    def pods():
+        items = env.cluster.get_json("pods", "-n", "vfio-dra", "--field-selector",
+                                     "spec.nodeName=node1")["items"]
+        return {p["metadata"]["name"]: p["spec"]["containers"][0]["image"] for p in items
+                if not p["metadata"].get("deletionTimestamp")}
+    surged = wait_for("the DaemonSet's surge pod with the new image", lambda: (
+        lambda now: now if len(now) == 2 and "vfio-dra-plugin:0.1.1" in now.values() else None)(
+            pods()), 120)
+    if surged.get(old["metadata"]["name"]) != "vfio-dra-plugin:0.1.0":
+        raise ClusterError(f"the old pod did not stay while the new one is not available: {surged}")
+    print(f"helm upgrade rolled with a surge pod: {surged}")
+    helm("uninstall", "vfio-dra")
+
+    def gone():
+        left = []
+        for kind, namespace, name in made:
+            args = ["get", kind, name] + (["-n", namespace] if namespace else [])
+            if env.kubectl(*args, check=False).returncode == 0:
+                left.append((kind, namespace, name))
+        return not left or None
+    wait_for("every object the chart made to be gone after helm uninstall", gone, 180)
+    print(f"helm uninstall removed all {len(made)} objects, the namespace with its pods")
 
 
 def seed_vf_settings(node):
@@ -693,6 +743,7 @@ SCENARIOS = {
     "ownership": scenario_ownership,
     "slices-true": scenario_slices_true,
     "vgpu-vf": scenario_vgpu_vf,
+    "helm": scenario_helm,
 }
 
 
