@@ -321,20 +321,18 @@ class KubeletStandIn:
     def stop(self):
         self.stop_event.set()
 
-    def wait_prepared(self, pod_uid, timeout=120):
+    def _wait_in(self, table, what, pod_uid, timeout):
         with self.lock:
-            if not self.changed.wait_for(lambda: pod_uid in self.prepared, timeout):
-                raise ClusterError(f"pod {pod_uid} was not prepared within {timeout} s; "
+            if not self.changed.wait_for(lambda: pod_uid in table, timeout):
+                raise ClusterError(f"pod {pod_uid} was not {what} within {timeout} s; "
                                    f"errors: {self.errors}")
-            return self.prepared[pod_uid]
+            return table[pod_uid]
+
+    def wait_prepared(self, pod_uid, timeout=120):
+        return self._wait_in(self.prepared, "prepared", pod_uid, timeout)
 
     def wait_unprepared(self, pod_uid, timeout=120):
-        with self.lock:
-            if not self.changed.wait_for(lambda: pod_uid in self.unprepared, timeout):
-                raise ClusterError(f"pod {pod_uid} was not unprepared within {timeout} s; "
-                                   f"errors: {self.errors}")
-            return self.unprepared[pod_uid]
-
+        return self._wait_in(self.unprepared, "unprepared", pod_uid, timeout)
 
 class Node:
     """One test node: a fixture tree, its Node object, the plugin and the kubelet stand-in."""
