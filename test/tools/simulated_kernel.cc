@@ -534,12 +534,21 @@ int SimulatedKernel::Apply(const std::vector<std::string>& parts, const std::str
   }
   if (rel == "bus/pci/drivers_probe" ||
       (parts.size() == 5 && parts[0] == "bus" && parts[1] == "pci" && parts[2] == "drivers") ||
-      (device_attribute && !(parts.size() == 5 && parts[4] == "sriov_numvfs"))) {
+      (device_attribute &&
+       !(parts.size() == 5 && (parts[4] == "sriov_numvfs" || parts[4] == "remove")))) {
     return ApplyToOneDevice(parts, rel, arg);
   }
   std::unique_lock<std::shared_mutex> tree(tree_mu_);
   if (device_attribute) {
     if (DeviceDir(parts[3]).empty()) return ENOENT;
+    if (parts[4] == "remove") {
+      // pci_stop_and_remove_bus_device: any non-zero number removes; 0 does nothing.
+      if (ParseInt(arg, -1) < 0) return EINVAL;
+      if (ParseInt(arg, 0) == 0) return 0;
+      RemoveFunction(parts[3]);
+      SaveState();
+      return 0;
+    }
     return SetNumVfs(parts[3], arg);
   }
   if (parts.size() == 5 && parts[0] == "bus" && parts[1] == "mdev" && parts[2] == "devices" &&
@@ -879,6 +888,42 @@ void SimulatedKernel::RecomputeCreatableVgpuTypes(const std::string& pf) {
   }
 }
 
+void SimulatedKernel::DisableVfs(const std::string& address) {
+  const std::string dir = DeviceDir(address);
+  const int current = ParseInt(ReadText(Abs(dir + "/sriov_numvfs")), 0);
+  for (int i = 0; i < current; ++i) {
+    const std::string link = dir + "/virtfn" + std::to_string(i);
+    std::error_code ec;
+    const fs::path vf_real = fs::canonical(Abs(link), ec);
+    if (!ec) RemoveFunction(vf_real.filename().string());
+    fs::remove(Abs(link));
+  }
+  if (current != 0) WriteText(Abs(dir + "/sriov_numvfs"), "0\n");
+}
+
+// As the kernel removes a function (a VF when its PF disables SR-IOV, or any function written
+// `1` to its `remove`): a PF's VFs go first, then its driver lets go, it leaves its IOMMU group
+// (the group goes with its last member), and its entries vanish from the bus.
+void SimulatedKernel::RemoveFunction(const std::string& address) {
+  const std::string dir = DeviceDir(address);
+  if (dir.empty()) return;
+  if (fs::exists(Abs(dir + "/sriov_numvfs"))) DisableVfs(address);
+  const std::string driver = DriverOf(address);
+  if (!driver.empty()) DoUnbind(driver, address);
+  const int group = GroupOf(dir);
+  if (group >= 0) {
+    const std::string group_dir = "kernel/iommu_groups/" + std::to_string(group);
+    fs::remove(Abs(group_dir + "/devices/" + address));
+    std::error_code ec;
+    if (!fs::exists(Abs(group_dir + "/devices")) || fs::is_empty(Abs(group_dir + "/devices"), ec)) {
+      fs::remove_all(Abs(group_dir));
+    }
+  }
+  fs::remove(Abs("bus/pci/devices/" + address));
+  fs::remove_all(Abs(dir));
+  host_driver_.erase(address);
+}
+
 int SimulatedKernel::SetNumVfs(const std::string& address, const std::string& value) {
   const std::string dir = DeviceDir(address);
   if (!fs::exists(Abs(dir + "/sriov_totalvfs"))) return EACCES;
@@ -890,23 +935,7 @@ int SimulatedKernel::SetNumVfs(const std::string& address, const std::string& va
   if (wanted == current) return 0;
   if (current != 0 && wanted != 0) return EBUSY;  // the kernel wants a detour through 0
   if (wanted == 0) {
-    for (int i = 0; i < current; ++i) {
-      const std::string link = dir + "/virtfn" + std::to_string(i);
-      std::error_code ec;
-      const fs::path vf_real = fs::canonical(Abs(link), ec);
-      if (!ec) {
-        const std::string vf = vf_real.filename().string();
-        const std::string vf_driver = DriverOf(vf);
-        if (!vf_driver.empty()) DoUnbind(vf_driver, vf);
-        const int group = GroupOf(vf_real.lexically_relative(root_).string());
-        if (group >= 0) fs::remove_all(Abs("kernel/iommu_groups/" + std::to_string(group)));
-        fs::remove(Abs("bus/pci/devices/" + vf));
-        fs::remove_all(vf_real);
-        host_driver_.erase(vf);
-      }
-      fs::remove(Abs(link));
-    }
-    WriteText(Abs(dir + "/sriov_numvfs"), "0\n");
+    DisableVfs(address);
     SaveState();
     return 0;
   }

@@ -116,6 +116,8 @@ class SimulatedKernel final : public sysfs::SysfsWriter {
   int CreateMdev(const std::string& parent_dir, const std::string& type, const std::string& uuid);
   int RemoveMdev(const std::string& uuid);
   int SetNumVfs(const std::string& address, const std::string& value);
+  void DisableVfs(const std::string& address);
+  void RemoveFunction(const std::string& address);
   // A write of `value` to the VF's nvidia/current_vgpu_type.
   int SetVgpuType(const std::string& vf, const std::string& value);
   // Rewrites creatable_vgpu_types of every VF of `pf` from the VFs' current types.

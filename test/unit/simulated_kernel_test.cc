@@ -97,7 +97,7 @@ TEST_F(SimulatedKernelTest, RefusesWhatTheKernelRefuses) {
   ASSERT_EQ(Write("bus/pci/drivers/i40e/unbind", "0000:5e:00.0"), 0);
   EXPECT_EQ(Write("bus/pci/drivers/vfio-pci/bind", "0000:5e:00.0"), EBUSY) << "PF with VFs";
   EXPECT_EQ(Write("bus/pci/drivers/nvidia/bind", "0000:06:00.0"), EBUSY) << "already bound";
-  EXPECT_EQ(Write("bus/pci/devices/0000:06:00.0/remove", "1"), EACCES) << "not simulated";
+  EXPECT_EQ(Write("bus/pci/devices/0000:06:00.0/remove", "x"), EINVAL) << "not a number";
   EXPECT_EQ(Write("kernel/iommu_groups/10/type", "identity"), EACCES);
   EXPECT_EQ(Write("bus/pci/drivers/nvme/unbind", "0000:01:00.0"), ENODEV) << "not its driver";
   const auto writes = kernel_->Writes();
@@ -114,6 +114,32 @@ TEST_F(SimulatedKernelTest, SriovVfsAreCreatedAndRemovedThroughSriovNumvfs) {
   EXPECT_EQ(Write("bus/pci/devices/0000:5e:00.0/sriov_numvfs", "6"), 0);
   EXPECT_TRUE(fs::exists(node_->sysfs_root() + "/bus/pci/devices/0000:5e:02.5/physfn"));
   EXPECT_TRUE(fs::exists(node_->sysfs_root() + "/bus/pci/devices/0000:5e:00.0/virtfn5"));
+}
+
+// `remove` (pci_stop_and_remove_bus_device): a PF's VFs go first, then the function leaves its
+// driver and IOMMU group (the group goes with its last member) and the bus; 0 does nothing.
+TEST_F(SimulatedKernelTest, RemoveTakesAFunctionAndItsVfsOffTheBusAndOutOfTheirGroups) {
+  const std::string root = node_->sysfs_root();
+  ASSERT_TRUE(fs::exists(root + "/bus/pci/devices/0000:01:00.1"));
+  const auto group_of = [&](const std::string& address) {
+    return fs::read_symlink(root + "/bus/pci/devices/" + address + "/iommu_group")
+        .filename()
+        .string();
+  };
+  const std::string shared = group_of("0000:01:00.1");
+  EXPECT_EQ(Write("bus/pci/devices/0000:01:00.1/remove", "0"), 0);
+  EXPECT_TRUE(fs::exists(root + "/bus/pci/devices/0000:01:00.1"));
+  EXPECT_EQ(Write("bus/pci/devices/0000:01:00.1/remove", "1"), 0);
+  EXPECT_FALSE(fs::exists(root + "/bus/pci/devices/0000:01:00.1"));
+  EXPECT_FALSE(fs::exists(root + "/kernel/iommu_groups/" + shared + "/devices/0000:01:00.1"));
+  EXPECT_TRUE(fs::exists(root + "/kernel/iommu_groups/" + shared + "/devices/0000:01:00.0"))
+      << "the group stays while it has members";
+  const std::string vf_group = group_of("0000:5e:02.0");
+  EXPECT_EQ(Write("bus/pci/devices/0000:5e:00.0/remove", "1"), 0);
+  EXPECT_FALSE(fs::exists(root + "/bus/pci/devices/0000:5e:00.0"));
+  EXPECT_FALSE(fs::exists(root + "/bus/pci/devices/0000:5e:02.0")) << "its VFs went first";
+  EXPECT_FALSE(fs::exists(root + "/kernel/iommu_groups/" + vf_group));
+  EXPECT_EQ(Write("bus/pci/devices/0000:5e:00.0/remove", "1"), ENOENT);
 }
 
 // The kernel locks one device per bind: a probe that waits (for a reset, say) holds its own
