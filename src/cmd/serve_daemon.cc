@@ -100,6 +100,9 @@ Status ServeDaemon::BuildPreparation() {
                                           options_.simulated_vf_network_dir));
   preparer_options.pods = pod_reader_ ? &*pod_reader_ : nullptr;
   preparer_options.claim_status = claim_status_queue_ ? &*claim_status_queue_ : nullptr;
+  preparer_options.after_unprepare = [this] {
+    if (reconciler_) reconciler_->Resync();
+  };
   auto preparer = prepare::VfioDevicePreparer::Open(preparer_options, *sysfs_, *sysfs_writer_,
                                                     published_, root_.WithComponent("prepare"));
   if (!preparer.ok()) return preparer.error().Wrap("cannot start device preparation");
@@ -123,6 +126,13 @@ void ServeDaemon::BuildPublishing() {
   reconciler_options.node_name = options_.node_name;
   reconciler_options.mdev_maxima_path =
       options_.plugin_data_dir + "/" + slicepublisher::kMdevTypeMaximaFile;
+  reconciler_options.held_devices = [this] {
+    std::set<std::string> held;
+    for (const prepare::PreparedTarget& target : *preparer_->Prepared()) {
+      if (target.pool == options_.node_name) held.insert(target.device);
+    }
+    return held;
+  };
   reconciler_.emplace(*api_, reconciler_options, root_.WithComponent("slices"));
 
   discovery::DeviceWatcherOptions watch_options;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -93,9 +94,16 @@ int RunSlices(SlicesOptions options) {
     maxima = slicepublisher::MdevTypeMaxima{};
   }
   maxima->Observe(scan->inventory);
+  // Taints as the daemon would set them on its first publish (a device kept while a claim holds
+  // it is the daemon's knowledge, not the command's).
+  slicepublisher::TaintInputs taints;
+  taints.driver = options.driver_name;
+  taints.now = slicepublisher::Rfc3339(std::chrono::duration_cast<std::chrono::seconds>(
+                                           std::chrono::system_clock::now().time_since_epoch())
+                                           .count());
   const slicepublisher::PublishablePool publishable = slicepublisher::BuildPublishablePool(
       *scan, {options.node_name, options.driver_name, {options.api_version, *minor, false}},
-      *maxima);
+      *maxima, &taints);
   const slicepublisher::DesiredPool& pool = publishable.pool;
   for (const std::string& warning : pool.warnings) std::cerr << "warning: " << warning << std::endl;
   if (!publishable.valid.ok()) {

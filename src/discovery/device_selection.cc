@@ -203,6 +203,7 @@ void SelectPerGroup(const Inventory& inventory, const std::set<std::string>& can
       for (const std::string& address : managed) {
         selection.functions[address].published = false;
         selection.functions[address].reason = blocker;
+        selection.functions[address].group_unsafe = true;
       }
       continue;
     }

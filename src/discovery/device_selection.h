@@ -37,6 +37,8 @@ struct FunctionDecision {
   std::optional<DeviceKind> kind;  // what the function would be published as
   bool published = false;
   std::string reason;  // why not published (or a note such as the companion's owner)
+  // Refused only because its IOMMU group holds a function the host uses (or one unreadable).
+  bool group_unsafe = false;
 };
 
 struct SelectedMdevType {

@@ -6,6 +6,7 @@
 // was readable. Non-PCI members of IOMMU groups are not tracked.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -71,7 +72,14 @@ struct PciFunction {
   std::optional<SriovVf> sriov_vf;
   std::vector<std::string> netdevs;
   std::optional<VgpuVf> vgpu_vf;  // a VF with nvidia/current_vgpu_type
-  std::string modalias;           // "pci:v...d...sv...sd...bc..sc..i..", as the kernel writes it
+  // Health signals, read on every scan (device_conditions.h turns them into taints). Fatal PCIe
+  // errors the AER driver counted since the function appeared (aer_dev_fatal); absent when the
+  // function reports no AER. A function re-created by remove and rescan (or a reset that
+  // re-enumerates it) starts again at 0, which is how a fatal error's taint clears.
+  std::optional<int64_t> aer_fatal_errors;
+  std::string aer_unreadable;  // aer_dev_fatal exists but could not be read: why
+  bool link_down = false;      // an SR-IOV PF whose network interfaces all report link down
+  std::string modalias;        // "pci:v...d...sv...sd...bc..sc..i..", as the kernel writes it
   VfioDriverChoice vfio_driver;
 
   uint32_t BaseClass() const { return class_code >> 16; }
@@ -118,8 +126,14 @@ struct Inventory {
   std::map<int, IommuGroup> iommu_groups;
   std::vector<MdevParent> mdev_parents;  // sorted by name
   bool iommu_enabled = false;            // kernel/iommu_groups has entries
-  std::vector<std::string> warnings;     // one per entry that was skipped
+  // Every function the bus lists, readable or not, sorted: whether a function is still there
+  // when `functions` holds only part of the node (slice_builder.h's BuilderInput).
+  std::vector<std::string> listed;
+  std::vector<std::string> warnings;  // one per entry that was skipped
 
+  bool Listed(const std::string& address) const {
+    return std::binary_search(listed.begin(), listed.end(), address);
+  }
   const PciFunction* Find(const std::string& address) const {
     auto it = functions.find(address);
     return it == functions.end() ? nullptr : &it->second;

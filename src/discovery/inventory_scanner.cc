@@ -39,6 +39,26 @@ Result<std::optional<int>> ReadGroupLink(const sysfs::SysfsReader& sysfs, const 
   return GroupFromLink(sysfs.LinkBaseName(path), sysfs.Path(path));
 }
 
+// The signals device_conditions.h judges. Neither read takes the device lock.
+void ReadHealthSignals(const sysfs::SysfsDir& dir, PciFunction& fn) {
+  if (auto aer = dir.Read("aer_dev_fatal"); aer.ok()) {
+    auto total = sysfs::ParseAerFatalTotal(*aer);
+    if (total.ok()) {
+      fn.aer_fatal_errors = *total;
+    } else {
+      fn.aer_unreadable = total.error().Wrap(dir.Path("aer_dev_fatal")).message;
+    }
+  } else if (aer.error().kind != ErrorKind::kNotFound) {
+    fn.aer_unreadable = aer.error().message;
+  }
+  // Only a PF's link matters (its VFs' traffic goes through it), and only while it has VFs.
+  if (!fn.sriov_pf.has_value() || fn.sriov_pf->num_vfs == 0 || fn.netdevs.empty()) return;
+  fn.link_down = std::all_of(fn.netdevs.begin(), fn.netdevs.end(), [&](const std::string& netdev) {
+    auto state = dir.Read("net/" + netdev + "/operstate");
+    return state.ok() && sysfs::OperstateIsDown(*state);
+  });
+}
+
 Result<PciFunction> ReadFunction(const sysfs::SysfsReader& sysfs, const std::string& entry,
                                  const std::string& address) {
   PciFunction fn;
@@ -103,6 +123,7 @@ Result<PciFunction> ReadFunction(const sysfs::SysfsReader& sysfs, const std::str
     fn.sriov_vf = SriovVf{*pf, -1};
   }
   if (auto net = dir.List("net"); net.ok()) fn.netdevs = *net;
+  ReadHealthSignals(dir, fn);
   if (fn.sriov_vf.has_value()) {
     if (auto current = dir.Read("nvidia/current_vgpu_type"); current.ok()) {
       auto type = sysfs::ParseDecimalAttribute(*current);
@@ -236,6 +257,7 @@ std::map<std::string, int> ReadFunctions(const sysfs::SysfsReader& sysfs, PciNam
 
   for (size_t i = 0; i < count; ++i) {
     const std::string& entry = (*entries)[i];
+    if (addresses[i].has_value()) inventory.listed.push_back(*addresses[i]);
     if (!addresses[i].has_value()) {
       inventory.warnings.push_back("skipping " + sysfs.Path("bus/pci/devices/" + entry) + ": " +
                                    read[i]->error().message);
@@ -315,6 +337,7 @@ Inventory ScanInventory(const sysfs::SysfsReader& sysfs, PciNames* names) {
   CollectIommuGroups(sysfs, unreadable_groups, inventory);
   LinkVirtualFunctions(sysfs, inventory);
   ScanMdevParents(sysfs, inventory);
+  std::sort(inventory.listed.begin(), inventory.listed.end());
   return inventory;
 }
 

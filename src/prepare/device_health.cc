@@ -1,5 +1,6 @@
 #include "prepare/device_health.h"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
@@ -115,6 +116,17 @@ std::vector<DeviceHealthStatus> CheckDeviceHealth(
     if (problem) {
       status.healthy = false;
       status.message = *problem;
+    }
+    // A tainted device: the stream says what the taint says. NoSchedule taints make it
+    // unhealthy; None taints (degraded) leave it healthy, with the reason.
+    if (!device.taints.empty()) {
+      auto reason = published.taint_reasons->find(device.name);
+      const bool blocking = std::any_of(device.taints.begin(), device.taints.end(),
+                                        [](const slicepublisher::DeviceTaint& t) {
+                                          return t.effect != slicepublisher::kEffectNone;
+                                        });
+      status.healthy = status.healthy && !blocking;
+      if (reason != published.taint_reasons->end()) status.message = reason->second;
     }
     reported.insert({published.pool, device.name});
     out.push_back(std::move(status));

@@ -7,6 +7,7 @@
 #include "discovery/inventory_scanner.h"
 #include "slicepublisher/device_attributes.h"
 #include "slicepublisher/device_names.h"
+#include "slicepublisher/device_taints.h"
 #include "slicepublisher/slice_json.h"
 #include "sysfs/sysfs_parse.h"
 
@@ -295,6 +296,17 @@ Result<std::vector<PlannedDevice>> PlanClaim(
                        "device " + result.device +
                            " is not (or no longer) published by this node; it may have been "
                            "removed or excluded by the admin policy");
+    }
+    for (const slicepublisher::DeviceTaint& taint : published->taints) {
+      // The scheduler allocates past a taint only for claims that tolerate it; this one is about
+      // the host, not the VM, so no toleration makes binding the group safe.
+      if (slicepublisher::TaintCause(taint, context.driver) ==
+          slicepublisher::taint::kGroupUnsafe) {
+        return MakeError(ErrorKind::kFailedPrecondition,
+                         "device " + result.device + " is tainted " + taint.key +
+                             ": its IOMMU group holds a function the host uses, and binding the "
+                             "group would take it away; free the group or allocate another device");
+      }
     }
     planned.published = *published;
     for (const auto& [name, value] : published->attributes) {

@@ -992,6 +992,7 @@ Status VfioDevicePreparer::Unprepare(const ClaimRef& claim, Deadline deadline) {
   Status status = Undo(*record, deadline);
   NoteClaimOnDisk(claim.uid);
   if (status.ok()) ClearClaimStatus(*record);
+  if (status.ok() && options_.after_unprepare) options_.after_unprepare();
   return status;
 }
 

@@ -78,6 +78,9 @@ struct PreparerOptions {
   // Writes the network VFs' status into their claims in the background (a prepare does not wait
   // for it, nor fail with it); may be null (nothing is written).
   kube::ClaimStatusQueue* claim_status = nullptr;
+  // Runs after an unprepare has undone a claim: the devices it held are free (a device that is
+  // gone is published only while a claim holds it). May be empty.
+  std::function<void()> after_unprepare;
 };
 
 struct CheckpointCounts {

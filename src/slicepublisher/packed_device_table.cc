@@ -10,8 +10,8 @@
 namespace vfio_dra::slicepublisher {
 namespace {
 
-// The layout of one device: name, attributes, counter consumptions. A string is its length (a
-// LEB128 varint) and its bytes; an attribute name the builder uses is one byte (its index here,
+// The layout of one device: name, attributes, counter consumptions, taints. A string is its length
+// (a LEB128 varint) and its bytes; an attribute name the builder uses is one byte (its index here,
 // plus one), any other a zero and the string; a value is a tag byte and an 8-byte integer, a bool
 // byte or a string.
 constexpr std::array<const char*, 19> kKnownNames = {
@@ -83,6 +83,12 @@ void Pack(std::string& out, const SliceDevice& device) {
     for (const auto& [counter, amount] : consumption.counters) {
       PutString(out, counter);
       PutInt(out, amount);
+    }
+  }
+  PutVarint(out, device.taints.size());
+  for (const DeviceTaint& taint : device.taints) {
+    for (const std::string* text : {&taint.key, &taint.value, &taint.effect, &taint.time_added}) {
+      PutString(out, *text);
     }
   }
 }
@@ -176,6 +182,13 @@ SliceDevice PackedDeviceTable::UnpackAt(uint32_t start) const {
       consumption.counters.emplace(std::move(counter), in.Int());
     }
     device.consumes_counters.push_back(std::move(consumption));
+  }
+  for (uint64_t n = in.Varint(); n > 0; --n) {
+    DeviceTaint taint;
+    for (std::string* text : {&taint.key, &taint.value, &taint.effect, &taint.time_added}) {
+      *text = std::string(in.String());
+    }
+    device.taints.push_back(std::move(taint));
   }
   return device;
 }

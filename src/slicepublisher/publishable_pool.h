@@ -24,7 +24,9 @@ struct PublishablePool {
   Status valid;      // why the server would reject it, naming the slice and rule
 };
 
+// `taints` are used where the server takes taints (null: none).
 PublishablePool BuildPublishablePool(const discovery::NodeScan& scan, const PoolTarget& target,
-                                     const MdevTypeMaxima& maxima);
+                                     const MdevTypeMaxima& maxima,
+                                     const TaintInputs* taints = nullptr);
 
 }  // namespace vfio_dra::slicepublisher

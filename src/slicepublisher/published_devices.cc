@@ -21,6 +21,7 @@ void PublishedDevices::Set(const DesiredPool& pool) {
     pool_ = pool.name;
     devices_ = std::move(devices);
     count_by_type_ = std::move(counts);
+    taint_reasons_ = std::make_shared<const std::map<std::string, std::string>>(pool.taint_reasons);
   }
   known_.notify_all();
 }
@@ -51,8 +52,11 @@ void PublishedDevices::Compact() { RepackShared(mu_, devices_); }
 
 PublishedDevices::Snapshot PublishedDevices::Current() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (devices_ == nullptr) return Snapshot{"", std::make_shared<const PackedDeviceTable>()};
-  return Snapshot{pool_, devices_};
+  if (devices_ == nullptr) {
+    return Snapshot{"", std::make_shared<const PackedDeviceTable>(),
+                    std::make_shared<const std::map<std::string, std::string>>()};
+  }
+  return Snapshot{pool_, devices_, taint_reasons_};
 }
 
 }  // namespace vfio_dra::slicepublisher

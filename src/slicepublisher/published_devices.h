@@ -33,6 +33,8 @@ class PublishedDevices {
   struct Snapshot {
     std::string pool;                                  // empty before the first publish
     std::shared_ptr<const PackedDeviceTable> devices;  // never null
+    // Why each tainted device is tainted (DesiredPool::taint_reasons); never null.
+    std::shared_ptr<const std::map<std::string, std::string>> taint_reasons;
   };
   Snapshot Current() const;
   // Copies the table anew and drops the old copy (readers holding a snapshot keep theirs). The
@@ -48,6 +50,7 @@ class PublishedDevices {
   std::string pool_;
   std::shared_ptr<const PackedDeviceTable> devices_;
   std::map<std::string, int> count_by_type_;
+  std::shared_ptr<const std::map<std::string, std::string>> taint_reasons_;
 };
 
 }  // namespace vfio_dra::slicepublisher

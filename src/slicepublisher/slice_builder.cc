@@ -110,6 +110,16 @@ SliceDevice VgpuDevice(const PciFunction& vf, int type_id, const std::string& ty
   return device;
 }
 
+// How many devices without counters share a slice: fewer once one of them is tainted (1.35+).
+// The whole list is packed to the smaller limit then, so a taint coming or going on a node with
+// more than 64 such devices moves devices between slices; below that it changes nothing.
+size_t PlainLimit(const std::vector<SliceDevice>& plain, const BuildOptions& options) {
+  const bool tainted = std::any_of(
+      plain.begin(), plain.end(), [](const SliceDevice& device) { return !device.taints.empty(); });
+  return tainted && options.small_advanced_slices ? kMaxDevicesPerSliceWithCounters
+                                                  : kMaxDevicesPerSlice;
+}
+
 // Splits `devices` into chunks of at most `limit`.
 void Chunk(std::vector<SliceDevice> devices, size_t limit, std::vector<SliceContent>& out) {
   for (size_t i = 0; i < devices.size(); i += limit) {
@@ -212,7 +222,7 @@ void AddVgpuVfs(const discovery::NodeScan& scan, const BuildOptions& options,
 // Counter sets in slices of their own (1.35+): devices that consume counters and plain devices
 // follow in slices of their own limits.
 void LayOutOwnSlice(std::vector<ParentGroup>& groups, std::vector<SliceDevice> plain,
-                    DesiredPool& pool) {
+                    size_t plain_limit, DesiredPool& pool) {
   std::vector<CounterSet> sets;
   std::vector<SliceDevice> consuming;
   for (auto& group : groups) {
@@ -228,7 +238,7 @@ void LayOutOwnSlice(std::vector<ParentGroup>& groups, std::vector<SliceDevice> p
                                                     sets.size(), i + kMaxCounterSetsPerSlice)));
     pool.slices.push_back(std::move(slice));
   }
-  Chunk(std::move(plain), kMaxDevicesPerSlice, pool.slices);
+  Chunk(std::move(plain), plain_limit, pool.slices);
   Chunk(std::move(consuming), kMaxDevicesPerSliceWithCounters, pool.slices);
 }
 
@@ -280,13 +290,28 @@ discovery::NodeScan BuilderInput(const discovery::NodeScan& scan) {
       kept.inventory.functions.emplace(address, *fn);
     }
   };
-  for (const auto& selected : scan.selection.devices) keep(selected.address);
+  for (const auto& selected : scan.selection.devices) {
+    keep(selected.address);
+    for (const std::string& companion : selected.companions) keep(companion);
+  }
   for (const auto& selected : scan.selection.vgpu_vfs) keep(selected.address);
   for (const MdevParent& parent : inventory.mdev_parents) {
     if (!parent.pci_address.empty()) keep(parent.pci_address);
   }
+  // Taints read the PFs of VFs (their links) and the group-unsafe decisions (device_taints.h).
+  std::vector<std::string> pfs;
+  for (const auto& [address, fn] : kept.inventory.functions) {
+    if (fn.sriov_vf) pfs.push_back(fn.sriov_vf->pf);
+  }
+  for (const std::string& pf : pfs) keep(pf);
+  for (const auto& [address, decision] : scan.selection.functions) {
+    if (!decision.group_unsafe) continue;
+    keep(address);
+    kept.selection.functions.emplace(address, decision);
+  }
   kept.inventory.mdev_parents = inventory.mdev_parents;
   kept.inventory.iommu_enabled = inventory.iommu_enabled;
+  kept.inventory.listed = inventory.listed;
   kept.selection.devices = scan.selection.devices;
   kept.selection.mdev_types = scan.selection.mdev_types;
   kept.selection.vgpu_vfs = scan.selection.vgpu_vfs;
@@ -333,18 +358,34 @@ DesiredPool BuildDesiredPool(const discovery::NodeScan& scan, const BuildOptions
   plain.reserve(whole_devices.size());
   for (auto& [address, device] : whole_devices) plain.push_back(std::move(device));
   AddVgpuVfs(scan, options, groups, plain);
+  if (options.taints != nullptr) {
+    std::set<std::string> built;
+    auto taint = [&](SliceDevice& device) {
+      built.insert(device.name);
+      TaintDevice(device, scan, *options.taints, pool.taint_reasons);
+    };
+    for (SliceDevice& device : plain) taint(device);
+    for (ParentGroup& group : groups) {
+      for (SliceDevice& device : group.devices) taint(device);
+    }
+    for (SliceDevice& device : KeptDevices(scan, *options.taints, built, pool.taint_reasons)) {
+      plain.push_back(std::move(device));
+    }
+  }
 
   switch (options.layout) {
     case CounterLayout::kNone: {
       for (auto& group : groups) {
         for (auto& device : group.devices) plain.push_back(std::move(device));
       }
-      Chunk(std::move(plain), kMaxDevicesPerSlice, pool.slices);
+      Chunk(std::move(plain), PlainLimit(plain, options), pool.slices);
       break;
     }
-    case CounterLayout::kOwnSlice:
-      LayOutOwnSlice(groups, std::move(plain), pool);
+    case CounterLayout::kOwnSlice: {
+      const size_t limit = PlainLimit(plain, options);
+      LayOutOwnSlice(groups, std::move(plain), limit, pool);
       break;
+    }
     case CounterLayout::kInDeviceSlice:
       LayOutInDeviceSlice(groups, std::move(plain), pool);
       break;

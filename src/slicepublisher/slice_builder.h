@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "discovery/node_scan.h"
+#include "slicepublisher/device_taints.h"
 #include "slicepublisher/mdev_type_maxima.h"
 #include "slicepublisher/slice_model.h"
 
@@ -26,6 +27,10 @@ inline constexpr const char* kCapacityCounter = "capacity";
 struct BuildOptions {
   std::string node_name;
   CounterLayout layout = CounterLayout::kOwnSlice;
+  // Taints (device_taints.h); null: none (the server does not take them).
+  const TaintInputs* taints = nullptr;
+  // 1.35+: a slice whose devices have taints or consume counters holds at most 64 devices.
+  bool small_advanced_slices = true;
 };
 
 DesiredPool BuildDesiredPool(const discovery::NodeScan& scan, const BuildOptions& options,

@@ -57,6 +57,11 @@ Sha256 ContentDigest(const SliceContent& content) {
       sha.Field(consumption.counter_set);
       AddCounters(sha, consumption.counters);
     }
+    sha.Field(static_cast<int64_t>(device.taints.size()));
+    for (const DeviceTaint& taint : device.taints) {
+      sha.Field(taint.key).Field(taint.value).Field(taint.effect);
+      sha.Field(taint.time_added);
+    }
   }
   sha.Field(static_cast<int64_t>(content.shared_counters.size()));
   for (const CounterSet& set : content.shared_counters) {

@@ -1,5 +1,6 @@
 #include "slicepublisher/slice_json.h"
 
+#include <algorithm>
 #include <cctype>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -35,6 +36,28 @@ Result<std::map<std::string, int64_t>> CountersFromJson(const json& counters,
     out[name] = *parsed;
   }
   return out;
+}
+
+// A device's taints as the server stores them.
+Result<std::vector<DeviceTaint>> TaintsFromJson(const json& fields, const std::string& device) {
+  std::vector<DeviceTaint> taints;
+  auto list = fields.find("taints");
+  if (list == fields.end() || list->is_null()) return taints;
+  if (!list->is_array()) return Invalid("device " + device + " taints must be a list");
+  for (const json& entry : *list) {
+    if (!entry.is_object() || !entry.contains("key") || !entry["key"].is_string()) {
+      return Invalid("device " + device + " has a taint without a key");
+    }
+    DeviceTaint taint;
+    taint.key = entry["key"];
+    taint.value = entry.value("value", "");
+    taint.effect = entry.value("effect", "");
+    taint.time_added = entry.value("timeAdded", "");
+    taints.push_back(std::move(taint));
+  }
+  std::sort(taints.begin(), taints.end(),
+            [](const DeviceTaint& a, const DeviceTaint& b) { return a.key < b.key; });
+  return taints;
 }
 
 }  // namespace
@@ -134,6 +157,16 @@ json SliceToJson(const SliceContent& content, const SliceMeta& meta) {
         }
         fields["consumesCounters"] = consumes;
       }
+      if (!device.taints.empty()) {
+        json taints = json::array();
+        for (const DeviceTaint& taint : device.taints) {
+          json entry = {{"key", taint.key}, {"effect", taint.effect}};
+          if (!taint.value.empty()) entry["value"] = taint.value;
+          if (!taint.time_added.empty()) entry["timeAdded"] = taint.time_added;
+          taints.push_back(std::move(entry));
+        }
+        fields["taints"] = taints;
+      }
       json entry = {{"name", device.name}};
       if (meta.api_version == "v1beta1") {
         entry["basic"] = fields;
@@ -197,6 +230,11 @@ Result<SliceContent> SliceContentFromJson(const json& slice) {
           consumption.counters = *counters;
           device.consumes_counters.push_back(std::move(consumption));
         }
+      }
+      if (auto taints = TaintsFromJson(fields, device.name); taints.ok()) {
+        device.taints = std::move(*taints);
+      } else {
+        return taints.error();
       }
       content.devices.push_back(std::move(device));
     }

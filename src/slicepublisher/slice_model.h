@@ -24,10 +24,26 @@ struct CounterConsumption {
   bool operator==(const CounterConsumption&) const = default;
 };
 
+// A device taint (KEP-5055). The plugin sets only None (degraded, still allocatable) and
+// NoSchedule (a new VM would fail); eviction (NoExecute) is the admin's call, through a
+// DeviceTaintRule. `time_added` is RFC 3339 UTC to the second: it is kept for as long as the same
+// taint stays, so rebuilding the slices does not rewrite them.
+inline constexpr char kEffectNone[] = "None";
+inline constexpr char kEffectNoSchedule[] = "NoSchedule";
+
+struct DeviceTaint {
+  std::string key;  // "<driver>/<cause>", a label name
+  std::string value;
+  std::string effect;  // as the API spells it; a slice read back may hold any
+  std::string time_added;
+  bool operator==(const DeviceTaint&) const = default;
+};
+
 struct SliceDevice {
   std::string name;
   std::map<std::string, AttributeValue> attributes;  // qualified or driver-local names
   std::vector<CounterConsumption> consumes_counters;
+  std::vector<DeviceTaint> taints = {};  // sorted by key
   bool operator==(const SliceDevice&) const = default;
 };
 
@@ -54,6 +70,9 @@ struct DesiredPool {
   std::string name;  // the node name
   std::vector<SliceContent> slices;
   std::vector<std::string> warnings;  // devices left out, with the reason
+  // Why each tainted device is tainted, by device name: taints carry a one-word value, and the
+  // health stream and the logs carry this.
+  std::map<std::string, std::string> taint_reasons;
 };
 
 }  // namespace vfio_dra::slicepublisher

@@ -23,6 +23,11 @@ bool HasCounters(const SliceContent& content) {
   return false;
 }
 
+bool HasTaints(const SliceContent& content) {
+  return std::any_of(content.devices.begin(), content.devices.end(),
+                     [](const SliceDevice& d) { return !d.taints.empty(); });
+}
+
 int64_t PoolInt(const json& pool, const char* key) {
   return pool.contains(key) && pool[key].is_number_integer() ? pool[key].get<int64_t>() : 0;
 }
@@ -181,7 +186,8 @@ void SliceReconciler::RememberWritten(const SliceContent& sent, const Sha256& se
   CachedSlice slice = ToCached(stored, content);
   if (content.ok() && slice.digest.content != sent_digest) {
     AdoptStored(ObjectName(stored), sent_digest, slice.digest.content,
-                HasCounters(sent) && !HasCounters(*content));
+                HasCounters(sent) && !HasCounters(*content),
+                HasTaints(sent) && !HasTaints(*content));
   }
   if (stored.contains("metadata")) StoreInCache(ObjectName(stored), std::move(slice));
 }
@@ -390,13 +396,30 @@ Status SliceReconciler::Sync() {
   ServerProfile profile;
   SliceMeta meta;
   PublishablePool publishable;
+  TaintInputs taints;
+  taints.driver = options_.driver;
+  taints.now = Rfc3339(options_.unix_now ? options_.unix_now()
+                                         : std::chrono::duration_cast<std::chrono::seconds>(
+                                               std::chrono::system_clock::now().time_since_epoch())
+                                               .count());
+  if (options_.held_devices) taints.held = options_.held_devices();
+  std::shared_ptr<const PackedDeviceTable> published;
+  if (options_.published != nullptr) {
+    published = options_.published->Current().devices;
+    taints.published = published.get();
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     cache = cache_;
     profile = profile_;
     meta.node_uid = node_uid_;
-    publishable =
-        BuildPublishablePool(*scan_, {options_.node_name, options_.driver, profile}, maxima_);
+    publishable = BuildPublishablePool(*scan_, {options_.node_name, options_.driver, profile},
+                                       maxima_, &taints);
+  }
+  for (const auto& [device, reason] : publishable.pool.taint_reasons) {
+    if (!published || !published->Find(device) || published->Find(device)->taints.empty()) {
+      log_.Warn("device tainted", {{"device", device}, {"reason", reason}});
+    }
   }
   const DesiredPool& pool = publishable.pool;
   for (const std::string& warning : pool.warnings) {
@@ -506,8 +529,18 @@ void SliceReconciler::ForgetAdoptionsOtherThan(const std::vector<SliceDigest>& d
 // What the server stored differs from what we sent: counters dropped (gate off) or other fields
 // dropped. Either way, adopt it instead of rewriting forever.
 void SliceReconciler::AdoptStored(const std::string& name, const Sha256& sent, const Sha256& stored,
-                                  bool counters_dropped) {
+                                  bool counters_dropped, bool taints_dropped) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (taints_dropped) {
+    if (!profile_.taints_dropped) {
+      profile_.taints_dropped = true;
+      log_.Warn(
+          "the API server dropped device taints (DRADeviceTaints is off): unhealthy devices are "
+          "reported through the kubelet's health stream only, and the scheduler is not told");
+    }
+    dirty_ = true;
+    return;
+  }
   if (counters_dropped) {
     if (!profile_.counters_dropped) {
       profile_.counters_dropped = true;

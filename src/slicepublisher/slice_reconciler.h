@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <stop_token>
 #include <thread>
 
@@ -44,6 +45,11 @@ struct ReconcilerOptions {
   // Where the learned mdev type maxima are kept across restarts (mdev_type_maxima.h); empty:
   // in memory only.
   std::string mdev_maxima_path;
+  // Names of the devices prepared claims hold (a device that is gone stays published, tainted,
+  // while one does: device_taints.h); null: none. Called without the reconciler's lock.
+  std::function<std::set<std::string>()> held_devices;
+  // Seconds since the epoch, for the time of new taints; null: the system clock.
+  std::function<int64_t()> unix_now;
 };
 
 struct ReconcilerStats {
@@ -123,9 +129,9 @@ class SliceReconciler {
   bool HoldsContent(const CachedSlice& current, const Sha256& desired) const;
   // The server stored our slice `name` (sent with digest `sent`) as `stored`: remembers that, so
   // the stored form counts as written; or, when it dropped the counters, falls back to the
-  // counter-free layout.
+  // counter-free layout; when it dropped the taints, stops sending them.
   void AdoptStored(const std::string& name, const Sha256& sent, const Sha256& stored,
-                   bool counters_dropped);
+                   bool counters_dropped, bool taints_dropped);
   Status DeleteObsolete(const WritePlan& plan, const std::map<std::string, CachedSlice>& cache,
                         const std::string& path);
   Status UpdateChanged(const DesiredPool& pool, const WritePlan& plan,

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <map>
 #include <set>
@@ -104,6 +105,60 @@ Status ValidateCounterSets(size_t s, const SliceContent& slice, const Validation
   return Status::Ok();
 }
 
+// A label value: at most 63 of [A-Za-z0-9_.-], starting and ending alphanumeric (or empty).
+bool IsLabelValue(const std::string& text) {
+  if (text.empty()) return true;
+  if (text.size() > 63 || !std::isalnum(static_cast<unsigned char>(text.front())) ||
+      !std::isalnum(static_cast<unsigned char>(text.back()))) {
+    return false;
+  }
+  return std::all_of(text.begin(), text.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  });
+}
+
+// A label name: an optional DNS-subdomain prefix and "/", then at most 63 of [A-Za-z0-9_.-]
+// starting and ending alphanumeric.
+bool IsLabelName(const std::string& text) {
+  const size_t slash = text.find('/');
+  const std::string name = slash == std::string::npos ? text : text.substr(slash + 1);
+  if (slash != std::string::npos) {
+    const std::string prefix = text.substr(0, slash);
+    if (prefix.empty() || prefix.size() > 253 || !IsDnsSubdomain(prefix)) return false;
+  }
+  return !name.empty() && IsLabelValue(name);
+}
+
+Status ValidateTaints(size_t s, const SliceDevice& device, const ValidationTarget& target) {
+  if (device.taints.empty()) return Status::Ok();
+  const std::string where = "device " + device.name + " taints";
+  if (!target.taints) return Rule(s, where, "taints are not supported by this server");
+  const size_t max_taints = target.kubernetes_minor >= 37 ? 16 : 4;
+  if (device.taints.size() > max_taints) {
+    return Rule(
+        s, where,
+        fmt::format("must have at most {} items, has {}", max_taints, device.taints.size()));
+  }
+  for (const DeviceTaint& taint : device.taints) {
+    if (!IsLabelName(taint.key))
+      return Rule(s, where, "key \"" + taint.key + "\" is not a label name");
+    if (!IsLabelValue(taint.value)) {
+      return Rule(s, where,
+                  "value \"" + taint.value + "\" of " + taint.key + " is not a label value");
+    }
+    if (taint.effect != kEffectNone && taint.effect != kEffectNoSchedule &&
+        taint.effect != "NoExecute") {
+      return Rule(s, where,
+                  "effect \"" + taint.effect + "\" of " + taint.key +
+                      " is not None, NoSchedule or NoExecute");
+    }
+    if (taint.effect == kEffectNone && target.kubernetes_minor < 35) {
+      return Rule(s, where, "effect None needs Kubernetes 1.35 or later");
+    }
+  }
+  return Status::Ok();
+}
+
 Status ValidateDevice(size_t s, const SliceDevice& device, const ValidationTarget& target,
                       std::set<std::string>& device_names) {
   const bool v135 = target.kubernetes_minor >= 35;
@@ -143,25 +198,26 @@ Status ValidateDevice(size_t s, const SliceDevice& device, const ValidationTarge
       return Rule(s, where, "consumesCounters entries need 1 to 32 counters");
     }
   }
-  return Status::Ok();
+  return ValidateTaints(s, device, target);
 }
 
 Status ValidateDevices(size_t s, const SliceContent& slice, const ValidationTarget& target,
                        std::set<std::string>& device_names) {
   const bool v135 = target.kubernetes_minor >= 35;
-  bool any_consumes = false;
+  bool any_advanced = false;
   size_t consumed = 0;
   for (const SliceDevice& device : slice.devices) {
     if (Status st = ValidateDevice(s, device, target, device_names); !st.ok()) return st;
-    any_consumes = any_consumes || !device.consumes_counters.empty();
+    any_advanced = any_advanced || !device.consumes_counters.empty() || !device.taints.empty();
     for (const CounterConsumption& c : device.consumes_counters) consumed += c.counters.size();
   }
-  const size_t max_devices = (v135 && any_consumes) ? 64 : 128;
+  const size_t max_devices = (v135 && any_advanced) ? 64 : 128;
   if (slice.devices.size() > max_devices) {
-    return Rule(s, "spec.devices",
-                fmt::format("must have at most {} items{}, has {}", max_devices,
-                            max_devices == 64 ? " when devices consume counters" : "",
-                            slice.devices.size()));
+    return Rule(
+        s, "spec.devices",
+        fmt::format("must have at most {} items{}, has {}", max_devices,
+                    max_devices == 64 ? " when devices consume counters or have taints" : "",
+                    slice.devices.size()));
   }
   if (!v135 && consumed > 1024) {
     return Rule(s, "spec.devices",

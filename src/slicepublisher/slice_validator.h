@@ -15,6 +15,7 @@ struct ValidationTarget {
   std::string driver;
   std::string node_name;
   CounterLayout layout = CounterLayout::kOwnSlice;
+  bool taints = true;  // the server takes device taints
 };
 
 Status ValidatePool(const DesiredPool& pool, const ValidationTarget& target);

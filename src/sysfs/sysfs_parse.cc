@@ -245,4 +245,32 @@ bool IsDriverName(std::string_view text) {
   });
 }
 
+Result<int64_t> ParseAerFatalTotal(std::string_view text) {
+  constexpr std::string_view kTotal = "TOTAL_ERR_FATAL";
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(start, end - start);
+    start = end + 1;
+    if (line.substr(0, kTotal.size()) != kTotal || line.size() == kTotal.size() ||
+        line[kTotal.size()] != ' ') {
+      continue;
+    }
+    auto count = ParseDecimalAttribute(line.substr(kTotal.size() + 1));
+    if (!count.ok() || *count < 0) {
+      return MakeError(ErrorKind::kInvalidArgument, "aer_dev_fatal: line \"" + std::string(line) +
+                                                        "\" is not \"" + std::string(kTotal) +
+                                                        " <count>\"");
+    }
+    return *count;
+  }
+  return MakeError(ErrorKind::kInvalidArgument, "aer_dev_fatal has no TOTAL_ERR_FATAL line");
+}
+
+bool OperstateIsDown(std::string_view text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.remove_suffix(1);
+  return text == "down" || text == "lowerlayerdown";
+}
+
 }  // namespace vfio_dra::sysfs

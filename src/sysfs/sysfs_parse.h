@@ -67,4 +67,13 @@ struct CreatableVgpuType {
 // positive decimals; anything else is an error naming the line.
 Result<std::vector<CreatableVgpuType>> ParseCreatableVgpuTypes(std::string_view text);
 
+// The fatal PCIe errors the AER driver has counted on a function since it appeared: the
+// TOTAL_ERR_FATAL line of `aer_dev_fatal` ("<name> <count>" lines, one per error bit, then the
+// total). A file without that line or with a count that is not a decimal is an error naming it.
+Result<int64_t> ParseAerFatalTotal(std::string_view text);
+
+// A network interface's `operstate` says its link is down ("down", "lowerlayerdown"); "up",
+// "unknown" (drivers that do not report it), "dormant" and "testing" are not down.
+bool OperstateIsDown(std::string_view text);
+
 }  // namespace vfio_dra::sysfs

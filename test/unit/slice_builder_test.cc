@@ -76,7 +76,8 @@ TEST_P(EveryFixture, PublishesValidSlicesForEachRelease) {
 }
 
 // What the reconciler keeps between scans builds exactly what the whole scan builds, under every
-// counter layout, and keeps no more functions than are published or are mdev parents.
+// counter layout and with taints, and keeps no more functions than are published (with their
+// companions and PFs), are mdev parents or are refused for their IOMMU group.
 TEST_P(EveryFixture, BuilderInputBuildsTheSamePool) {
   FixtureNode node(GetParam());
   Built built = Build(node, CounterLayout::kOwnSlice);
@@ -85,17 +86,38 @@ TEST_P(EveryFixture, BuilderInputBuildsTheSamePool) {
   whole_maxima.Observe(built.scan->inventory);
   MdevTypeMaxima kept_maxima;
   kept_maxima.Observe(kept.inventory);
+  TaintInputs taints;
+  taints.driver = "vfio.dra.io";
+  taints.now = "2026-11-28T00:00:00Z";
   for (CounterLayout layout :
        {CounterLayout::kNone, CounterLayout::kInDeviceSlice, CounterLayout::kOwnSlice}) {
-    const DesiredPool from_whole = BuildDesiredPool(*built.scan, {"node-1", layout}, whole_maxima);
-    const DesiredPool from_kept = BuildDesiredPool(kept, {"node-1", layout}, kept_maxima);
-    EXPECT_EQ(from_kept.slices, from_whole.slices) << GetParam();
-    EXPECT_EQ(from_kept.warnings, from_whole.warnings) << GetParam();
+    for (const TaintInputs* with : std::vector<const TaintInputs*>{nullptr, &taints}) {
+      const BuildOptions options{"node-1", layout, with};
+      const DesiredPool from_whole = BuildDesiredPool(*built.scan, options, whole_maxima);
+      const DesiredPool from_kept = BuildDesiredPool(kept, options, kept_maxima);
+      EXPECT_EQ(from_kept.slices, from_whole.slices) << GetParam();
+      EXPECT_EQ(from_kept.warnings, from_whole.warnings) << GetParam();
+      EXPECT_EQ(from_kept.taint_reasons, from_whole.taint_reasons) << GetParam();
+    }
   }
-  EXPECT_LE(kept.inventory.functions.size(), built.scan->selection.devices.size() +
-                                                 built.scan->inventory.mdev_parents.size() +
-                                                 built.scan->selection.vgpu_vfs.size());
-  EXPECT_TRUE(kept.selection.functions.empty());
+  size_t needed = built.scan->inventory.mdev_parents.size() + built.scan->selection.vgpu_vfs.size();
+  std::set<std::string> pfs;
+  for (const auto& selected : built.scan->selection.devices) {
+    needed += 1 + selected.companions.size();
+    const discovery::PciFunction* fn = built.scan->inventory.Find(selected.address);
+    if (fn != nullptr && fn->sriov_vf) pfs.insert(fn->sriov_vf->pf);
+  }
+  for (const auto& selected : built.scan->selection.vgpu_vfs) {
+    const discovery::PciFunction* fn = built.scan->inventory.Find(selected.address);
+    if (fn != nullptr && fn->sriov_vf) pfs.insert(fn->sriov_vf->pf);
+  }
+  size_t group_unsafe = 0;
+  for (const auto& [address, decision] : built.scan->selection.functions) {
+    group_unsafe += decision.group_unsafe ? 1 : 0;
+  }
+  EXPECT_LE(kept.inventory.functions.size(), needed + pfs.size() + 2 * group_unsafe);
+  EXPECT_EQ(kept.selection.functions.size(), group_unsafe);
+  EXPECT_EQ(kept.inventory.listed, built.scan->inventory.listed);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, EveryFixture,

@@ -1,0 +1,167 @@
+#include "slicepublisher/device_taints.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <ctime>
+#include <optional>
+#include <string_view>
+
+#include "slicepublisher/device_attributes.h"
+
+namespace vfio_dra::slicepublisher {
+namespace {
+
+using discovery::PciFunction;
+
+struct Cause {
+  const char* name;
+  std::string value;
+  const char* effect;
+  std::string reason;
+};
+
+// The functions whose state decides a device's health: the one handed out (a PCI device, a vGPU
+// VF) with the functions bound along with it, or an mdev's parent.
+std::vector<std::string> FunctionsOf(const SliceDevice& device, const discovery::NodeScan& scan) {
+  const PublishedDeviceView view = DecodePublishedDevice(device);
+  std::vector<std::string> functions;
+  if (view.pci_bus_id) {
+    functions.push_back(*view.pci_bus_id);
+    for (const auto& selected : scan.selection.devices) {
+      if (selected.address != *view.pci_bus_id) continue;
+      functions.insert(functions.end(), selected.companions.begin(), selected.companions.end());
+    }
+  } else if (view.parent_pci_address) {
+    functions.push_back(*view.parent_pci_address);
+  }
+  return functions;
+}
+
+std::vector<Cause> CausesOf(const SliceDevice& device, const discovery::NodeScan& scan) {
+  std::vector<Cause> causes;
+  std::optional<std::string> fatal;
+  std::optional<std::string> unreadable;
+  std::optional<std::string> link;
+  for (const std::string& address : FunctionsOf(device, scan)) {
+    const PciFunction* fn = scan.inventory.Find(address);
+    if (fn == nullptr) continue;
+    if (!fatal && fn->aer_fatal_errors.value_or(0) > 0) {
+      fatal = fmt::format(
+          "PCI function {} has counted {} fatal PCIe error(s) (aer_dev_fatal): a VM given it "
+          "would fail; reset it by removing and rescanning it, or replace it",
+          address, *fn->aer_fatal_errors);
+    }
+    if (!unreadable && !fn->aer_unreadable.empty()) {
+      unreadable = "cannot monitor PCI function " + address + ": " + fn->aer_unreadable;
+    }
+    const PciFunction* pf = fn->sriov_vf ? scan.inventory.Find(fn->sriov_vf->pf) : nullptr;
+    if (!link && pf != nullptr && pf->link_down) {
+      std::string netdevs;
+      for (const std::string& netdev : pf->netdevs)
+        netdevs += (netdevs.empty() ? "" : ", ") + netdev;
+      link = fmt::format("the link of PF {} ({}) is down: VF {} passes no traffic until it is up",
+                         pf->address, netdevs, address);
+    }
+  }
+  if (fatal) causes.push_back({taint::kUnhealthy, "aer-fatal", kEffectNoSchedule, *fatal});
+  if (link) causes.push_back({taint::kDegraded, "pf-link-down", kEffectNone, *link});
+  if (unreadable) {
+    causes.push_back({taint::kUnmonitored, "aer-unreadable", kEffectNone, *unreadable});
+  }
+  return causes;
+}
+
+// Sets `causes` as the device's taints, keeping the time of each taint that was published the
+// same way, and records their reasons.
+void Apply(SliceDevice& device, const std::vector<Cause>& causes, const TaintInputs& inputs,
+           std::map<std::string, std::string>& reasons) {
+  std::vector<const Cause*> taken;
+  for (const Cause& cause : causes) {
+    if (inputs.effect_none || std::string_view(cause.effect) != kEffectNone)
+      taken.push_back(&cause);
+  }
+  if (taken.empty()) return;
+  std::optional<SliceDevice> before;
+  if (inputs.published != nullptr) before = inputs.published->Find(device.name);
+  std::string reason;
+  for (const Cause* cause : taken) {
+    DeviceTaint taint{inputs.driver + "/" + cause->name, cause->value, cause->effect, inputs.now};
+    if (before) {
+      for (const DeviceTaint& standing : before->taints) {
+        if (standing.key == taint.key && standing.value == taint.value &&
+            standing.effect == taint.effect) {
+          taint.time_added = standing.time_added;
+        }
+      }
+    }
+    device.taints.push_back(std::move(taint));
+    reason += (reason.empty() ? "" : "; ") + cause->reason;
+  }
+  std::sort(device.taints.begin(), device.taints.end(),
+            [](const DeviceTaint& a, const DeviceTaint& b) { return a.key < b.key; });
+  if (device.taints.size() > 4) device.taints.resize(4);
+  reasons[device.name] = reason;
+}
+
+}  // namespace
+
+void TaintDevice(SliceDevice& device, const discovery::NodeScan& scan, const TaintInputs& inputs,
+                 std::map<std::string, std::string>& reasons) {
+  Apply(device, CausesOf(device, scan), inputs, reasons);
+}
+
+std::vector<SliceDevice> KeptDevices(const discovery::NodeScan& scan, const TaintInputs& inputs,
+                                     const std::set<std::string>& built,
+                                     std::map<std::string, std::string>& reasons) {
+  std::vector<SliceDevice> kept;
+  if (inputs.published == nullptr) return kept;
+  inputs.published->ForEach([&](const SliceDevice& published) {
+    if (built.count(published.name) != 0) return;
+    const std::vector<std::string> functions = FunctionsOf(published, scan);
+    if (functions.empty()) return;
+    const std::string& address = functions.front();
+    std::vector<Cause> causes;
+    if (!scan.inventory.Listed(address)) {
+      if (inputs.held.count(published.name) == 0) return;
+      const PublishedDeviceView view = DecodePublishedDevice(published);
+      const bool vf = view.type == "vf" || view.IsVgpu();
+      causes.push_back(
+          {taint::kLost, vf ? "vf-removed" : "removed", kEffectNoSchedule,
+           fmt::format(
+               "PCI function {} is gone ({}); kept published while a prepared claim "
+               "holds it, and dropped once the claim is unprepared",
+               address,
+               vf ? "a VF goes when its PF lowers sriov_numvfs" : "removed or hot-unplugged")});
+    } else {
+      auto decision = scan.selection.functions.find(address);
+      if (decision == scan.selection.functions.end() || !decision->second.group_unsafe) return;
+      causes.push_back({taint::kGroupUnsafe, "host-function-in-group", kEffectNoSchedule,
+                        "not handed out: " + decision->second.reason});
+      for (Cause& cause : CausesOf(published, scan)) causes.push_back(std::move(cause));
+    }
+    // Apply finds this very device among the published ones and keeps its taints' times.
+    SliceDevice device = published;
+    device.consumes_counters.clear();
+    device.taints.clear();
+    Apply(device, causes, inputs, reasons);
+    kept.push_back(std::move(device));
+  });
+  return kept;
+}
+
+std::string TaintCause(const DeviceTaint& taint, const std::string& driver) {
+  const std::string prefix = driver + "/";
+  return taint.key.compare(0, prefix.size(), prefix) == 0 ? taint.key.substr(prefix.size()) : "";
+}
+
+std::string Rfc3339(int64_t unix_seconds) {
+  const auto seconds = static_cast<std::time_t>(unix_seconds);
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
+
+}  // namespace vfio_dra::slicepublisher

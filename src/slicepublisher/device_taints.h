@@ -1,0 +1,65 @@
+// Device taints from what the node knows (KEP-5055), so the scheduler stops handing out a device
+// a new VM would fail on, and says why. Keys are "<driver>/<cause>":
+//   lost          NoSchedule  the function (or an mdev's parent) is gone from sysfs: hot-removed,
+//                             or a VF whose PF lowered sriov_numvfs. Kept published, tainted,
+//                             only while a prepared claim holds it; dropped once none does.
+//   group-unsafe  NoSchedule  the device's IOMMU group gained a function the host uses: binding
+//                             the group would take that function from the host. Kept published,
+//                             tainted, while it was published before; prepare refuses it.
+//   unhealthy     NoSchedule  fatal PCIe errors counted by AER (aer_dev_fatal) on one of its
+//                             functions; clears when the function is re-enumerated.
+//   degraded      None        the PF of a VF (or vGPU VF) has its link down.
+//   unmonitored   None        its AER counters exist but cannot be read.
+// The plugin never sets NoExecute: evicting running VMs is the admin's decision (DeviceTaintRule).
+// Invariants: at most 4 taints per device (the 1.33-1.36 limit); a taint that stays keeps the
+// time it was first published; every tainted device has a reason in DesiredPool::taint_reasons.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "discovery/node_scan.h"
+#include "slicepublisher/packed_device_table.h"
+#include "slicepublisher/slice_model.h"
+
+namespace vfio_dra::slicepublisher {
+
+namespace taint {
+inline constexpr char kLost[] = "lost";
+inline constexpr char kGroupUnsafe[] = "group-unsafe";
+inline constexpr char kUnhealthy[] = "unhealthy";
+inline constexpr char kDegraded[] = "degraded";
+inline constexpr char kUnmonitored[] = "unmonitored";
+}  // namespace taint
+
+struct TaintInputs {
+  std::string driver;  // the keys' prefix
+  std::string now;     // RFC 3339 UTC: the time of taints first seen in this build
+  // What is published now (times of standing taints, devices to keep); null before the first
+  // publish.
+  const PackedDeviceTable* published = nullptr;
+  std::set<std::string> held = {};  // names of devices that prepared claims hold
+  bool effect_none = true;          // the server takes effect None (1.35+); without it, such taints
+                                    // are left out
+};
+
+// Adds the taints the scan shows to a device the builder made from it.
+void TaintDevice(SliceDevice& device, const discovery::NodeScan& scan, const TaintInputs& inputs,
+                 std::map<std::string, std::string>& reasons);
+
+// Published devices that the scan no longer yields but that stay, tainted (lost while held,
+// group-unsafe), without their counter consumptions: no one can be given them, and the counter
+// sets they used may be gone. `built` names the devices the builder made.
+std::vector<SliceDevice> KeptDevices(const discovery::NodeScan& scan, const TaintInputs& inputs,
+                                     const std::set<std::string>& built,
+                                     std::map<std::string, std::string>& reasons);
+
+// The key's cause ("lost" for "vfio.dra.io/lost"); empty when the key is not of `driver`.
+std::string TaintCause(const DeviceTaint& taint, const std::string& driver);
+
+// RFC 3339 UTC to the second, as the API server writes metav1.Time.
+std::string Rfc3339(int64_t unix_seconds);
+
+}  // namespace vfio_dra::slicepublisher
