@@ -5,7 +5,8 @@
 namespace vfio_dra::plugin {
 namespace {
 
-// The kubelet (1.36) truncates longer messages.
+// The kubelet truncates messages longer than 1024 characters (both versions); ours end earlier,
+// with our own marker.
 constexpr size_t kMaxMessage = 1000;
 // Tells a 1.35+ kubelet how long a verdict stays valid: several intervals, so one late message
 // does not turn devices Unknown.
@@ -17,36 +18,43 @@ DeviceHealthService::DeviceHealthService(Source source, std::chrono::millisecond
                                          Logger log)
     : source_(std::move(source)), interval_(interval), log_(std::move(log)) {}
 
-v1alpha1::NodeWatchResourcesResponse DeviceHealthService::Message(
-    const std::vector<prepare::DeviceHealthStatus>& statuses, int64_t unix_seconds) {
-  v1alpha1::NodeWatchResourcesResponse response;
+template <typename Api>
+typename Api::Response DeviceHealthService::Message(
+    const std::vector<prepare::DeviceHealthStatus>& statuses, int64_t unix_seconds,
+    int64_t timeout_seconds) {
+  typename Api::Response response;
   for (const prepare::DeviceHealthStatus& status : statuses) {
-    v1alpha1::DeviceHealth* health = response.add_devices();
+    auto* health = response.add_devices();
     health->mutable_device()->set_pool_name(status.pool);
     health->mutable_device()->set_device_name(status.device);
-    health->set_health(status.healthy ? v1alpha1::HEALTHY : v1alpha1::UNHEALTHY);
+    health->set_health(status.healthy ? Api::kHealthy : Api::kUnhealthy);
     health->set_last_updated_time(unix_seconds);
+    health->set_health_check_timeout_seconds(timeout_seconds);
     if (!status.message.empty()) health->set_message(EscapeForDisplay(status.message, kMaxMessage));
   }
   return response;
 }
 
-std::vector<GrpcMethod> DeviceHealthService::Methods() {
-  using v1alpha1::NodeWatchResourcesRequest;
-  using v1alpha1::NodeWatchResourcesResponse;
-  return {ServerStreamingMethod<NodeWatchResourcesRequest, NodeWatchResourcesResponse>(
-      "/v1alpha1.DRAResourceHealth/NodeWatchResources",
-      [this](const NodeWatchResourcesRequest& /*request*/, CallContext& context,
-             StreamWriter<NodeWatchResourcesResponse>& writer) {
-        return NodeWatchResources(context, writer);
-      })};
+template <typename Api>
+GrpcMethod DeviceHealthService::Method() {
+  return ServerStreamingMethod<typename Api::Request, typename Api::Response>(
+      Api::kPath, [this](const typename Api::Request& /*request*/, CallContext& context,
+                         StreamWriter<typename Api::Response>& writer) {
+        return NodeWatchResources<Api>(context, writer);
+      });
 }
 
-GrpcStatus DeviceHealthService::NodeWatchResources(
-    const CallContext& context, StreamWriter<v1alpha1::NodeWatchResourcesResponse>& writer) {
+std::vector<GrpcMethod> DeviceHealthService::Methods() {
+  return {Method<HealthV1Api>(), Method<HealthV1alpha1Api>()};
+}
+
+template <typename Api>
+GrpcStatus DeviceHealthService::NodeWatchResources(const CallContext& context,
+                                                   StreamWriter<typename Api::Response>& writer) {
   const int64_t timeout_seconds = std::max<int64_t>(
       30, kTimeoutIntervals * std::chrono::duration_cast<std::chrono::seconds>(interval_).count());
-  log_.Info("kubelet opened the device health stream", {{"peer", context.peer()}});
+  log_.Info("kubelet opened the device health stream",
+            {{"api", Api::kName}, {"peer", context.peer()}});
   std::vector<std::string> last_unhealthy;
   // The kubelet's cancel ends the wait between two lists at once, not an interval later.
   context.OnCancel([this] {
@@ -70,11 +78,7 @@ GrpcStatus DeviceHealthService::NodeWatchResources(
     const auto now = std::chrono::duration_cast<std::chrono::seconds>(
                          std::chrono::system_clock::now().time_since_epoch())
                          .count();
-    v1alpha1::NodeWatchResourcesResponse response = Message(statuses, now);
-    for (auto& device : *response.mutable_devices()) {
-      device.set_health_check_timeout_seconds(timeout_seconds);
-    }
-    if (!writer.Write(response)) {
+    if (!writer.Write(Message<Api>(statuses, now, timeout_seconds))) {
       log_.Info("device health stream closed by the kubelet", {{"peer", context.peer()}});
       return GrpcStatus::Ok();
     }
@@ -86,6 +90,15 @@ GrpcStatus DeviceHealthService::NodeWatchResources(
     }
   }
 }
+
+template GrpcStatus DeviceHealthService::NodeWatchResources<HealthV1Api>(
+    const CallContext&, StreamWriter<HealthV1Api::Response>&);
+template GrpcStatus DeviceHealthService::NodeWatchResources<HealthV1alpha1Api>(
+    const CallContext&, StreamWriter<HealthV1alpha1Api::Response>&);
+template HealthV1Api::Response DeviceHealthService::Message<HealthV1Api>(
+    const std::vector<prepare::DeviceHealthStatus>&, int64_t, int64_t);
+template HealthV1alpha1Api::Response DeviceHealthService::Message<HealthV1alpha1Api>(
+    const std::vector<prepare::DeviceHealthStatus>&, int64_t, int64_t);
 
 void DeviceHealthService::Shutdown() {
   {

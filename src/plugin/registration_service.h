@@ -15,11 +15,13 @@
 namespace vfio_dra::plugin {
 
 // Identifiers of the gRPC services this plugin serves, in the order a 1.34+ kubelet picks the
-// DRA API from (first supported wins): v1 first, then v1beta1 for 1.32/1.33 kubelets; then the
-// device health stream, which kubelets that do not know it ignore.
+// DRA API from (first supported wins): v1 first, then v1beta1 for 1.32/1.33 kubelets. Then the
+// device health stream, newest first as well, though the kubelet goes by its own preference
+// (1.37+ takes v1 and keeps v1alpha1 until 1.40; 1.34 to 1.36 know only v1alpha1); kubelets that
+// know neither ignore both.
 inline const std::vector<std::string>& SupportedDraServices() {
-  static const std::vector<std::string> kServices = {"v1.DRAPlugin", "v1beta1.DRAPlugin",
-                                                     "v1alpha1.DRAResourceHealth"};
+  static const std::vector<std::string> kServices = {
+      "v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"};
   return kServices;
 }
 

@@ -1,5 +1,6 @@
-// Device health for the kubelet's health stream (dra-health v1alpha1): a verdict for every device
-// this node publishes and every device a completed prepare holds, read fresh from sysfs each time.
+// Device health for the kubelet's health stream (dra-health v1 and v1alpha1): a verdict for every
+// device this node publishes and every device a completed prepare holds, read fresh from sysfs
+// each time.
 // A device is UNHEALTHY when its PCI function (or an mdev's parent) has vanished, when the
 // function lost or changed its IOMMU group since it was published, when a prepared function is no
 // longer on the VFIO driver it was bound to, or when a prepared mdev is gone; HEALTHY otherwise.

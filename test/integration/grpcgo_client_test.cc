@@ -352,7 +352,8 @@ TEST_F(GrpcGoClientTest, AKubeletsGrpcGoClientRegistersPreparesWatchesAndIsRefus
   EXPECT_EQ(info[0]["name"], kDriver);
   EXPECT_EQ(info[0]["endpoint"], dir_ + "/data/dra.sock");
   EXPECT_THAT(info[0]["supported_versions"].get<std::vector<std::string>>(),
-              ElementsAre("v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth"));
+              ElementsAre("v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth",
+                          "v1alpha1.DRAResourceHealth"));
   const auto notified = StepsNamed(steps, "NotifyRegistrationStatus");
   ASSERT_EQ(notified.size(), 1u);
   EXPECT_EQ(notified[0]["code"], "OK");

@@ -129,7 +129,8 @@ TEST_F(PluginDaemonTest, GetInfoAnswersAsTheKubeletExpects) {
   EXPECT_EQ(info.name(), kDriver);
   EXPECT_EQ(info.endpoint(), data_dir_ + "/dra.sock");
   EXPECT_THAT(info.supported_versions(),
-              ElementsAre("v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth"));
+              ElementsAre("v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth",
+                          "v1alpha1.DRAResourceHealth"));
   auto plugin = sim.Register(*socket);
   ASSERT_TRUE(plugin.ok());
   EXPECT_EQ(plugin->chosen_service, "v1.DRAPlugin");

@@ -2,7 +2,7 @@
 // client sees them, deadlines, calls running in parallel on one connection, cancellation of a
 // stream by the client and by Shutdown (the device health stream's wait wakes on the cancel),
 // large messages both ways, requests it must refuse, the socket's mode, and connections left idle
-// closed.
+// closed. Also the device health stream in both versions it is served in.
 #include "plugin/socket_server.h"
 
 #include <grpcpp/grpcpp.h>
@@ -17,6 +17,7 @@
 #include <mutex>
 #include <string>
 
+#include "dra_health_v1.grpc.pb.h"
 #include "dra_health_v1alpha1.grpc.pb.h"
 #include "grpc_health_v1.grpc.pb.h"
 #include "kubelet_simulator.h"
@@ -245,9 +246,9 @@ TEST_F(SocketServerTest, ACancelledHealthStreamEndsItsHandlerWithoutWaitingForTh
   Serve({method});
   auto channel = grpc::CreateChannel("unix:" + socket_, grpc::InsecureChannelCredentials());
   grpc::ClientContext context;
-  auto stub = v1alpha1::DRAResourceHealth::NewStub(channel);
-  auto reader = stub->NodeWatchResources(&context, v1alpha1::NodeWatchResourcesRequest());
-  v1alpha1::NodeWatchResourcesResponse response;
+  auto stub = v1::DRAResourceHealth::NewStub(channel);
+  auto reader = stub->NodeWatchResources(&context, v1::NodeWatchResourcesRequest());
+  v1::NodeWatchResourcesResponse response;
   ASSERT_TRUE(reader->Read(&response));  // the first list; the next is an hour away
   context.TryCancel();
   auto returned = handler_returned.get_future();
@@ -255,6 +256,75 @@ TEST_F(SocketServerTest, ACancelledHealthStreamEndsItsHandlerWithoutWaitingForTh
       << "the health stream's handler went on waiting after the kubelet cancelled";
   EXPECT_EQ(returned.get(), GrpcCode::kCancelled);
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+// The first message of a stream opened through `Service` (either health version's stub).
+template <typename Service, typename Request, typename Response>
+Response FirstHealthMessage(const std::string& socket) {
+  auto stub =
+      Service::NewStub(grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kPatience);
+  auto reader = stub->NodeWatchResources(&context, Request());
+  Response response;
+  EXPECT_TRUE(reader->Read(&response));
+  context.TryCancel();
+  (void)reader->Finish();
+  return response;
+}
+
+// Issue 45: a 1.37+ kubelet watches v1, older ones v1alpha1; each stream carries the complete list
+// with the verdict's validity and the reason, the message bounded as the kubelet wants it.
+TEST_F(SocketServerTest, BothHealthVersionsSendTheCompleteListWithTimeoutAndMessage) {
+  const std::string gone = "PCI function 0000:5e:02.1 is gone";
+  const std::string long_reason(5000, 'x');
+  DeviceHealthService health(
+      [&] {
+        return std::vector<prepare::DeviceHealthStatus>{
+            {"node1", "gpu-0000-01-00-0", true, ""},
+            {"node1", "vf-0000-5e-02-1", false, gone},
+            {"node1", "vf-0000-5e-02-2", false, long_reason}};
+      },
+      std::chrono::hours(1), Logger::Discard());
+  const std::vector<GrpcMethod> methods = health.Methods();
+  ASSERT_EQ(methods.size(), 2u);
+  EXPECT_EQ(methods[0].path, "/v1.DRAResourceHealth/NodeWatchResources");
+  EXPECT_EQ(methods[1].path, "/v1alpha1.DRAResourceHealth/NodeWatchResources");
+  Serve(methods);
+  const auto v1 = FirstHealthMessage<v1::DRAResourceHealth, v1::NodeWatchResourcesRequest,
+                                     v1::NodeWatchResourcesResponse>(socket_);
+  const auto alpha =
+      FirstHealthMessage<v1alpha1::DRAResourceHealth, v1alpha1::NodeWatchResourcesRequest,
+                         v1alpha1::NodeWatchResourcesResponse>(socket_);
+  auto check = [&](const auto& message) {
+    ASSERT_EQ(message.devices_size(), 3);
+    for (const auto& d : message.devices()) {
+      EXPECT_EQ(d.device().pool_name(), "node1");
+      EXPECT_GT(d.last_updated_time(), 1700000000);
+      // Three intervals (an hour each here).
+      EXPECT_EQ(d.health_check_timeout_seconds(), 3 * 3600) << d.device().device_name();
+      EXPECT_LE(d.message().size(), 1024u);
+    }
+    EXPECT_EQ(message.devices(0).device().device_name(), "gpu-0000-01-00-0");
+    EXPECT_EQ(static_cast<int>(message.devices(0).health()), 1);  // HEALTHY in both
+    EXPECT_EQ(message.devices(0).message(), "");
+    EXPECT_EQ(message.devices(1).device().device_name(), "vf-0000-5e-02-1");
+    EXPECT_EQ(static_cast<int>(message.devices(1).health()), 2);  // UNHEALTHY in both
+    EXPECT_EQ(message.devices(1).message(), gone);
+    EXPECT_EQ(static_cast<int>(message.devices(2).health()), 2);
+    EXPECT_GT(message.devices(2).message().size(), 900u);
+  };
+  {
+    SCOPED_TRACE("v1");
+    check(v1);
+  }
+  {
+    SCOPED_TRACE("v1alpha1");
+    check(alpha);
+  }
+  EXPECT_EQ(v1.devices(0).health(), v1::HEALTHY);
+  EXPECT_EQ(alpha.devices(1).health(), v1alpha1::UNHEALTHY);
+  server_.reset();  // waits for the streams' handlers before `health` goes
 }
 
 // Shutdown with no grace cancels a stream that would run forever, waits for its handler, and
