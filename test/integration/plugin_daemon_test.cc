@@ -134,6 +134,7 @@ TEST_F(PluginDaemonTest, GetInfoAnswersAsTheKubeletExpects) {
   auto plugin = sim.Register(*socket);
   ASSERT_TRUE(plugin.ok());
   EXPECT_EQ(plugin->chosen_service, "v1.DRAPlugin");
+  EXPECT_EQ(plugin->health_service, "v1.DRAResourceHealth");
   EXPECT_THAT(daemon.Log(), HasSubstr("registered with the kubelet"));
   struct stat st {};
   ASSERT_EQ(::stat((data_dir_ + "/dra.sock").c_str(), &st), 0);
@@ -185,33 +186,45 @@ TEST_F(PluginDaemonTest, OneImplementationAnswersBothVersionsClaimByClaim) {
   }
 }
 
+// A 1.37+ kubelet watches the health stream through v1, an older one through v1alpha1; both get
+// the complete list from the one daemon.
 TEST_F(PluginDaemonTest, TheHealthStreamListsEveryPublishedDeviceAndGrpcHealthSaysServing) {
   BuildVgpuNode(dir_ + "/sys");
   server_->PutNode("node1", "node1-uid");
   KubeletSimulator sim;
   RegisteredPlugin plugin = StartAndRegister(sim);
+  EXPECT_EQ(plugin.health_service, "v1.DRAResourceHealth");
+  KubeletSimulator older_kubelet({"v1.DRAPlugin", "v1beta1.DRAPlugin"},
+                                 {"v1alpha1.DRAResourceHealth"});
+  auto older = older_kubelet.Register(plugin.registration_socket);
+  ASSERT_TRUE(older.ok()) << older.error().message;
+  EXPECT_EQ(older->health_service, "v1alpha1.DRAResourceHealth");
   ASSERT_TRUE(
       server_->WaitForSlices([](const auto& s) { return s.size() == 3; }, std::chrono::seconds(20)))
       << daemons_[0]->Log();
-  auto messages = sim.WatchHealth(
-      plugin, [](const auto& m) { return m.devices_size() > 0; }, std::chrono::seconds(20));
-  ASSERT_TRUE(messages.ok()) << messages.error().message << daemons_[0]->Log();
-  const auto& last = messages->back();
-  std::set<std::string> names;
-  for (const auto& device : last.devices()) {
-    EXPECT_EQ(device.device().pool_name(), "node1");
-    EXPECT_EQ(device.health(), v1alpha1::HEALTHY) << device.device().device_name();
-    EXPECT_GT(device.last_updated_time(), 1700000000);
-    EXPECT_GE(device.health_check_timeout_seconds(), 15);
-    names.insert(device.device().device_name());
-  }
   std::set<std::string> published;
   for (const json& slice : server_->Slices()) {
     for (const json& device : slice["spec"].value("devices", json::array())) {
       published.insert(device["name"].get<std::string>());
     }
   }
-  EXPECT_EQ(names, published);
+  for (auto [kubelet, registered] :
+       {std::pair{&sim, &plugin}, std::pair{&older_kubelet, &*older}}) {
+    SCOPED_TRACE(registered->health_service);
+    auto messages = kubelet->WatchHealth(
+        *registered, [](const auto& m) { return m.devices_size() > 0; }, std::chrono::seconds(20));
+    ASSERT_TRUE(messages.ok()) << messages.error().message << daemons_[0]->Log();
+    const auto& last = messages->back();
+    std::set<std::string> names;
+    for (const auto& device : last.devices()) {
+      EXPECT_EQ(device.device().pool_name(), "node1");
+      EXPECT_EQ(device.health(), v1::HEALTHY) << device.device().device_name();
+      EXPECT_GT(device.last_updated_time(), 1700000000);
+      EXPECT_GE(device.health_check_timeout_seconds(), 15);
+      names.insert(device.device().device_name());
+    }
+    EXPECT_EQ(names, published);
+  }
 
   // grpc.health.v1.Health/Check for the server as a whole ("" service): SERVING is field 1 = 1.
   std::string response;

@@ -534,8 +534,7 @@ TEST_F(PrepareDaemonTest, TheHealthStreamReportsPreparedDevicesThatBreak) {
   ASSERT_EQ(sim_.Prepare(plugin_, {{"vms", "nic", vf_uid}})->claims().at(vf_uid).error(), "");
 
   using Message = KubeletSimulator::HealthMessage;
-  auto health_of = [](const Message& m,
-                      const std::string& device) -> const v1alpha1::DeviceHealth* {
+  auto health_of = [](const Message& m, const std::string& device) -> const v1::DeviceHealth* {
     for (const auto& d : m.devices()) {
       if (d.device().device_name() == device) return &d;
     }
@@ -553,7 +552,7 @@ TEST_F(PrepareDaemonTest, TheHealthStreamReportsPreparedDevicesThatBreak) {
   ASSERT_TRUE(repeated.ok()) << repeated.error().message;
   EXPECT_EQ(repeated->front().devices_size(), repeated->back().devices_size());
   for (const auto& d : first->back().devices()) {
-    EXPECT_EQ(d.health(), v1alpha1::HEALTHY) << d.device().device_name() << ": " << d.message();
+    EXPECT_EQ(d.health(), v1::HEALTHY) << d.device().device_name() << ": " << d.message();
   }
 
   {
@@ -567,8 +566,8 @@ TEST_F(PrepareDaemonTest, TheHealthStreamReportsPreparedDevicesThatBreak) {
       [&](const Message& m) {
         const auto* gpu = health_of(m, "gpu-0000-01-00-0");
         const auto* vf = health_of(m, "vf-0000-5e-02-1");
-        return gpu != nullptr && vf != nullptr && gpu->health() == v1alpha1::UNHEALTHY &&
-               vf->health() == v1alpha1::UNHEALTHY;
+        return gpu != nullptr && vf != nullptr && gpu->health() == v1::UNHEALTHY &&
+               vf->health() == v1::UNHEALTHY;
       },
       std::chrono::seconds(20));
   ASSERT_TRUE(broken.ok()) << broken.error().message << daemon_->Log();
@@ -579,7 +578,7 @@ TEST_F(PrepareDaemonTest, TheHealthStreamReportsPreparedDevicesThatBreak) {
               HasSubstr("PCI function 0000:5e:02.1 is gone"));
   const auto* other_vf = health_of(last, "vf-0000-5e-02-0");
   ASSERT_NE(other_vf, nullptr);
-  EXPECT_EQ(other_vf->health(), v1alpha1::HEALTHY);
+  EXPECT_EQ(other_vf->health(), v1::HEALTHY);
   EXPECT_THAT(daemon_->Log(), HasSubstr("device unhealthy"));
 }
 

@@ -4,6 +4,8 @@
 //   kubelet-sim unprepare --registrar-dir D --claim ns/name/uid [--claim ...]
 //   kubelet-sim watch-health --registrar-dir D [--messages N] [--timeout S]
 // Prints the plugin's answer as JSON on stdout; exits 1 when the call or registration fails.
+// `register` names the DRA and health services it chose; `watch-health` says on stderr which
+// health version it watched (v1 when the plugin offers it, else v1alpha1).
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -69,7 +71,7 @@ std::string ToJson(const vfio_dra::testing::KubeletSimulator::HealthMessage& mes
         {{"device",
           {{"pool_name", health.device().pool_name()},
            {"device_name", health.device().device_name()}}},
-         {"health", v1alpha1::HealthStatus_Name(health.health())},
+         {"health", v1::HealthStatus_Name(health.health())},
          {"last_updated_time", std::to_string(health.last_updated_time())},
          {"health_check_timeout_seconds", std::to_string(health.health_check_timeout_seconds())},
          {"message", health.message()}});
@@ -127,10 +129,13 @@ int main(int argc, char** argv) {
   }
   if (reg->parsed()) {
     std::cout << "{\"name\": \"" << plugin->name << "\", \"endpoint\": \"" << plugin->endpoint
-              << "\", \"service\": \"" << plugin->chosen_service << "\"}" << std::endl;
+              << "\", \"service\": \"" << plugin->chosen_service << "\", \"health_service\": \""
+              << plugin->health_service << "\"}" << std::endl;
     return 0;
   }
   if (watch->parsed()) {
+    std::cerr << "kubelet-sim: watching the device health stream through "
+              << (plugin->health_service.empty() ? "(none)" : plugin->health_service) << "\n";
     int seen = 0;
     auto read = sim.WatchHealth(
         *plugin, [&](const auto& /*message*/) { return ++seen >= messages; },

@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <type_traits>
 
+#include "dra_health_v1.grpc.pb.h"
 #include "dra_health_v1alpha1.grpc.pb.h"
 #include "pluginregistration.pb.h"
 
@@ -39,8 +41,10 @@ std::shared_ptr<grpc::Channel> UnixChannel(const std::string& socket) {
 
 }  // namespace
 
-KubeletSimulator::KubeletSimulator(std::vector<std::string> kubelet_services)
-    : kubelet_services_(std::move(kubelet_services)) {}
+KubeletSimulator::KubeletSimulator(std::vector<std::string> kubelet_services,
+                                   std::vector<std::string> kubelet_health_services)
+    : kubelet_services_(std::move(kubelet_services)),
+      kubelet_health_services_(std::move(kubelet_health_services)) {}
 
 Result<std::string> KubeletSimulator::WaitForRegistrationSocket(const std::string& registrar_dir,
                                                                 std::chrono::milliseconds timeout) {
@@ -118,6 +122,7 @@ Result<std::string> KubeletSimulator::MethodPath(const std::string& service,
   if (service == "v1beta1.DRAPlugin") {
     return "/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/" + method;
   }
+  if (service == "v1.DRAResourceHealth") return "/v1.DRAResourceHealth/" + method;
   if (service == "v1alpha1.DRAResourceHealth") return "/v1alpha1.DRAResourceHealth/" + method;
   return MakeError(ErrorKind::kInvalidArgument, "unknown DRA service " + service);
 }
@@ -155,6 +160,13 @@ Result<RegisteredPlugin> KubeletSimulator::Register(const std::string& registrat
     }
     if (plugin.chosen_service.empty()) {
       error = "none of services supported by the plugin are supported by the kubelet";
+    }
+    for (const std::string& known : kubelet_health_services_) {
+      if (std::find(plugin.supported_versions.begin(), plugin.supported_versions.end(), known) !=
+          plugin.supported_versions.end()) {
+        plugin.health_service = known;
+        break;
+      }
     }
   }
   pluginregistration::RegistrationStatus notify;
@@ -233,21 +245,26 @@ KubeletSimulator::Unprepare(const RegisteredPlugin& plugin, const std::vector<Si
       *this, plugin, claims, service, "NodeUnprepareResources");
 }
 
-Result<std::vector<KubeletSimulator::HealthMessage>> KubeletSimulator::WatchHealth(
-    const RegisteredPlugin& plugin, const std::function<bool(const HealthMessage&)>& done,
+// One health stream through the generated stub of `Service`, whatever its version.
+template <typename Service, typename Request, typename Response>
+static Result<std::vector<KubeletSimulator::HealthMessage>> ReadHealthStream(
+    const std::string& endpoint,
+    const std::function<bool(const KubeletSimulator::HealthMessage&)>& done,
     std::chrono::milliseconds timeout) {
-  const auto& versions = plugin.supported_versions;
-  if (std::find(versions.begin(), versions.end(), "v1alpha1.DRAResourceHealth") == versions.end()) {
-    return MakeError(ErrorKind::kFailedPrecondition,
-                     "plugin " + plugin.name + " does not advertise v1alpha1.DRAResourceHealth");
-  }
-  auto stub = v1alpha1::DRAResourceHealth::NewStub(UnixChannel(plugin.endpoint));
+  using HealthMessage = KubeletSimulator::HealthMessage;
+  auto stub = Service::NewStub(UnixChannel(endpoint));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + timeout);
-  auto reader = stub->NodeWatchResources(&context, v1alpha1::NodeWatchResourcesRequest());
+  auto reader = stub->NodeWatchResources(&context, Request());
   std::vector<HealthMessage> messages;
   bool accepted = false;
-  for (HealthMessage message; reader->Read(&message);) {
+  for (Response read; reader->Read(&read);) {
+    HealthMessage message;
+    if constexpr (std::is_same_v<Response, HealthMessage>) {
+      message = std::move(read);
+    } else if (!message.ParseFromString(read.SerializeAsString())) {
+      return MakeError(ErrorKind::kInternal, "a health message does not parse as v1");
+    }
     messages.push_back(message);
     if (done(message)) {
       accepted = true;
@@ -265,6 +282,26 @@ Result<std::vector<KubeletSimulator::HealthMessage>> KubeletSimulator::WatchHeal
   return MakeError(ErrorKind::kDeadlineExceeded,
                    "no awaited health message within " + std::to_string(timeout.count()) + " ms (" +
                        std::to_string(messages.size()) + " messages read)");
+}
+
+Result<std::vector<KubeletSimulator::HealthMessage>> KubeletSimulator::WatchHealth(
+    const RegisteredPlugin& plugin, const std::function<bool(const HealthMessage&)>& done,
+    std::chrono::milliseconds timeout) {
+  if (plugin.health_service == "v1.DRAResourceHealth") {
+    return ReadHealthStream<::v1::DRAResourceHealth, ::v1::NodeWatchResourcesRequest,
+                            ::v1::NodeWatchResourcesResponse>(plugin.endpoint, done, timeout);
+  }
+  if (plugin.health_service == "v1alpha1.DRAResourceHealth") {
+    return ReadHealthStream<::v1alpha1::DRAResourceHealth, ::v1alpha1::NodeWatchResourcesRequest,
+                            ::v1alpha1::NodeWatchResourcesResponse>(plugin.endpoint, done, timeout);
+  }
+  std::string known;
+  for (const std::string& service : kubelet_health_services_) {
+    known += (known.empty() ? "" : ", ") + service;
+  }
+  return MakeError(
+      ErrorKind::kFailedPrecondition,
+      "plugin " + plugin.name + " advertises no health service this kubelet knows (" + known + ")");
 }
 
 }  // namespace vfio_dra::testing

@@ -1,7 +1,8 @@
 // KubeletSimulator: a test stand-in for the kubelet's side of DRA. It finds the plugin the way
 // the kubelet's plugin watcher does (inotify on the registrar directory; dot-files and
 // non-sockets ignored), registers it (GetInfo, then NotifyRegistrationStatus), picks the DRA API
-// as a 1.34+ kubelet does (the first entry of the plugin's list that it supports), and calls
+// as a 1.34+ kubelet does (the first entry of the plugin's list that it supports) and the health
+// stream's version as a 1.37+ kubelet does (v1 when advertised, else v1alpha1), and calls
 // NodePrepareResources / NodeUnprepareResources by their full wire method names through a
 // generic stub, so it depends on nothing but the wire contract.
 #pragma once
@@ -17,7 +18,7 @@
 #include <vector>
 
 #include "base/result.h"
-#include "dra_health_v1alpha1.pb.h"
+#include "dra_health_v1.pb.h"
 #include "dra_v1.pb.h"
 
 namespace vfio_dra::testing {
@@ -34,13 +35,20 @@ struct RegisteredPlugin {
   std::string endpoint;
   std::vector<std::string> supported_versions;
   std::string chosen_service;  // "v1.DRAPlugin" or "v1beta1.DRAPlugin"
+  // "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth", or "" when the plugin advertises
+  // neither (the stream is optional; registration succeeds without it).
+  std::string health_service;
 };
 
 class KubeletSimulator {
  public:
-  // Services this simulated kubelet speaks, in the order it accepts them (1.34+).
+  // DRA services this simulated kubelet speaks, in the order it accepts them (1.34+), and the
+  // health stream versions it knows, in the order it prefers them whatever the plugin's order
+  // (1.37+; a 1.34 to 1.36 kubelet knows only v1alpha1).
   explicit KubeletSimulator(std::vector<std::string> kubelet_services = {"v1.DRAPlugin",
-                                                                         "v1beta1.DRAPlugin"});
+                                                                         "v1beta1.DRAPlugin"},
+                            std::vector<std::string> kubelet_health_services = {
+                                "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"});
 
   // Keeps one connection per socket across calls, as the 1.34+ kubelet keeps one ClientConn per
   // plugin instance (benchmarks use it). By default every call dials anew, which a kubelet may do
@@ -51,7 +59,7 @@ class KubeletSimulator {
   // Waits until a socket named `*-reg.sock` appears in `registrar_dir` (or is already there).
   Result<std::string> WaitForRegistrationSocket(const std::string& registrar_dir,
                                                 std::chrono::milliseconds timeout);
-  // Dial (blocking, 10 s) and GetInfo (1 s) as the kubelet does, the version choice, and
+  // Dial (blocking, 10 s) and GetInfo (1 s) as the kubelet does, the version choices, and
   // NotifyRegistrationStatus.
   Result<RegisteredPlugin> Register(const std::string& registration_socket);
   // Sends NotifyRegistrationStatus(false, reason) as a kubelet rejecting the plugin would.
@@ -65,11 +73,12 @@ class KubeletSimulator {
       const RegisteredPlugin& plugin, const std::vector<SimClaim>& claims,
       const std::string& service = "");
 
-  // Opens the device health stream (v1alpha1 NodeWatchResources) as a kubelet with the
-  // ResourceHealthStatus gate does when the plugin advertises it, and reads messages until `done`
-  // accepts one or `timeout` passes; returns every message read. An error when the plugin does not
-  // advertise the service, the stream fails, or `done` never accepted a message.
-  using HealthMessage = v1alpha1::NodeWatchResourcesResponse;
+  // Opens the device health stream (NodeWatchResources of plugin.health_service) as a kubelet
+  // with the ResourceHealthStatus gate does, and reads messages until `done` accepts one or
+  // `timeout` passes; returns every message read. v1alpha1 messages are read as v1 ones (the
+  // same fields and numbers), as the 1.37 kubelet does. An error when the plugin advertises no
+  // version this kubelet knows, the stream fails, or `done` never accepted a message.
+  using HealthMessage = ::v1::NodeWatchResourcesResponse;
   Result<std::vector<HealthMessage>> WatchHealth(
       const RegisteredPlugin& plugin, const std::function<bool(const HealthMessage&)>& done,
       std::chrono::milliseconds timeout);
@@ -81,13 +90,15 @@ class KubeletSimulator {
                        const std::string& request_bytes, std::string* response_bytes,
                        std::chrono::milliseconds deadline, bool wait_for_ready = false);
 
-  // The wire path of a DRA method for a registration identifier such as "v1.DRAPlugin".
+  // The wire path of a DRA or health method for a registration identifier such as
+  // "v1.DRAPlugin".
   static Result<std::string> MethodPath(const std::string& service, const std::string& method);
 
  private:
   std::shared_ptr<grpc::Channel> ChannelTo(const std::string& socket);
 
   std::vector<std::string> kubelet_services_;
+  std::vector<std::string> kubelet_health_services_;
   bool keep_connections_ = false;
   std::mutex channels_mu_;
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;

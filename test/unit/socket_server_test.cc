@@ -2,9 +2,11 @@
 // client sees them, deadlines, calls running in parallel on one connection, cancellation of a
 // stream by the client and by Shutdown (the device health stream's wait wakes on the cancel),
 // large messages both ways, requests it must refuse, the socket's mode, and connections left idle
-// closed. Also the device health stream in both versions it is served in.
+// closed. Also the device health stream in both versions it is served in, and the kubelet
+// simulator's choice between them.
 #include "plugin/socket_server.h"
 
+#include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -22,6 +24,7 @@
 #include "grpc_health_v1.grpc.pb.h"
 #include "kubelet_simulator.h"
 #include "plugin/health_grpc_service.h"
+#include "plugin/registration_service.h"
 
 namespace vfio_dra::plugin {
 namespace {
@@ -325,6 +328,72 @@ TEST_F(SocketServerTest, BothHealthVersionsSendTheCompleteListWithTimeoutAndMess
   EXPECT_EQ(v1.devices(0).health(), v1::HEALTHY);
   EXPECT_EQ(alpha.devices(1).health(), v1alpha1::UNHEALTHY);
   server_.reset();  // waits for the streams' handlers before `health` goes
+}
+
+// The kubelet simulator picks the health version as a 1.37+ kubelet does: v1 when the plugin
+// advertises it, else v1alpha1 (against a plugin that serves only that), else none, which a watch
+// refuses with the reason. A 1.34 to 1.36 kubelet knows only v1alpha1, whatever is offered.
+TEST_F(SocketServerTest, TheKubeletSimulatorWatchesV1WhenOfferedAndV1alpha1Otherwise) {
+  DeviceHealthService health(
+      [] {
+        return std::vector<prepare::DeviceHealthStatus>{{"node1", "gpu-0000-01-00-0", true, ""}};
+      },
+      std::chrono::hours(1), Logger::Discard());
+  const std::vector<GrpcMethod> both = health.Methods();
+  struct Case {
+    std::vector<std::string> advertised;
+    std::vector<GrpcMethod> health_methods;
+    std::vector<std::string> kubelet_health;
+    std::string chosen;
+  };
+  const std::vector<std::string> kubelet_137 = {"v1.DRAResourceHealth",
+                                                "v1alpha1.DRAResourceHealth"};
+  const std::vector<Case> cases = {
+      // Only v1 is served, so a watch that works went through v1.
+      {{"v1.DRAPlugin", "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"},
+       {both[0]},
+       kubelet_137,
+       "v1.DRAResourceHealth"},
+      // The plugin's order does not matter: the kubelet's preference does.
+      {{"v1.DRAPlugin", "v1alpha1.DRAResourceHealth", "v1.DRAResourceHealth"},
+       both,
+       kubelet_137,
+       "v1.DRAResourceHealth"},
+      {{"v1.DRAPlugin", "v1alpha1.DRAResourceHealth"},
+       {both[1]},
+       kubelet_137,
+       "v1alpha1.DRAResourceHealth"},
+      {{"v1.DRAPlugin", "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"},
+       {both[1]},
+       {"v1alpha1.DRAResourceHealth"},
+       "v1alpha1.DRAResourceHealth"},
+      {{"v1.DRAPlugin"}, {}, kubelet_137, ""},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    SCOPED_TRACE("case " + std::to_string(i) + ": kubelet wants " + c.kubelet_health[0]);
+    server_.reset();
+    socket_ = dir_ + "/plugin-" + std::to_string(i) + ".sock";
+    RegistrationService registration("vfio.example.io", socket_, c.advertised, Logger::Discard());
+    std::vector<GrpcMethod> methods = registration.Methods();
+    methods.insert(methods.end(), c.health_methods.begin(), c.health_methods.end());
+    Serve(methods);
+    testing::KubeletSimulator kubelet({"v1.DRAPlugin"}, c.kubelet_health);
+    auto plugin = kubelet.Register(socket_);
+    ASSERT_TRUE(plugin.ok()) << plugin.error().message;
+    EXPECT_EQ(plugin->health_service, c.chosen);
+    auto messages = kubelet.WatchHealth(
+        *plugin, [](const auto& m) { return m.devices_size() > 0; }, kPatience);
+    server_.reset();  // waits for the stream's handler; `registration` goes next
+    if (c.chosen.empty()) {
+      ASSERT_FALSE(messages.ok());
+      EXPECT_THAT(messages.error().message, ::testing::HasSubstr("advertises no health service"));
+      continue;
+    }
+    ASSERT_TRUE(messages.ok()) << messages.error().message;
+    EXPECT_EQ(messages->back().devices(0).device().device_name(), "gpu-0000-01-00-0");
+    EXPECT_EQ(messages->back().devices(0).health(), v1::HEALTHY);
+  }
 }
 
 // Shutdown with no grace cancels a stream that would run forever, waits for its handler, and
