@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -43,6 +44,7 @@ const (
 	draV1      = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/"
 	draV1beta1 = "/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/"
 	healthV1   = "/grpc.health.v1.Health/Check"
+	watchV1    = "/v1.DRAResourceHealth/NodeWatchResources"
 	watchAlpha = "/v1alpha1.DRAResourceHealth/NodeWatchResources"
 )
 
@@ -524,16 +526,16 @@ func (c *client) prepareRound(ctx context.Context, conn *grpc.ClientConn, servic
 	}
 }
 
-// watchHealth opens the health stream as a kubelet with the ResourceHealthStatus gate does,
-// reports the first message, then cancels the stream (the kubelet does on de-registration) and
-// reports how the stream ended.
-func (c *client) watchHealth(ctx context.Context, conn *grpc.ClientConn) {
+// watchHealth opens the health stream through `method` as a kubelet with the ResourceHealthStatus
+// gate does, reports the first message, then cancels the stream (the kubelet does on
+// de-registration) and reports how the stream ended; every step names `service`.
+func (c *client) watchHealth(ctx context.Context, conn *grpc.ClientConn, service, method string) {
 	streamCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var header, trailer metadata.MD
 	desc := &grpc.StreamDesc{StreamName: "NodeWatchResources", ServerStreams: true}
 	start := time.Now()
-	stream, err := conn.NewStream(streamCtx, desc, watchAlpha, grpc.ForceCodec(rawCodec{}),
+	stream, err := conn.NewStream(streamCtx, desc, method, grpc.ForceCodec(rawCodec{}),
 		grpc.Header(&header), grpc.Trailer(&trailer))
 	if err == nil {
 		request := []byte{}
@@ -543,7 +545,8 @@ func (c *client) watchHealth(ctx context.Context, conn *grpc.ClientConn) {
 		err = stream.CloseSend()
 	}
 	if err != nil {
-		emit(withStatus(step{"step": "NodeWatchResources"}, err, header, trailer, time.Since(start)))
+		emit(withStatus(step{"step": "NodeWatchResources", "service": service}, err, header, trailer,
+			time.Since(start)))
 		return
 	}
 	// No deadline on the stream itself (the kubelet sets none); a timer that cancels bounds the
@@ -552,7 +555,8 @@ func (c *client) watchHealth(ctx context.Context, conn *grpc.ClientConn) {
 	var first []byte
 	err = stream.RecvMsg(&first)
 	timedOut := !timer.Stop()
-	s := withStatus(step{"step": "NodeWatchResources"}, err, header, trailer, time.Since(start))
+	s := withStatus(step{"step": "NodeWatchResources", "service": service}, err, header, trailer,
+		time.Since(start))
 	s["timed_out"] = timedOut
 	if err == nil {
 		devices, derr := decodeWatchResponse(first)
@@ -576,8 +580,8 @@ func (c *client) watchHealth(ctx context.Context, conn *grpc.ClientConn) {
 		}
 		after++ // a message that was already on its way
 	}
-	s = withStatus(step{"step": "NodeWatchResourcesCancelled", "messages_after_cancel": after},
-		err, header, trailer, time.Since(start))
+	s = withStatus(step{"step": "NodeWatchResourcesCancelled", "service": service,
+		"messages_after_cancel": after}, err, header, trailer, time.Since(start))
 	emit(s)
 }
 
@@ -642,7 +646,14 @@ func (c *client) run() error {
 			return err
 		}
 	}
-	c.watchHealth(ctx, conn)
+	// A 1.37+ kubelet watches v1, older ones v1alpha1: both streams, when advertised, one after
+	// the other on the one connection.
+	for _, h := range []struct{ service, method string }{
+		{"v1.DRAResourceHealth", watchV1}, {"v1alpha1.DRAResourceHealth", watchAlpha}} {
+		if slices.Contains(info.SupportedVersions, h.service) {
+			c.watchHealth(ctx, conn, h.service, h.method)
+		}
+	}
 	c.oddCalls(ctx, conn)
 	// Still serving after all of the above.
 	c.healthCheck(ctx, conn, "last")

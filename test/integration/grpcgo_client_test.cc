@@ -1,11 +1,12 @@
 // The daemon's gRPC server against grpc-go, the client real kubelets use: test/grpcgo's client
 // registers the daemon (vfio-dra-sim-daemon on a simulated kernel, the fake API server behind
 // it), checks gRPC health, prepares and unprepares claims on distinct devices concurrently over
-// one connection through DRA v1 and v1beta1, reads and cancels the health stream, and sends calls
-// the plugin must refuse. Every other test talks to the daemon through gRPC C++; this one is the
-// independent check that the server speaks to grpc-go as a kubelet needs. The fake API server,
-// not a real one: the test is about the kubelet-facing socket, and it starts hundreds of daemons
-// in a suite that must stay fast (test/cluster runs the plugin against the real API server).
+// one connection through DRA v1 and v1beta1, reads and cancels the health stream (v1, then
+// v1alpha1), and sends calls the plugin must refuse. Every other test talks to the daemon through
+// gRPC C++; this one is the independent check that the server speaks to grpc-go as a kubelet
+// needs. The fake API server, not a real one: the test is about the kubelet-facing socket, and it
+// starts hundreds of daemons in a suite that must stay fast (test/cluster runs the plugin against
+// the real API server).
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -396,27 +397,36 @@ TEST_F(GrpcGoClientTest, AKubeletsGrpcGoClientRegistersPreparesWatchesAndIsRefus
     }
   }
 
-  // The health stream's first message is the complete list of published devices; cancelling the
-  // stream ends it with CANCELLED.
+  // The health stream, through v1 (1.37+ kubelets) and then v1alpha1 (older ones): the first
+  // message is the complete list of published devices; cancelling the stream ends it with
+  // CANCELLED.
   const auto watch = StepsNamed(steps, "NodeWatchResources");
-  ASSERT_EQ(watch.size(), 1u);
-  ASSERT_EQ(watch[0]["code"], "OK") << watch[0]["message"];
-  EXPECT_EQ(watch[0]["timed_out"], false);
-  std::set<std::string> reported;
-  for (const json& d : watch[0]["devices"]) {
-    EXPECT_EQ(d["pool"], "node1");
-    EXPECT_EQ(d["health"], "HEALTHY") << d["device"];
-    reported.insert(d["device"].get<std::string>());
-  }
-  // The slices are written in the background, maybe after the stream's first message.
-  EXPECT_TRUE(server_->WaitForSlices(
-      [&](const std::vector<json>& slices) { return DeviceNames(slices) == reported; },
-      std::chrono::seconds(30)));
-  EXPECT_EQ(reported, DeviceNames(server_->Slices()));
-  EXPECT_EQ(reported.count(Cases()[0].device), 1u);
   const auto cancelled = StepsNamed(steps, "NodeWatchResourcesCancelled");
-  ASSERT_EQ(cancelled.size(), 1u);
-  EXPECT_EQ(cancelled[0]["code"], "Canceled");
+  ASSERT_EQ(watch.size(), 2u);
+  ASSERT_EQ(cancelled.size(), 2u);
+  const std::vector<std::string> health_services = {"v1.DRAResourceHealth",
+                                                    "v1alpha1.DRAResourceHealth"};
+  for (size_t i = 0; i < health_services.size(); ++i) {
+    SCOPED_TRACE(health_services[i]);
+    EXPECT_EQ(watch[i]["service"], health_services[i]);
+    ASSERT_EQ(watch[i]["code"], "OK") << watch[i]["message"];
+    EXPECT_EQ(watch[i]["timed_out"], false);
+    std::set<std::string> reported;
+    for (const json& d : watch[i]["devices"]) {
+      EXPECT_EQ(d["pool"], "node1");
+      EXPECT_EQ(d["health"], "HEALTHY") << d["device"];
+      EXPECT_GE(d["health_check_timeout_seconds"].get<int64_t>(), 30) << d["device"];
+      reported.insert(d["device"].get<std::string>());
+    }
+    // The slices are written in the background, maybe after the stream's first message.
+    EXPECT_TRUE(server_->WaitForSlices(
+        [&](const std::vector<json>& slices) { return DeviceNames(slices) == reported; },
+        std::chrono::seconds(30)));
+    EXPECT_EQ(reported, DeviceNames(server_->Slices()));
+    EXPECT_EQ(reported.count(Cases()[0].device), 1u);
+    EXPECT_EQ(cancelled[i]["service"], health_services[i]);
+    EXPECT_EQ(cancelled[i]["code"], "Canceled");
+  }
 
   // Methods the plugin does not have.
   for (const std::string name : {"UnknownMethod", "UnknownService"}) {
