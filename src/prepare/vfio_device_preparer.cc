@@ -53,6 +53,19 @@ void AddDeviceKeys(const std::vector<PlannedDevice>& plan, std::set<std::string>
   }
 }
 
+// Whether prepare makes the vGPU of `device` (a type offered on an idle VF) or hands out the one
+// its VF held when published. Both have the same name; only an offered type consumes its VF's
+// counter set (see AddVgpuVfs in slice_builder.cc). Asked only before the VF is recorded: from
+// then on the claim's record says, since once the type is set the VF is published as holding it.
+bool MakesVgpu(const PlannedDevice& device) { return !device.published.consumes_counters.empty(); }
+
+const VgpuRecord* FindVgpu(const ClaimRecord& record, const std::string& address) {
+  for (const VgpuRecord& v : record.vgpus) {
+    if (v.address == address) return &v;
+  }
+  return nullptr;
+}
+
 cdi::DeviceNode CdiNode(const vfio::CharDeviceNode& node) {
   return cdi::DeviceNode{node.path, "", node.major, node.minor};
 }
@@ -246,13 +259,12 @@ Status VfioDevicePreparer::RecordStart(const kube::ResourceClaim& claim,
   for (const PlannedDevice& device : plan) {
     if (device.kind == PlannedKind::kVgpu) {
       if (!recorded_vgpus.insert(device.address).second) continue;
-      auto current = vgpus_.CurrentType(device.address);
-      if (!current.ok()) return current.error().Wrap("device " + device.result.device);
       auto identity = ReadIdentity(device.address);
       if (!identity.ok()) return identity.error();
-      // Only a vGPU this claim makes is removed at unprepare; one the VF holds already stays.
+      // CheckNewVgpus found the VF as the plan needs it. Only a vGPU this claim makes is removed
+      // at unprepare; one handed out as it was stays.
       record.vgpus.push_back(
-          {device.address, device.vgpu_type, *current == 0, std::move(*identity)});
+          {device.address, device.vgpu_type, MakesVgpu(device), std::move(*identity)});
       changed = true;
     } else if (device.kind == PlannedKind::kPci) {
       for (const std::string& address : device.functions) {
@@ -348,6 +360,22 @@ Status VfioDevicePreparer::CheckOverlap(const CheckpointView& view, const std::s
         }
       }
     }
+  }
+  return Status::Ok();
+}
+
+Status VfioDevicePreparer::CheckNewVgpus(const std::vector<PlannedDevice>& plan,
+                                         const std::optional<ClaimRecord>& existing) const {
+  for (const PlannedDevice& device : plan) {
+    if (device.kind != PlannedKind::kVgpu) continue;
+    // A VF the claim's record holds was judged when it was recorded: whatever it holds now is
+    // what the record says (a type this claim set before a crash, or the one handed out).
+    if (existing && FindVgpu(*existing, device.address) != nullptr) continue;
+    // A type the VF holds that no record of ours set (it appeared between publish and prepare)
+    // is someone else's: taking it would hand their vGPU out and destroy it at unprepare.
+    Status s = MakesVgpu(device) ? vgpus_.CheckFree(device.address)
+                                 : vgpus_.CheckHolds(device.address, device.vgpu_type);
+    if (!s.ok()) return s.error().Wrap("device " + device.result.device);
   }
   return Status::Ok();
 }
@@ -482,7 +510,7 @@ Status VfioDevicePreparer::WriteMetadata(const kube::ResourceClaim& claim,
   return Status::Ok();
 }
 
-Status VfioDevicePreparer::ApplyDevice(const PlannedDevice& device,
+Status VfioDevicePreparer::ApplyDevice(const PlannedDevice& device, const ClaimRecord& record,
                                        std::map<std::string, std::string>& macs,
                                        Deadline deadline) {
   const auto out_of_time = [](const std::string& what) {
@@ -492,10 +520,28 @@ Status VfioDevicePreparer::ApplyDevice(const PlannedDevice& device,
                          "from here");
   };
   if (device.kind == PlannedKind::kVgpu) {
+    const VgpuRecord* recorded = FindVgpu(record, device.address);
+    if (recorded == nullptr || recorded->type_id != device.vgpu_type) {
+      // A record of another allocation of this claim: what it set is undone by unprepare.
+      return MakeError(ErrorKind::kFailedPrecondition,
+                       "device " + device.result.device +
+                           ": the claim's checkpoint record holds VF " + device.address +
+                           " without vGPU type " + std::to_string(device.vgpu_type) +
+                           "; the claim must be unprepared before it is prepared with this type");
+    }
+    if (!recorded->created_by_us) {
+      Status held = vgpus_.CheckHolds(device.address, device.vgpu_type);
+      if (!held.ok()) return held.error().Wrap("device " + device.result.device);
+      return Status::Ok();
+    }
     if (deadline.Expired()) return out_of_time("setting vGPU type on " + device.address);
     Step("vgpu-create:" + device.address);
-    auto created = Timed("vgpu_create",
-                         [&] { return vgpus_.Assign(device.address, device.vgpu_type, deadline); });
+    // The record, durable before this write, says this claim sets the type: a VF that holds it
+    // already is this claim's earlier attempt (killed after the write).
+    auto created = Timed("vgpu_create", [&] {
+      return vgpus_.Assign(device.address, device.vgpu_type, vfio::VgpuVfLifecycle::Held::kOurs,
+                           deadline);
+    });
     if (!created.ok()) return created.error().Wrap("device " + device.result.device);
     return Status::Ok();
   }
@@ -569,10 +615,10 @@ void VfioDevicePreparer::ClearClaimStatus(const ClaimRecord& record) {
 }
 
 Result<std::vector<PreparedDevice>> VfioDevicePreparer::Apply(
-    const kube::ResourceClaim& claim, std::vector<PlannedDevice>& plan,
+    const kube::ResourceClaim& claim, std::vector<PlannedDevice>& plan, const ClaimRecord& record,
     std::map<std::string, std::string>& macs, Deadline deadline) {
   for (const PlannedDevice& device : plan) {
-    if (Status s = ApplyDevice(device, macs, deadline); !s.ok()) return s.error();
+    if (Status s = ApplyDevice(device, record, macs, deadline); !s.ok()) return s.error();
   }
 
   cdi::Spec spec;
@@ -744,6 +790,7 @@ Status VfioDevicePreparer::RecordDecision(const kube::ResourceClaim& claim, Prep
   d.record.boot_id = checkpoint_.boot_id();
   if (!d.was_completed) d.record.state = PrepareState::kPrepareStarted;
   d.changed = !d.existing || earlier_boot;
+  if (Status s = CheckNewVgpus(d.plan, d.existing); !s.ok()) return s.error().Wrap(who);
   if (Status s = RecordStart(claim, d.plan, d.record, d.changed, deadline); !s.ok()) {
     return s.error().Wrap(who + ": cannot record the prepare in the checkpoint");
   }
@@ -786,7 +833,7 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Prepare(
 
   // Only this call's device locks are held from here: claims on other devices go on meanwhile.
   std::map<std::string, std::string> macs;
-  auto answer = Apply(claim, d.plan, macs, deadline);
+  auto answer = Apply(claim, d.plan, d.record, macs, deadline);
   if (!answer.ok()) {
     Error error = answer.error().Wrap(who);
     if (!d.was_completed && !deadline.Expired()) {

@@ -167,16 +167,22 @@ class VfioDevicePreparer final : public DevicePreparer {
   // A device another claim holds (a function, an mdev, or the parent of either) is refused.
   Status CheckOverlap(const CheckpointView& view, const std::string& uid,
                       const std::vector<PlannedDevice>& plan) const;
+  // Each vGPU VF the claim's record does not hold yet is as the plan needs it: free for a type
+  // vfio-dra makes, holding the type of a vGPU handed out as it is. Nothing is touched.
+  Status CheckNewVgpus(const std::vector<PlannedDevice>& plan,
+                       const std::optional<ClaimRecord>& existing) const;
   // After a reboot: every recorded function must still be the device it was.
   Status CheckIdentities(const ClaimRecord& record) const;
   // `macs` receives the MAC of each network VF (by device name), for the metadata and status.
+  // `record` is the claim's, durable: it says whose each vGPU is.
   Result<std::vector<PreparedDevice>> Apply(const kube::ResourceClaim& claim,
                                             std::vector<PlannedDevice>& plan,
+                                            const ClaimRecord& record,
                                             std::map<std::string, std::string>& macs,
                                             Deadline deadline);
   // Binds (or creates) one planned device, after setting its VF's network settings.
-  Status ApplyDevice(const PlannedDevice& device, std::map<std::string, std::string>& macs,
-                     Deadline deadline);
+  Status ApplyDevice(const PlannedDevice& device, const ClaimRecord& record,
+                     std::map<std::string, std::string>& macs, Deadline deadline);
   // Hands the network VFs' Ready condition and MAC to the claim status queue.
   void WriteClaimStatus(const kube::ResourceClaim& claim, const std::vector<PlannedDevice>& plan,
                         const std::map<std::string, std::string>& macs);

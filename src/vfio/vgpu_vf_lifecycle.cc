@@ -37,16 +37,41 @@ Result<int> VgpuVfLifecycle::WriteType(const std::string& vf, int value, Deadlin
                      deadline.RemainingOr(timeout_));
 }
 
-Status VgpuVfLifecycle::Assign(const std::string& vf, int type_id, Deadline deadline) {
+Error VgpuVfLifecycle::NotOurs(const std::string& vf, int current) const {
+  return MakeError(ErrorKind::kFailedPrecondition,
+                   "VF " + vf + " already holds vGPU type " + std::to_string(current) +
+                       " that vfio-dra did not create for this claim (another tool, an admin or "
+                       "a VM outside Kubernetes made it); it is left alone. A VF takes one vGPU: "
+                       "clear it once nothing uses it (echo 0 > " +
+                       sysfs_.Path(File(vf)) +
+                       ") or keep vfio-dra off the VF (deny: [{address: \"" + vf +
+                       "\"}] in the policy)");
+}
+
+Status VgpuVfLifecycle::CheckFree(const std::string& vf) const {
+  auto current = CurrentType(vf);
+  if (!current.ok()) return current.error();
+  if (*current != 0) return NotOurs(vf, *current);
+  return Status::Ok();
+}
+
+Status VgpuVfLifecycle::CheckHolds(const std::string& vf, int type_id) const {
   auto current = CurrentType(vf);
   if (!current.ok()) return current.error().Wrap(Describe(vf, type_id));
   if (*current == type_id) return Status::Ok();
-  if (*current != 0) {
-    return MakeError(ErrorKind::kFailedPrecondition,
-                     Describe(vf, type_id) + ": the VF holds vGPU " + std::to_string(*current) +
-                         " (made outside this claim); a VF takes one vGPU, so the claim cannot "
-                         "be prepared until that one is removed");
-  }
+  return MakeError(
+      ErrorKind::kFailedPrecondition,
+      Describe(vf, type_id) + " was published as it existed, but the VF now holds " +
+          (*current == 0 ? std::string("none") : "vGPU " + std::to_string(*current) + " instead") +
+          "; vfio-dra hands out a vGPU it did not make only as it is, and makes none in its "
+          "place (the kubelet retries with what the node publishes then)");
+}
+
+Status VgpuVfLifecycle::Assign(const std::string& vf, int type_id, Held held, Deadline deadline) {
+  auto current = CurrentType(vf);
+  if (!current.ok()) return current.error().Wrap(Describe(vf, type_id));
+  if (*current == type_id && held == Held::kOurs) return Status::Ok();
+  if (*current != 0) return NotOurs(vf, *current).Wrap(Describe(vf, type_id));
   auto err = WriteType(vf, type_id, deadline);
   if (!err.ok()) return err.error().Wrap("creating " + Describe(vf, type_id));
   if (*err == ENODEV) {

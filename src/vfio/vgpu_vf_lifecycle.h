@@ -25,17 +25,32 @@ class VgpuVfLifecycle {
                   std::chrono::milliseconds timeout)
       : sysfs_(sysfs), gate_(gate), timeout_(timeout) {}
 
+  // Whose a type the VF holds already is. The VF cannot say: another tool, an admin or a VM
+  // outside Kubernetes may have set it. Only the caller's crash-safe record can: it is written
+  // before the type is set, so a crash after the write leaves the type and the record that it is
+  // ours.
+  enum class Held {
+    kNotOurs,  // no record says this claim set it
+    kOurs,     // the claim's record says it was setting this type on this VF
+  };
+
   // The type the VF holds now (0: none); an error when the VF is not a vGPU VF (any more).
   Result<int> CurrentType(const std::string& vf) const;
-  // Gives the VF a vGPU of `type_id`. A VF that holds that type already is fine (a retry after a
-  // crash); one that holds another type is an error, and is left alone.
-  Status Assign(const std::string& vf, int type_id, Deadline deadline = {});
+  // Fine when the VF holds no vGPU. One it holds is not vfio-dra's to take or destroy: the error
+  // names the VF, the type and how to clear it.
+  Status CheckFree(const std::string& vf) const;
+  // Fine when the VF holds `type_id` (a vGPU made outside vfio-dra, handed out as it is).
+  Status CheckHolds(const std::string& vf, int type_id) const;
+  // Gives the VF a vGPU of `type_id`. A VF that holds that type already is fine only when `held`
+  // says so; otherwise, or when it holds another type, it is an error and the VF is left alone.
+  Status Assign(const std::string& vf, int type_id, Held held, Deadline deadline = {});
   // Destroys the VF's vGPU of `type_id`. A VF that holds none is fine; one that holds another
   // type (not the one vfio-dra made) is an error, and is left alone.
   Status Clear(const std::string& vf, int type_id, Deadline deadline = {});
 
  private:
   std::string File(const std::string& vf) const;
+  Error NotOurs(const std::string& vf, int current) const;
   // Writes `value` to the VF's current_vgpu_type and returns the write's errno.
   Result<int> WriteType(const std::string& vf, int value, Deadline deadline);
 

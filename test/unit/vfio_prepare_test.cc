@@ -1855,6 +1855,96 @@ TEST_F(PrepareTest, AVgpuTheVfHeldAtStartIsHandedOutAndLeftInPlace) {
     EXPECT_THAT(w.path, ::testing::Not(HasSubstr("vgpu")));
 }
 
+// Someone else (another tool, an admin, a VM outside Kubernetes) gives an offered VF a vGPU
+// between publish and prepare. It is not vfio-dra's: the claim fails naming the VF, the type and
+// the fix, and the VF keeps its vGPU, also through unprepare. Once it is cleared, the retry works.
+TEST_F(PrepareTest, AVgpuSomeoneElseSetBetweenPublishAndPrepareIsRefusedAndLeftAlone) {
+  Use("vgpu-vf");
+  const std::string vf = "0000:41:00.4";
+  const std::string current =
+      node_->sysfs_root() + "/bus/pci/devices/" + vf + "/nvidia/current_vgpu_type";
+  for (const char* device : {"vgpu-0000-41-00-4-1415", "vgpu-0000-41-00-4-1414"}) {
+    ASSERT_EQ(kernel_->Write(current, "1415"), 0);
+    const size_t writes = kernel_->Writes().size();
+    auto refused = Prepare(Claim({{"vgpu", device}}));
+    ASSERT_FALSE(refused.ok()) << device;
+    EXPECT_EQ(refused.error().kind, ErrorKind::kFailedPrecondition);
+    EXPECT_THAT(refused.error().message, HasSubstr("claim vms/gpu-claim"));
+    EXPECT_THAT(refused.error().message,
+                HasSubstr("VF 0000:41:00.4 already holds vGPU type 1415 that vfio-dra did not "
+                          "create for this claim"));
+    EXPECT_THAT(refused.error().message, HasSubstr("echo 0 > " + current));
+    EXPECT_THAT(refused.error().message, HasSubstr("deny: [{address: \"0000:41:00.4\"}]"));
+    EXPECT_EQ(kernel_->Writes().size(), writes) << device;
+    EXPECT_EQ(Slurp(current), "1415\n");
+    EXPECT_EQ(Recorded(kUid), std::nullopt);
+    ASSERT_TRUE(Unprepare().ok());
+    EXPECT_EQ(Slurp(current), "1415\n");
+    ASSERT_EQ(kernel_->Write(current, "0"), 0);
+  }
+  auto prepared = Prepare(Claim({{"vgpu", "vgpu-0000-41-00-4-1414"}}));
+  ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+  EXPECT_EQ(Slurp(current), "1414\n");
+  ASSERT_TRUE(Unprepare().ok());
+  EXPECT_EQ(Slurp(current), "0\n");
+}
+
+// Killed after the type was written, before PrepareCompleted. The VF is republished meanwhile as
+// holding the vGPU (the same name, no counters), so only the claim's record says the vGPU is the
+// claim's own: the retry finishes the prepare without writing again, and unprepare destroys it.
+TEST_F(PrepareTest, AKillAfterTheVgpuTypeIsSetIsFinishedByTheRetryAsTheClaimsOwn) {
+  Use("vgpu-vf");
+  const std::string current =
+      node_->sysfs_root() + "/bus/pci/devices/0000:41:00.4/nvidia/current_vgpu_type";
+  const auto claim = Claim({{"vgpu", "vgpu-0000-41-00-4-1415"}});
+  struct Crash {};
+  step_hook_ = [](const std::string& step) {
+    if (step == "cdi:write") throw Crash{};
+  };
+  Open();
+  EXPECT_THROW((void)Prepare(claim), Crash);
+  EXPECT_EQ(Slurp(current), "1415\n");
+  ASSERT_TRUE(Recorded(kUid).has_value());
+  EXPECT_EQ(Recorded(kUid)->state, prepare::PrepareState::kPrepareStarted);
+  ASSERT_TRUE(published_.Find("node1", "vgpu-0000-41-00-4-1415").has_value());
+  Publish();
+  ASSERT_TRUE(published_.Find("node1", "vgpu-0000-41-00-4-1415")->consumes_counters.empty());
+
+  step_hook_ = nullptr;
+  Open();  // the other instance, which gets the kubelet's retry
+  const size_t writes = kernel_->Writes().size();
+  auto prepared = Prepare(claim);
+  ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+  const std::vector<SimWrite> all = kernel_->Writes();
+  for (size_t i = writes; i < all.size(); ++i) {
+    EXPECT_THAT(all[i].path, ::testing::Not(HasSubstr("vgpu"))) << "written again";
+  }
+  const auto record = Recorded(kUid);
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->state, prepare::PrepareState::kPrepareCompleted);
+  ASSERT_EQ(record->vgpus.size(), 1u);
+  EXPECT_TRUE(record->vgpus[0].created_by_us);
+  ASSERT_TRUE(Unprepare().ok());
+  EXPECT_EQ(Slurp(current), "0\n");
+}
+
+// A vGPU published as it was (not made by vfio-dra) that is gone or changed at prepare is not
+// made anew: vfio-dra would then own a vGPU the claim was not allocated as one it makes.
+TEST_F(PrepareTest, AHeldVgpuThatChangedSincePublishIsNotMadeAnew) {
+  Use("vgpu-vf");
+  const std::string current =
+      node_->sysfs_root() + "/bus/pci/devices/0000:c1:00.4/nvidia/current_vgpu_type";
+  ASSERT_EQ(kernel_->Write(current, "0"), 0);
+  const size_t writes = kernel_->Writes().size();
+  auto refused = Prepare(Claim({{"vgpu", "vgpu-0000-c1-00-4-1415"}}));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error().message, HasSubstr("0000:c1:00.4"));
+  EXPECT_THAT(refused.error().message, HasSubstr("now holds none"));
+  EXPECT_EQ(kernel_->Writes().size(), writes);
+  EXPECT_EQ(Slurp(current), "0\n");
+  EXPECT_EQ(Recorded(kUid), std::nullopt);
+}
+
 // Two claims for different types on one idle GPU can both be allocated (the PF runs one type at
 // a time, which no counter can say); the second fails with a clear per-claim error and leaves
 // nothing behind.

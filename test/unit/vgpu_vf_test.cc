@@ -18,6 +18,8 @@
 #include "slicepublisher/slice_validator.h"
 #include "sysfs/sysfs_parse.h"
 #include "unit/fixture_node.h"
+#include "vfio/device_lock_gate.h"
+#include "vfio/vgpu_vf_lifecycle.h"
 
 namespace vfio_dra::testing {
 namespace {
@@ -217,6 +219,37 @@ TEST_F(VgpuVfNode, DiscoverExplainsEachVf) {
     EXPECT_EQ(fn["vgpuVf"]["currentType"], 0);
     EXPECT_EQ(fn["vgpuVf"]["offered"], nlohmann::json::array({1415}));
   }
+}
+
+// A type the VF holds already is taken as the caller's only when the caller says its record set
+// it; otherwise the VF is someone else's and is left alone, with the way to clear it.
+TEST_F(VgpuVfNode, AssignTakesAHeldTypeOnlyWhenTheCallersRecordSetIt) {
+  using Held = vfio::VgpuVfLifecycle::Held;
+  SimulatedKernel kernel(node_->sysfs_root(), node_->dir() + "/dev");
+  sysfs::SysfsReader sysfs(node_->sysfs_root());
+  vfio::DeviceLockGate gate(kernel);
+  vfio::VgpuVfLifecycle vgpus(sysfs, gate, std::chrono::seconds(5));
+  const std::string vf = "0000:41:00.4";
+  ASSERT_EQ(SetType(kernel, vf, 1415), 0);
+  const size_t writes = kernel.Writes().size();
+  Status refused = vgpus.Assign(vf, 1415, Held::kNotOurs);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error().message,
+              HasSubstr("VF 0000:41:00.4 already holds vGPU type 1415 that vfio-dra did not "
+                        "create for this claim"));
+  EXPECT_THAT(refused.error().message, HasSubstr("echo 0 > "));
+  EXPECT_FALSE(vgpus.CheckFree(vf).ok());
+  EXPECT_TRUE(vgpus.CheckHolds(vf, 1415).ok());
+  EXPECT_FALSE(vgpus.CheckHolds(vf, 1414).ok());
+  // Another type than the one the record set is never the caller's.
+  EXPECT_FALSE(vgpus.Assign(vf, 1414, Held::kOurs).ok());
+  EXPECT_EQ(kernel.Writes().size(), writes) << "the VF is left alone";
+  EXPECT_TRUE(vgpus.Assign(vf, 1415, Held::kOurs).ok());
+  EXPECT_EQ(kernel.Writes().size(), writes) << "nothing to write";
+  EXPECT_EQ(*vgpus.CurrentType(vf), 1415);
+  EXPECT_TRUE(vgpus.CheckFree("0000:41:00.5").ok());
+  EXPECT_TRUE(vgpus.Assign("0000:41:00.5", 1415, Held::kNotOurs).ok());
+  EXPECT_EQ(*vgpus.CurrentType("0000:41:00.5"), 1415);
 }
 
 // A record with a vGPU is of version 3, so that a build before vGPU VFs leaves it in place
