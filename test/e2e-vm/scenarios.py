@@ -1029,6 +1029,123 @@ def scenario_peer_stuck():
     a.stop()
 
 
+def published_device(node, name):
+    """The device `name` in the node's slices, or None."""
+    return next((d for s in node.slices() for d in s["spec"].get("devices", [])
+                 if d["name"] == name), None)
+
+
+def lost_taint(node, name):
+    """The device's <driver>/lost taint as published, or None (also while it is not published)."""
+    device = published_device(node, name)
+    return next((t for t in (device or {}).get("taints", []) if t["key"] == f"{DRIVER}/lost"),
+                None)
+
+
+def health_of(node, name):
+    """The device's entry in the health stream's first message (the complete list as the daemon
+    sees it now), or None when the list does not name it."""
+    result = subprocess.run(node.kubelet_args("watch-health") + ["--messages", "1", "--timeout",
+                                                                 "30"],
+                            capture_output=True, text=True)
+    if not check(result.returncode == 0, f"kubelet-sim watch-health: {result.stderr.strip()}"):
+        return None
+    message = json.loads(result.stdout)
+    return next((d for d in message["devices"] if d["device"]["device_name"] == name), None)
+
+
+def lose_held_device(node, uid, claim_name, name, address, remove, value, while_lost=None):
+    """Prepares the claim on `name` (PCI function `address`), makes the function vanish with
+    `remove()`, and checks the device stays published with taint lost=`value` NoSchedule and is
+    UNHEALTHY on the health stream while the claim holds it (`while_lost()` checks more then);
+    then that the unprepare succeeds and drops the device."""
+    response = node.prepare(f"vms/{claim_name}/{uid}")
+    if not check(claim_error(response, uid) == "", f"prepare {name}: {claim_error(response, uid)}"):
+        return
+    check(driver(address) == "vfio-pci", f"{address} is on vfio-pci")
+    # A list taken while the slices are being rewritten can miss a device for a moment.
+    what = f"{name} published without a lost taint while {address} is there"
+    check(wait_for(lambda: published_device(node, name) is not None and
+                   not lost_taint(node, name), what) is not None, what)
+    started = time.monotonic()
+    remove()
+    check(not os.path.exists(f"{SYS}/{address}"), f"the kernel removed {address}")
+    taint = wait_for(lambda: lost_taint(node, name), f"{name} tainted {DRIVER}/lost", timeout=30)
+    if taint:
+        print(f"{name} tainted {time.monotonic() - started:.2f} s after the removal: {taint}")
+        check(taint.get("value") == value and taint.get("effect") == "NoSchedule" and
+              taint.get("timeAdded"), f"taint {DRIVER}/lost={value}:NoSchedule with its time: "
+              f"{taint}")
+        device = published_device(node, name)
+        check(device is not None and not device.get("consumesCounters"),
+              f"{name} stays published, without counter consumptions")
+    health = health_of(node, name)
+    print(f"health stream entry for {name}: {health}")
+    check(health is not None and health["health"] == "UNHEALTHY" and
+          f"PCI function {address} is gone" in health.get("message", ""),
+          f"the health stream says {name} is UNHEALTHY because {address} is gone")
+    check(any("device tainted" in line and name in line for line in node.log().splitlines()),
+          f"the daemon's log says {name} was tainted")
+    if while_lost:
+        while_lost()
+    response = node.unprepare(f"vms/{claim_name}/{uid}")
+    check(claim_error(response, uid) == "",
+          f"unprepare succeeds although {address} is gone: {claim_error(response, uid)}")
+    check(wait_for(lambda: published_device(node, name) is None, f"{name} dropped from the slices",
+                   timeout=30) is not None, f"{name} is dropped once no claim holds it")
+    health = health_of(node, name)
+    check(health is None, f"the health stream no longer lists {name}: {health}")
+
+
+def scenario_hot_remove():
+    """A published device whose PCI function vanishes on the real kernel while a prepared claim
+    holds it (issue 45): a VF whose PF lowers sriov_numvfs to 0, then a hostdev removed through
+    /sys/bus/pci/devices/<addr>/remove. Each stays published with taint <driver>/lost (vf-removed
+    or removed, NoSchedule) and is UNHEALTHY on the health stream until the claim is unprepared;
+    the unprepare succeeds with nothing left to give back, and the device is dropped. A VF that
+    went with it and that no claim held is dropped at once. After a PCI rescan the hostdev is
+    published again, untainted."""
+    subprocess.run(["modprobe", "-d", CACHE + "/kernel", "-S", KVER, "vfio_iommu_type1"],
+                   check=True)
+    vfs = enable_vfs()
+    vf_uid = "e2e00000-0000-4000-8000-00000000000f"
+    nic_uid = "e2e00000-0000-4000-8000-000000000010"
+    nic_address = "0000:02:00.0"
+    nic = "hostdev-0000-02-00-0"
+    held_vf, free_vf = vf_device(vfs[1]), vf_device(vfs[0])
+    node = Node([claim("vm-vf", vf_uid, [("nic", held_vf)]),
+                 claim("vm-nic", nic_uid, [("nic", nic)])],
+                extra_args=["--rescan-interval", "1", "--health-interval", "1"])
+    node.start()
+    wanted = {held_vf, free_vf, nic}
+    check(wait_for(lambda: wanted <= {d["name"] for s in node.slices()
+                                      for d in s["spec"].get("devices", [])},
+                   f"{sorted(wanted)} published") is not None, f"{sorted(wanted)} are published")
+
+    pf = f"{SYS}/0000:05:00.0"
+    def free_vf_dropped():
+        check(published_device(node, free_vf) is None,
+              f"{free_vf}, gone too but held by no claim, is dropped while {held_vf} is kept")
+    lose_held_device(node, vf_uid, "vm-vf", held_vf, vfs[1],
+                     lambda: write_sysfs(pf + "/sriov_numvfs", "0"), "vf-removed", free_vf_dropped)
+    check(read(pf + "/sriov_numvfs") == "0" and driver("0000:05:00.0") == "nvme",
+          "the PF has no VFs and stays on nvme")
+
+    lose_held_device(node, nic_uid, "vm-nic", nic, nic_address,
+                     lambda: write_sysfs(f"{SYS}/{nic_address}/remove", "1"), "removed")
+    check_nothing_left(node)
+
+    # The function comes back (a rescan re-enumerates it, on its host driver): a new device, not
+    # the lost one.
+    write_sysfs("/sys/bus/pci/rescan", "1")
+    check(wait_for(lambda: driver(nic_address) == "e1000e", f"{nic_address} back on e1000e",
+                   timeout=30) is not None, f"a PCI rescan brings {nic_address} back on e1000e")
+    back = wait_for(lambda: published_device(node, nic), f"{nic} published again", timeout=30)
+    check(back is not None and not back.get("taints"),
+          f"{nic} is published again without taints: {back}")
+    node.stop()
+
+
 VF_NET_CHECK = BUILD + "/test/vf-net-check"
 NSIM_BUS = "/sys/bus/netdevsim"
 NSIM = "netdevsim1"
@@ -1302,6 +1419,7 @@ SCENARIOS = {
     "peer-stuck": scenario_peer_stuck,
     "recovery-race": scenario_recovery_race,
     "vf-netlink": scenario_vf_netlink,
+    "hot-remove": scenario_hot_remove,
 }
 
 if __name__ == "__main__":
