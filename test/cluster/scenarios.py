@@ -4,6 +4,7 @@ the API server's validation, RBAC and admission, the scheduler's allocation, the
 manager's claims. Names map to ctest tests cluster_<release>_<scenario>."""
 
 import copy
+import datetime
 import json
 import os
 import re
@@ -738,6 +739,157 @@ def scenario_slices_true(env):
     print(f"{bdf} removed and added back: the slices followed")
 
 
+# ---- device taints ----
+
+AER_FATAL_BITS = ("Undefined", "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt", "UnxCmplt",
+                  "RxOF", "MalfTLP", "ECRC", "UnsupReq", "ACSViol", "UncorrIntErr", "BlockedTLP",
+                  "AtomicOpBlocked", "TLPBlockedErr", "PoisonTLPBlocked")
+
+
+def write_aer_fatal(node, bdf, total):
+    """What the kernel's AER driver shows in a function's aer_dev_fatal after `total` fatal
+    errors: one "<name> <count>" line per error bit, then TOTAL_ERR_FATAL. Written to a new file
+    and renamed over the old one, so the plugin never reads half of it."""
+    path = os.path.join(node.dir, "sys", "bus", "pci", "devices", bdf, "aer_dev_fatal")
+    lines = [f"{name} {total if name == 'MalfTLP' else 0}" for name in AER_FATAL_BITS]
+    lines.append(f"TOTAL_ERR_FATAL {total}")
+    with open(path + ".new", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(path + ".new", path)
+    return path
+
+
+def now_seconds():
+    return int(datetime.datetime.now(datetime.timezone.utc).timestamp())
+
+
+def rfc3339_seconds(text):
+    return int(datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp())
+
+
+def device_taints(node, name):
+    for s in node.slices():
+        for d in s["spec"].get("devices", []):
+            if d["name"] == name:
+                return d.get("taints", [])
+    raise ClusterError(f"device {name} is in none of {node.name}'s slices")
+
+
+def pod_events(env, name):
+    events = env.cluster.get_json("events", "--field-selector",
+                                  f"involvedObject.kind=Pod,involvedObject.name={name}")["items"]
+    return [(e.get("reason"), e.get("message")) for e in events]
+
+
+def scenario_taints(env):
+    """Device taints (KEP-5055) through the real API server and scheduler: fatal AER errors
+    counted on a GPU's function taint it <driver>/unhealthy=aer-fatal:NoSchedule in the slice as
+    stored; a claim for exactly that GPU stays unallocated, and one that tolerates the taint is
+    allocated and prepared (the taint is the only reason); once the count is back to 0 the taint
+    is gone and the waiting claim is allocated. Nothing restarts the plugin or sends a uevent:
+    its periodic check must notice the counter change on its own."""
+    env.install()
+    node = env.add_node("node1", "vm-host", start_plugin=False)
+    # The probe checks every second instead of every 30 (the default).
+    node.start_plugin(["--rescan-interval", "1"])
+    slices = env.wait_slices_match(node)
+    by_type = devices_by_type(slices)
+    parents = {device_attribute(slices, m["name"], "parentPciAddress")
+               for m in by_type.get("mdev", [])}
+    gpu = next(g for g in by_type.get("gpu", [])
+               if device_attribute(slices, g["name"], "resource.kubernetes.io/pciBusID")
+               not in parents)
+    name = gpu["name"]
+    bdf = device_attribute(slices, name, "resource.kubernetes.io/pciBusID")
+    if gpu.get("taints"):
+        raise ClusterError(f"{name} is tainted before any error: {gpu['taints']}")
+    key = f"{DRIVER}/unhealthy"
+
+    # (1) A fatal PCIe error counted on the GPU: the plugin taints it; the server stores the taint.
+    before = now_seconds()
+    path = write_aer_fatal(node, bdf, 1)
+    print(f"wrote TOTAL_ERR_FATAL 1 to {os.path.relpath(path, node.dir)} ({name})")
+
+    def tainted():
+        if not node.plugin.alive():
+            raise PluginExited(f"the plugin exited\n{node.plugin.tail()}")
+        ours = [t for t in device_taints(node, name) if t.get("key") == key]
+        return ours[0] if ours else None
+    taint = wait_for(
+        f"{name}'s slice to carry the {key} taint (if it never comes, the plugin did not rescan "
+        "after aer_dev_fatal changed: the change probe does not read it)", tainted, 150,
+        on_timeout=lambda: f"taints of {name}: {device_taints(node, name)}")
+    if (taint.get("value"), taint.get("effect")) != ("aer-fatal", "NoSchedule"):
+        raise ClusterError(f"{name}'s taint is {taint}, not {key}=aer-fatal:NoSchedule")
+    added = taint.get("timeAdded")
+    if not added or not before - 5 <= rfc3339_seconds(added) <= now_seconds() + 5:
+        raise ClusterError(f"{name}'s taint has timeAdded {added!r}, not the time it appeared")
+    print(f"the server stores {name}'s taint: {json.dumps(taint)}")
+
+    on_gpu = [f'device.attributes["resource.kubernetes.io"].pciBusID == "{bdf}"']
+    tolerant = claim_template("tolerant", "gpu.vfio.dra.io", on_gpu)
+    tolerant["spec"]["spec"]["devices"]["requests"][0]["exactly"]["tolerations"] = [
+        {"key": key, "operator": "Exists", "effect": "NoSchedule"}]
+    env.apply_objects([claim_template("untolerant", "gpu.vfio.dra.io", on_gpu), tolerant])
+    stored = env.cluster.get_json("resourceclaimtemplate", "tolerant")
+    if not stored["spec"]["spec"]["devices"]["requests"][0]["exactly"].get("tolerations"):
+        raise ClusterError(f"the server dropped the request's tolerations: {stored['spec']}")
+
+    # (2) A claim for exactly that GPU, without a toleration: the scheduler cannot allocate it.
+    env.apply_objects([pod_with_claim("untolerant", "untolerant")])
+    expect_pending(env, "untolerant")
+    waiting = pod_claim(env, get_pod(env, "untolerant"))
+    if waiting is None or waiting.get("status", {}).get("allocation"):
+        raise ClusterError(f"the untolerating claim: {waiting and waiting.get('status')}")
+    events = [e for e in pod_events(env, "untolerant") if e[0] == "FailedScheduling"]
+    if not events or not any("cannot allocate all claims" in (m or "") for _, m in events):
+        raise ClusterError(f"no FailedScheduling event for the claim: {pod_events(env, 'untolerant')}")
+    print(f"pod untolerant's events: {events}")
+
+    # (3) The same request tolerating the taint: allocated that GPU and prepared, so the taint
+    # alone kept the other one out.
+    env.apply_objects([pod_with_claim("tolerant", "tolerant")])
+    wait_scheduled(env, "tolerant")
+    (_, pool, device), = wait_prepared_devices(env, node, "tolerant")
+    if (pool, device) != ("node1", name):
+        raise ClusterError(f"the tolerating claim got {pool}/{device}, not node1/{name}")
+    claim = pod_claim(env, get_pod(env, "tolerant"))
+    result = claim["status"]["allocation"]["devices"]["results"][0]
+    print(f"the tolerating claim was allocated {name} and prepared; allocation result: "
+          f"{json.dumps(result)}")
+    # From 1.37 (DRADeviceTaints GA) the allocation records the tolerations it relied on.
+    if tuple(int(x) for x in env.release.split(".")) >= (1, 37) and \
+            not any(t.get("key") == key for t in result.get("tolerations", [])):
+        raise ClusterError(f"the allocation does not record the toleration: {result}")
+    delete_pod_and_wait_gone(env, node, "tolerant")
+    wait_for("the tolerating pod's claim to be released", lambda: not any(
+        c["metadata"]["name"].startswith("tolerant-")
+        for c in env.cluster.get_json("resourceclaims")["items"]), 120)
+    # The GPU is free but still tainted: the untolerating pod still waits.
+    pod = get_pod(env, "untolerant")
+    if pod["spec"].get("nodeName") or pod_claim(env, pod).get("status", {}).get("allocation"):
+        raise ClusterError("the untolerating claim was allocated the tainted GPU")
+
+    # (4) The count back to 0: the taint goes, and the waiting claim gets the GPU.
+    write_aer_fatal(node, bdf, 0)
+    print(f"wrote TOTAL_ERR_FATAL 0 to {os.path.relpath(path, node.dir)}")
+    wait_for(f"the {key} taint to leave {name}'s slice",
+             lambda: tainted() is None, 150,
+             on_timeout=lambda: f"taints of {name}: {device_taints(node, name)}")
+    print(f"{name}'s taint is gone from the slice")
+    wait_scheduled(env, "untolerant", timeout=300)
+    (_, _, device), = wait_prepared_devices(env, node, "untolerant")
+    if device != name:
+        raise ClusterError(f"the untolerating claim got {device}, not {name}")
+    print(f"the untolerating claim was allocated {name} once the taint was gone")
+    # Released, the GPU is published as before the error: the slices match the offline render.
+    delete_pod_and_wait_gone(env, node, "untolerant")
+    env.wait_slices_match(node)
+    if node.kubelet.errors:
+        raise ClusterError(f"kubelet calls failed: {node.kubelet.errors}")
+
+
 SCENARIOS = {
     "install": scenario_install,
     "slices": scenario_slices,
@@ -747,6 +899,7 @@ SCENARIOS = {
     "slices-true": scenario_slices_true,
     "vgpu-vf": scenario_vgpu_vf,
     "helm": scenario_helm,
+    "taints": scenario_taints,
 }
 
 
