@@ -58,8 +58,9 @@ std::vector<Cause> CausesOf(const SliceDevice& device, const discovery::NodeScan
     const PciFunction* pf = fn->sriov_vf ? scan.inventory.Find(fn->sriov_vf->pf) : nullptr;
     if (!link && pf != nullptr && pf->link_down) {
       std::string netdevs;
-      for (const std::string& netdev : pf->netdevs)
+      for (const std::string& netdev : pf->netdevs) {
         netdevs += (netdevs.empty() ? "" : ", ") + netdev;
+      }
       link = fmt::format("the link of PF {} ({}) is down: VF {} passes no traffic until it is up",
                          pf->address, netdevs, address);
     }
@@ -78,8 +79,9 @@ void Apply(SliceDevice& device, const std::vector<Cause>& causes, const TaintInp
            std::map<std::string, std::string>& reasons) {
   std::vector<const Cause*> taken;
   for (const Cause& cause : causes) {
-    if (inputs.effect_none || std::string_view(cause.effect) != kEffectNone)
+    if (inputs.effect_none || std::string_view(cause.effect) != kEffectNone) {
       taken.push_back(&cause);
+    }
   }
   if (taken.empty()) return;
   std::optional<SliceDevice> before;
@@ -160,8 +162,8 @@ std::string Rfc3339(int64_t unix_seconds) {
   std::tm utc{};
   gmtime_r(&seconds, &utc);
   char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return text;
+  const size_t written = std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return std::string(text, written);
 }
 
 }  // namespace vfio_dra::slicepublisher

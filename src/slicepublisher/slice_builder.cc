@@ -378,7 +378,8 @@ DesiredPool BuildDesiredPool(const discovery::NodeScan& scan, const BuildOptions
       for (auto& group : groups) {
         for (auto& device : group.devices) plain.push_back(std::move(device));
       }
-      Chunk(std::move(plain), PlainLimit(plain, options), pool.slices);
+      const size_t limit = PlainLimit(plain, options);
+      Chunk(std::move(plain), limit, pool.slices);
       break;
     }
     case CounterLayout::kOwnSlice: {

@@ -140,8 +140,9 @@ Status ValidateTaints(size_t s, const SliceDevice& device, const ValidationTarge
         fmt::format("must have at most {} items, has {}", max_taints, device.taints.size()));
   }
   for (const DeviceTaint& taint : device.taints) {
-    if (!IsLabelName(taint.key))
+    if (!IsLabelName(taint.key)) {
       return Rule(s, where, "key \"" + taint.key + "\" is not a label name");
+    }
     if (!IsLabelValue(taint.value)) {
       return Rule(s, where,
                   "value \"" + taint.value + "\" of " + taint.key + " is not a label value");
