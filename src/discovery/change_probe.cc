@@ -135,6 +135,23 @@ void AddVgpuVfs(const sysfs::SysfsReader& sysfs, Digest& digest) {
   ::close(driver);
 }
 
+// The health signals device taints come from, which change with no uevent and no change to
+// anything else the probe reads: each function's fatal AER count, and the link state of each
+// SR-IOV PF that has VFs (only those links taint anything). Neither takes the device lock.
+void AddHealth(int bus, const std::vector<std::string>& functions,
+               const std::vector<std::string>& pfs, Digest& digest) {
+  for (const std::string& name : functions) AddFile(bus, (name + "/aer_dev_fatal").c_str(), digest);
+  for (const std::string& pf : pfs) {
+    const int net = OpenDir(bus, pf + "/net");
+    if (net < 0) continue;
+    ForEachEntry(net, [&](std::string_view netdev) {
+      digest.Add(netdev);
+      AddFile(net, (std::string(netdev) + "/operstate").c_str(), digest);
+    });
+    ::close(net);
+  }
+}
+
 }  // namespace
 
 uint64_t ChangeProbe::Probe() {
@@ -155,8 +172,11 @@ uint64_t ChangeProbe::Probe() {
       // The function list changed: every link is read once, and the functions without a group
       // are remembered for the next probes.
       ungrouped_.clear();
+      with_vfs_.clear();
       for (const std::string& name : functions) {
         if (ReadLink(bus, name + "/iommu_group", target).empty()) ungrouped_.push_back(name);
+        // A PF gains or loses its VFs only with the function list changing (they are listed).
+        if (!ReadLink(bus, name + "/virtfn0", target).empty()) with_vfs_.push_back(name);
       }
       listed_ = true;
       function_list_ = list.value();
@@ -165,6 +185,8 @@ uint64_t ChangeProbe::Probe() {
       digest.Add(name);
       digest.Add(ReadLink(bus, name + "/iommu_group", target));
     }
+    digest.Add("health");
+    AddHealth(bus, functions, with_vfs_, digest);
     ::close(bus);
   }
   digest.Add("drivers");

@@ -4,6 +4,7 @@
 
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 
 #include "discovery/change_probe.h"
@@ -245,6 +246,38 @@ TEST(ChangeProbe, SeesAGroupLinkThatAppearsAfterTheFunctionIsListed) {
   ChangeProbe fresh(sysfs);
   fresh.Probe();
   EXPECT_TRUE(fresh.ungrouped().empty());
+}
+
+// Device taints come from files that change with no uevent and nothing else the probe reads: a
+// function's fatal AER count and its PF's link state. The periodic check must see them, or a
+// taint waits for the next full rescan (10 minutes).
+TEST(ChangeProbe, SeesAerFatalCountsAndTheLinkOfPfsWithVfs) {
+  FixtureNode node("vm-host");
+  sysfs::SysfsReader sysfs(node.sysfs_root());
+  const std::string devices = node.sysfs_root() + "/bus/pci/devices/";
+  const auto write = [](const std::string& path, const std::string& text) {
+    std::ofstream(path, std::ios::trunc) << text;
+  };
+  write(devices + "0000:5e:02.1/aer_dev_fatal", "Undefined 0\nDLP 0\nTOTAL_ERR_FATAL 0\n");
+  write(devices + "0000:5e:00.0/net/ens1f0/operstate", "up\n");
+  ChangeProbe probe(sysfs);
+  const uint64_t clean = probe.Probe();
+  EXPECT_EQ(probe.Probe(), clean);
+  write(devices + "0000:5e:02.1/aer_dev_fatal", "Undefined 0\nDLP 1\nTOTAL_ERR_FATAL 1\n");
+  const uint64_t fatal = probe.Probe();
+  EXPECT_NE(fatal, clean);
+  EXPECT_EQ(probe.Probe(), fatal);
+  write(devices + "0000:5e:02.1/aer_dev_fatal", "Undefined 0\nDLP 0\nTOTAL_ERR_FATAL 0\n");
+  EXPECT_EQ(probe.Probe(), clean) << "the count back to 0";
+  write(devices + "0000:5e:00.0/net/ens1f0/operstate", "down\n");
+  const uint64_t down = probe.Probe();
+  EXPECT_NE(down, clean);
+  EXPECT_EQ(probe.Probe(), down);
+  write(devices + "0000:5e:00.0/net/ens1f0/operstate", "up\n");
+  EXPECT_EQ(probe.Probe(), clean);
+  // A netdev of a function without VFs taints nothing: its link is not read.
+  write(devices + "0000:00:1f.6/net/eno1/operstate", "down\n");
+  EXPECT_EQ(probe.Probe(), clean);
 }
 
 }  // namespace
