@@ -31,6 +31,14 @@ Sha256 Fingerprint(const NodeScan& scan) {
   // The JSON report holds every field that is published, and nothing time-dependent.
   nlohmann::json json = DiscoverJson(scan.inventory, scan.selection, {});
   json.erase("warnings");
+  // The health signals device taints come from are not in the report; without them a rescan that
+  // sees an AER count or a PF link change would not be handed on, and no taint would follow.
+  nlohmann::json health = nlohmann::json::object();
+  for (const auto& [address, fn] : scan.inventory.functions) {
+    if (!fn.aer_fatal_errors && fn.aer_unreadable.empty() && !fn.link_down) continue;
+    health[address] = {fn.aer_fatal_errors.value_or(-1), fn.aer_unreadable, fn.link_down};
+  }
+  json["health"] = std::move(health);
   return Sha256Of(json.dump());
 }
 

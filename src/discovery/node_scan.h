@@ -43,8 +43,9 @@ std::shared_ptr<const NodeScan> ScanNode(const sysfs::SysfsReader& sysfs, PciNam
                                          const ScanContext& context = {});
 
 // A digest of what matters to publishing (published devices, their attributes and the mdev types
-// with their counts); two scans with equal fingerprints publish the same slices. A digest, not
-// the summary itself: the idle daemon keeps one, and with 1,000 devices the summary is 1.6 MB.
+// with their counts, and the functions' health signals); two scans with equal fingerprints publish
+// the same slices. A digest, not the summary itself: the idle daemon keeps one, and with 1,000
+// devices the summary is 1.6 MB.
 Sha256 Fingerprint(const NodeScan& scan);
 
 }  // namespace vfio_dra::discovery

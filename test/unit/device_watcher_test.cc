@@ -280,5 +280,29 @@ TEST(ChangeProbe, SeesAerFatalCountsAndTheLinkOfPfsWithVfs) {
   EXPECT_EQ(probe.Probe(), clean);
 }
 
+// A rescan is handed on only when its fingerprint changed: the health signals must be part of
+// it, or an AER count or PF link change found by the rescan the probe asked for taints nothing.
+TEST(NodeScanFingerprint, FollowsAerCountsAndPfLinks) {
+  FixtureNode node("vm-host");
+  sysfs::SysfsReader sysfs(node.sysfs_root());
+  const std::string devices = node.sysfs_root() + "/bus/pci/devices/";
+  const auto fingerprint = [&] { return Fingerprint(*ScanNode(sysfs, nullptr, AdminPolicy{})); };
+  const Sha256 clean = fingerprint();
+  std::ofstream(devices + "0000:01:00.0/aer_dev_fatal") << "TOTAL_ERR_FATAL 1\n";
+  const Sha256 fatal = fingerprint();
+  EXPECT_NE(fatal, clean);
+  std::ofstream(devices + "0000:01:00.0/aer_dev_fatal") << "TOTAL_ERR_FATAL 2\n";
+  EXPECT_NE(fingerprint(), fatal) << "the count is in the taint's reason";
+  std::ofstream(devices + "0000:01:00.0/aer_dev_fatal") << "TOTAL_ERR_FATAL x\n";
+  const Sha256 unreadable = fingerprint();
+  EXPECT_NE(unreadable, fatal);
+  std::filesystem::remove(devices + "0000:01:00.0/aer_dev_fatal");
+  EXPECT_EQ(fingerprint(), clean);
+  std::ofstream(devices + "0000:5e:00.0/net/ens1f0/operstate") << "down\n";
+  EXPECT_NE(fingerprint(), clean);
+  std::ofstream(devices + "0000:5e:00.0/net/ens1f0/operstate") << "up\n";
+  EXPECT_EQ(fingerprint(), clean);
+}
+
 }  // namespace
 }  // namespace vfio_dra::discovery
