@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -11,6 +12,7 @@
 #include "base/k8s_names.h"
 #include "slicepublisher/device_attributes.h"
 #include "slicepublisher/device_names.h"
+#include "slicepublisher/publishable_pool.h"
 #include "slicepublisher/server_profile.h"
 #include "slicepublisher/slice_digest.h"
 #include "slicepublisher/slice_json.h"
@@ -241,6 +243,60 @@ TEST(SliceBuilder, AThousandDevicesSplitIntoFullSlices) {
   EXPECT_EQ(names.size(), 1000u);
   EXPECT_TRUE(
       ValidatePool(built.pool, {35, "vfio.dra.io", "node-1", CounterLayout::kOwnSlice}).ok());
+}
+
+// One tainted device among more than 64 plain ones: on 1.35 the server takes at most 64 devices
+// in a slice that has a taint, so the plain list is packed at 64 and the validator (the server's
+// rules) accepts it; 1.34 has no effect None, so such taints are left out there (and nothing is
+// packed smaller), while NoSchedule ones stay.
+TEST(SliceBuilder, ATaintPacksPlainDevicesAt64On135AndEffectNoneIsLeftOutOn134) {
+  FixtureNode node("");
+  vfio_dra::testing::BuildLargeNode(node.sysfs_root(), 200);  // 67 GPUs with their audio
+  const std::string devices = node.sysfs_root() + "/bus/pci/devices/";
+  std::ofstream(devices + "0000:01:00.0/aer_dev_fatal") << "Undefined 0\nTOTAL_ERR_FATAL 1\n";
+  std::ofstream(devices + "0000:01:02.0/aer_dev_fatal") << "TOTAL_ERR_FATAL ?\n";
+  sysfs::SysfsReader sysfs(node.sysfs_root());
+  auto scan = discovery::ScanNode(sysfs, nullptr, {});
+  ASSERT_EQ(scan->selection.devices.size(), 67u);
+  MdevTypeMaxima maxima;
+  maxima.Observe(scan->inventory);
+  TaintInputs taints;
+  taints.driver = "vfio.dra.io";
+  taints.now = "2026-11-28T00:00:00Z";
+  const auto slice_sizes = [](const DesiredPool& pool) {
+    std::vector<size_t> sizes;
+    for (const auto& slice : pool.slices) {
+      if (!slice.devices.empty()) sizes.push_back(slice.devices.size());
+    }
+    std::sort(sizes.rbegin(), sizes.rend());
+    return sizes;
+  };
+  const auto causes = [](const DesiredPool& pool, const std::string& device) {
+    std::vector<std::string> out;
+    const SliceDevice* found = FindDevice(pool, device);
+    if (found == nullptr) return std::vector<std::string>{"not published"};
+    for (const DeviceTaint& taint : found->taints) out.push_back(taint.key + " " + taint.effect);
+    return out;
+  };
+
+  const PublishablePool v135 = BuildPublishablePool(
+      *scan, {"node-1", "vfio.dra.io", ServerProfile{"v1", 35, false}}, maxima, &taints);
+  ASSERT_TRUE(v135.valid.ok()) << v135.valid.error().message;
+  EXPECT_EQ(slice_sizes(v135.pool), (std::vector<size_t>{64, 3}));
+  EXPECT_EQ(causes(v135.pool, "gpu-0000-01-00-0"),
+            std::vector<std::string>{"vfio.dra.io/unhealthy NoSchedule"});
+  EXPECT_EQ(causes(v135.pool, "gpu-0000-01-02-0"),
+            std::vector<std::string>{"vfio.dra.io/unmonitored None"});
+  EXPECT_EQ(v135.pool.taint_reasons.size(), 2u);
+
+  const PublishablePool v134 = BuildPublishablePool(
+      *scan, {"node-1", "vfio.dra.io", ServerProfile{"v1", 34, false}}, maxima, &taints);
+  ASSERT_TRUE(v134.valid.ok()) << v134.valid.error().message;
+  EXPECT_EQ(slice_sizes(v134.pool), std::vector<size_t>{67});
+  EXPECT_EQ(causes(v134.pool, "gpu-0000-01-00-0"),
+            std::vector<std::string>{"vfio.dra.io/unhealthy NoSchedule"});
+  EXPECT_TRUE(causes(v134.pool, "gpu-0000-01-02-0").empty());
+  EXPECT_EQ(v134.pool.taint_reasons.count("gpu-0000-01-02-0"), 0u);
 }
 
 TEST(SliceBuilder, AnEmptyNodeStillPublishesOneEmptySlice) {
