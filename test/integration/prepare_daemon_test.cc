@@ -18,6 +18,7 @@
 #include <fstream>
 #include <future>
 #include <iostream>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -580,6 +581,205 @@ TEST_F(PrepareDaemonTest, TheHealthStreamReportsPreparedDevicesThatBreak) {
   ASSERT_NE(other_vf, nullptr);
   EXPECT_EQ(other_vf->health(), v1::HEALTHY);
   EXPECT_THAT(daemon_->Log(), HasSubstr("device unhealthy"));
+}
+
+// Device taints (issue 45) through the daemon: the node changes the way the kernel (or an admin)
+// would, and the next check (--rescan-interval 1) publishes the taint and the health stream says
+// the same; both clear once the cause goes.
+using HealthMessage = KubeletSimulator::HealthMessage;
+
+// `name` as node1's slices list it (v1's flat fields, or v1beta1's basic); null when none does.
+json PublishedDevice(const std::vector<json>& slices, const std::string& name) {
+  for (const json& slice : slices) {
+    for (const json& device : slice["spec"].value("devices", json::array())) {
+      if (device.value("name", "") == name)
+        return device.contains("basic") ? device["basic"] : device;
+    }
+  }
+  return nullptr;
+}
+
+// The device's taint keyed `key`; null when it has none.
+json TaintOf(const json& device, const std::string& key) {
+  for (const json& taint : device.value("taints", json::array())) {
+    if (taint.value("key", "") == key) return taint;
+  }
+  return nullptr;
+}
+
+const v1::DeviceHealth* HealthOf(const HealthMessage& m, const std::string& device) {
+  for (const auto& d : m.devices()) {
+    if (d.device().device_name() == device) return &d;
+  }
+  return nullptr;
+}
+
+struct TaintCase {
+  std::string device;
+  std::string cause, value, effect;  // the taint is keyed vfio.dra.io/<cause>
+  std::string reason;                // what the health stream's message holds
+  std::function<void()> start, end;  // make the cause, take it away
+};
+
+class DeviceTaintTest : public PrepareDaemonTest {
+ protected:
+  void SetUp() override {
+    PrepareDaemonTest::SetUp();
+    every_instance_args_ = {"--rescan-interval", "1"};
+  }
+  std::string Devices() const { return dir_ + "/sys/bus/pci/devices/"; }
+  // Waits for the device to be published with (or without) the case's taint; the published
+  // taint (null when untainted), or nothing when the wait timed out.
+  std::optional<json> WaitForTaint(const TaintCase& c, bool tainted) {
+    json found;
+    const std::string key = std::string(kDriver) + "/" + c.cause;
+    const bool seen = server_->WaitForSlices(
+        [&](const std::vector<json>& slices) {
+          const json device = PublishedDevice(slices, c.device);
+          if (device.is_null()) return false;
+          found = TaintOf(device, key);
+          return found.is_null() != tainted;
+        },
+        std::chrono::seconds(30));
+    if (!seen) return std::nullopt;
+    return found;
+  }
+  // Waits for the health stream to report the device with `health` and a message that holds
+  // (or, without `with_reason`, does not hold) the case's reason.
+  void ExpectHealth(const TaintCase& c, v1::HealthStatus health, bool with_reason) {
+    auto watched = sim_.WatchHealth(
+        plugin_,
+        [&](const HealthMessage& m) {
+          const auto* d = HealthOf(m, c.device);
+          return d != nullptr && d->health() == health &&
+                 (d->message().find(c.reason) != std::string::npos) == with_reason;
+        },
+        std::chrono::seconds(30));
+    ASSERT_TRUE(watched.ok()) << c.device << ": " << watched.error().message << daemon_->Log();
+  }
+  // The case's taint appears in the slice and the health stream, and both clear once it ends.
+  void ExpectTaintComesAndGoes(const TaintCase& c) {
+    SCOPED_TRACE(c.cause + " on " + c.device);
+    ASSERT_TRUE(WaitForTaint(c, false).has_value()) << daemon_->Log();
+    c.start();
+    const std::optional<json> tainted = WaitForTaint(c, true);
+    ASSERT_TRUE(tainted.has_value())
+        << PublishedDevice(server_->Slices(), c.device).dump() << daemon_->Log();
+    const json& taint = *tainted;
+    EXPECT_EQ(taint.value("value", ""), c.value);
+    EXPECT_EQ(taint.value("effect", ""), c.effect);
+    EXPECT_THAT(taint.value("timeAdded", ""),
+                ::testing::MatchesRegex("[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z"));
+    ExpectHealth(c, c.effect == "NoSchedule" ? v1::UNHEALTHY : v1::HEALTHY, true);
+
+    c.end();
+    ASSERT_TRUE(WaitForTaint(c, false).has_value())
+        << PublishedDevice(server_->Slices(), c.device).dump() << daemon_->Log();
+    ExpectHealth(c, v1::HEALTHY, false);
+  }
+};
+
+TEST_F(DeviceTaintTest, AerFatalUnreadableAerAndPfLinkDownTaintAndClear) {
+  StartDaemon();
+  const std::string aer = Devices() + "0000:01:00.0/aer_dev_fatal";
+  const std::string operstate = Devices() + "0000:5e:00.0/net/ens1f0/operstate";
+  const auto write = [](const std::string& path, const std::string& text) {
+    std::ofstream(path, std::ios::trunc) << text;
+  };
+  ExpectTaintComesAndGoes({"gpu-0000-01-00-0", "unhealthy", "aer-fatal", "NoSchedule",
+                           "PCI function 0000:01:00.0 has counted 1 fatal PCIe error(s)",
+                           [&] { write(aer, "Undefined 0\nDLP 1\nSDES 0\nTOTAL_ERR_FATAL 1\n"); },
+                           [&] { write(aer, "Undefined 0\nDLP 0\nSDES 0\nTOTAL_ERR_FATAL 0\n"); }});
+  ExpectTaintComesAndGoes({"gpu-0000-01-00-0", "unmonitored", "aer-unreadable", "None",
+                           "cannot monitor PCI function 0000:01:00.0",
+                           [&] { write(aer, "Undefined 0\nTOTAL_ERR_FATAL many\n"); },
+                           [&] { write(aer, "Undefined 0\nTOTAL_ERR_FATAL 0\n"); }});
+  // The PF's link is down: each of its VFs passes no traffic, but may still be given out.
+  ExpectTaintComesAndGoes({"vf-0000-5e-02-1", "degraded", "pf-link-down", "None",
+                           "the link of PF 0000:5e:00.0 (ens1f0) is down",
+                           [&] { write(operstate, "down\n"); }, [&] { write(operstate, "up\n"); }});
+}
+
+// A VF that a prepared claim holds goes with its PF's sriov_numvfs: it stays published, tainted
+// lost, until the claim is unprepared; then it is dropped and nothing of the claim is left.
+TEST_F(DeviceTaintTest, AHeldVfThatGoesStaysTaintedLostUntilItsClaimIsUnprepared) {
+  const std::string uid = "44444444-0000-4000-8000-000000000001";
+  server_->PutClaim(Claim("nic", uid, {{"nic", "vf-0000-5e-02-1"}}));
+  StartDaemon();
+  ASSERT_EQ(sim_.Prepare(plugin_, {{"vms", "nic", uid}})->claims().at(uid).error(), "");
+  const TaintCase lost{"vf-0000-5e-02-1", "lost", "vf-removed", "NoSchedule", "is gone", {}, {}};
+  ASSERT_TRUE(WaitForTaint(lost, false).has_value()) << daemon_->Log();
+  {
+    SimulatedKernel kernel(dir_ + "/sys", dir_ + "/dev");
+    ASSERT_EQ(kernel.Write(Devices() + "0000:5e:00.0/sriov_numvfs", "0"), 0);
+  }
+  const std::optional<json> tainted = WaitForTaint(lost, true);
+  ASSERT_TRUE(tainted.has_value()) << daemon_->Log();
+  const json& taint = *tainted;
+  EXPECT_EQ(taint.value("value", ""), "vf-removed");
+  EXPECT_EQ(taint.value("effect", ""), "NoSchedule");
+  EXPECT_FALSE(taint.value("timeAdded", "").empty());
+  const std::vector<json> slices = server_->Slices();
+  EXPECT_FALSE(PublishedDevice(slices, "vf-0000-5e-02-1").contains("consumesCounters"));
+  EXPECT_TRUE(PublishedDevice(slices, "vf-0000-5e-02-0").is_null()) << "no claim holds it";
+  ExpectHealth(lost, v1::UNHEALTHY, true);
+
+  auto unprepared = sim_.Unprepare(plugin_, {{"vms", "nic", uid}});
+  ASSERT_TRUE(unprepared.ok()) << unprepared.error().message;
+  EXPECT_EQ(unprepared->claims().at(uid).error(), "") << daemon_->Log();
+  EXPECT_TRUE(server_->WaitForSlices(
+      [](const std::vector<json>& s) { return PublishedDevice(s, "vf-0000-5e-02-1").is_null(); },
+      std::chrono::seconds(30)))
+      << daemon_->Log();
+  EXPECT_TRUE(CdiFiles().empty());
+  EXPECT_TRUE(Checkpoint()["claims"].empty()) << Checkpoint().dump();
+}
+
+// The GPU's IOMMU group holds a USB controller no driver had; once the host binds it, the
+// published GPU stays published, tainted group-unsafe, and a prepare of it is refused with the
+// reason; unbound again, the taint goes and the GPU can be prepared.
+TEST_F(DeviceTaintTest, AGroupThatGainsAHostFunctionTaintsItsDeviceAndRefusesItsPrepare) {
+  PciSpec usb = MakePciSpec("0000:01:01.0", 0x1b21, 0x2142, 0x0c0330, "xhci_hcd", 10, 0);
+  SysfsFixture(dir_ + "/sys").AddPci(usb);
+  const std::string xhci = dir_ + "/sys/bus/pci/drivers/xhci_hcd/";
+  // The simulated kernel records xhci_hcd as the function's host driver on its first use.
+  ASSERT_EQ(SimulatedKernel(dir_ + "/sys", dir_ + "/dev").Write(xhci + "unbind", "0000:01:01.0"),
+            0);
+  const std::string uid = "44444444-0000-4000-8000-000000000002";
+  server_->PutClaim(Claim("gpu", uid, {{"gpu", "gpu-0000-01-00-0"}}));
+  StartDaemon();
+  const TaintCase unsafe{"gpu-0000-01-00-0",
+                         "group-unsafe",
+                         "host-function-in-group",
+                         "NoSchedule",
+                         "0000:01:01.0",
+                         {},
+                         {}};
+  ASSERT_TRUE(WaitForTaint(unsafe, false).has_value()) << daemon_->Log();
+  ASSERT_EQ(SimulatedKernel(dir_ + "/sys", dir_ + "/dev").Write(xhci + "bind", "0000:01:01.0"), 0);
+  const std::optional<json> tainted = WaitForTaint(unsafe, true);
+  ASSERT_TRUE(tainted.has_value()) << daemon_->Log();
+  const json& taint = *tainted;
+  EXPECT_EQ(taint.value("value", ""), "host-function-in-group");
+  EXPECT_EQ(taint.value("effect", ""), "NoSchedule");
+  EXPECT_FALSE(taint.value("timeAdded", "").empty());
+  ExpectHealth(unsafe, v1::UNHEALTHY, true);
+
+  auto refused = sim_.Prepare(plugin_, {{"vms", "gpu", uid}});
+  ASSERT_TRUE(refused.ok()) << refused.error().message;
+  EXPECT_THAT(refused->claims().at(uid).error(),
+              HasSubstr("is tainted vfio.dra.io/group-unsafe: its IOMMU group holds a function "
+                        "the host uses"));
+  EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
+  EXPECT_EQ(Driver("0000:01:01.0"), "xhci_hcd");
+
+  ASSERT_EQ(SimulatedKernel(dir_ + "/sys", dir_ + "/dev").Write(xhci + "unbind", "0000:01:01.0"),
+            0);
+  ASSERT_TRUE(WaitForTaint(unsafe, false).has_value()) << daemon_->Log();
+  ExpectHealth(unsafe, v1::HEALTHY, false);
+  EXPECT_EQ(sim_.Prepare(plugin_, {{"vms", "gpu", uid}})->claims().at(uid).error(), "");
+  EXPECT_EQ(sim_.Unprepare(plugin_, {{"vms", "gpu", uid}})->claims().at(uid).error(), "");
+  EXPECT_TRUE(Checkpoint()["claims"].empty());
 }
 
 // The API server misbehaves the whole time (dropped connections, 500s, 429 with Retry-After,
