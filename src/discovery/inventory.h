@@ -79,7 +79,10 @@ struct PciFunction {
   std::optional<int64_t> aer_fatal_errors;
   std::string aer_unreadable;  // aer_dev_fatal exists but could not be read: why
   bool link_down = false;      // an SR-IOV PF whose network interfaces all report link down
-  std::string modalias;        // "pci:v...d...sv...sd...bc..sc..i..", as the kernel writes it
+  // A function a prepared claim holds, found on a driver that is neither the VFIO driver prepare
+  // bound it to nor the one it had before (ScanNode sets it; the scan alone cannot know).
+  std::string foreign_driver;
+  std::string modalias;  // "pci:v...d...sv...sd...bc..sc..i..", as the kernel writes it
   VfioDriverChoice vfio_driver;
 
   uint32_t BaseClass() const { return class_code >> 16; }

@@ -18,10 +18,19 @@ std::shared_ptr<const NodeScan> ScanNode(const sysfs::SysfsReader& sysfs, PciNam
   }
   for (const auto& [address, managed] : context.managed) {
     auto it = scan->inventory.functions.find(address);
+    if (it == scan->inventory.functions.end()) continue;
+    PciFunction& fn = it->second;
+    // Someone bound a function a claim holds to a third driver: the VM has lost it. On its
+    // original driver it is between the steps of a prepare or an unprepare, or back after a
+    // reboot, and on none it is mid-switch: neither says anything is wrong.
+    if (!fn.driver.empty() && fn.driver != managed.vfio_driver &&
+        fn.driver != managed.original_driver) {
+      fn.foreign_driver = fn.driver;
+    }
     // Only while the VFIO driver holds it: after a reboot the function is back on its own driver.
-    if (it == scan->inventory.functions.end() || it->second.driver != managed.vfio_driver) continue;
-    it->second.driver = managed.original_driver;
-    it->second.bound_by_vfio_dra = true;
+    if (fn.driver != managed.vfio_driver) continue;
+    fn.driver = managed.original_driver;
+    fn.bound_by_vfio_dra = true;
   }
   scan->selection = SelectDevices(scan->inventory, policy);
   return scan;
@@ -35,8 +44,12 @@ Sha256 Fingerprint(const NodeScan& scan) {
   // sees an AER count or a PF link change would not be handed on, and no taint would follow.
   nlohmann::json health = nlohmann::json::object();
   for (const auto& [address, fn] : scan.inventory.functions) {
-    if (!fn.aer_fatal_errors && fn.aer_unreadable.empty() && !fn.link_down) continue;
-    health[address] = {fn.aer_fatal_errors.value_or(-1), fn.aer_unreadable, fn.link_down};
+    if (!fn.aer_fatal_errors && fn.aer_unreadable.empty() && !fn.link_down &&
+        fn.foreign_driver.empty()) {
+      continue;
+    }
+    health[address] = {fn.aer_fatal_errors.value_or(-1), fn.aer_unreadable, fn.link_down,
+                       fn.foreign_driver};
   }
   json["health"] = std::move(health);
   return Sha256Of(json.dump());

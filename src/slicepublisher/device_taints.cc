@@ -43,9 +43,16 @@ std::vector<Cause> CausesOf(const SliceDevice& device, const discovery::NodeScan
   std::optional<std::string> fatal;
   std::optional<std::string> unreadable;
   std::optional<std::string> link;
+  std::optional<std::string> rebound;
   for (const std::string& address : FunctionsOf(device, scan)) {
     const PciFunction* fn = scan.inventory.Find(address);
     if (fn == nullptr) continue;
+    if (!rebound && !fn->foreign_driver.empty()) {
+      rebound = fmt::format(
+          "PCI function {}, prepared for a claim, was bound to {} outside vfio-dra: the VM using "
+          "it has lost it; unprepare the claim (delete the pod) and check who bound it",
+          address, fn->foreign_driver);
+    }
     if (!fatal && fn->aer_fatal_errors.value_or(0) > 0) {
       fatal = fmt::format(
           "PCI function {} has counted {} fatal PCIe error(s) (aer_dev_fatal): a VM given it "
@@ -65,7 +72,12 @@ std::vector<Cause> CausesOf(const SliceDevice& device, const discovery::NodeScan
                          pf->address, netdevs, address);
     }
   }
-  if (fatal) causes.push_back({taint::kUnhealthy, "aer-fatal", kEffectNoSchedule, *fatal});
+  // One key, one cause: a function on a foreign driver says more than an AER count.
+  if (rebound) {
+    causes.push_back({taint::kUnhealthy, "driver-changed", kEffectNoSchedule, *rebound});
+  } else if (fatal) {
+    causes.push_back({taint::kUnhealthy, "aer-fatal", kEffectNoSchedule, *fatal});
+  }
   if (link) causes.push_back({taint::kDegraded, "pf-link-down", kEffectNone, *link});
   if (unreadable) {
     causes.push_back({taint::kUnmonitored, "aer-unreadable", kEffectNone, *unreadable});

@@ -7,7 +7,9 @@
 //                             the group would take that function from the host. Kept published,
 //                             tainted, while it was published before; prepare refuses it.
 //   unhealthy     NoSchedule  fatal PCIe errors counted by AER (aer_dev_fatal) on one of its
-//                             functions; clears when the function is re-enumerated.
+//                             functions (the count starts again at 0 when the function is
+//                             re-enumerated), or (driver-changed) a function a prepared claim
+//                             holds was bound to another driver outside vfio-dra.
 //   degraded      None        the PF of a VF (or vGPU VF) has its link down.
 //   unmonitored   None        its AER counters exist but cannot be read.
 // The plugin never sets NoExecute: evicting running VMs is the admin's decision (DeviceTaintRule).

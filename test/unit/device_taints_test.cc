@@ -31,7 +31,7 @@ class DeviceTaintsTest : public ::testing::Test {
   DesiredPool Build(const std::string& now, const PackedDeviceTable* published = nullptr,
                     std::set<std::string> held = {}, int minor = 37) {
     sysfs::SysfsReader sysfs(node_.sysfs_root());
-    scan_ = discovery::ScanNode(sysfs, nullptr, {});
+    scan_ = discovery::ScanNode(sysfs, nullptr, {}, context_);
     TaintInputs taints;
     taints.driver = kDriver;
     taints.now = now;
@@ -67,7 +67,14 @@ class DeviceTaintsTest : public ::testing::Test {
            "-" + address.substr(11, 1);
   }
 
+  void BindTo(const std::string& address, const std::string& driver) {
+    const std::string link = node_.sysfs_root() + "/bus/pci/devices/" + address + "/driver";
+    std::filesystem::remove(link);
+    std::filesystem::create_symlink("../../../../bus/pci/drivers/" + driver, link);
+  }
+
   FixtureNode node_{"vm-host"};
+  discovery::ScanContext context_;
   std::shared_ptr<const discovery::NodeScan> scan_;
 };
 
@@ -178,6 +185,29 @@ TEST_F(DeviceTaintsTest, AGroupThatGainsAHostFunctionTaintsItsPublishedDeviceGro
   std::filesystem::remove(node_.sysfs_root() + "/kernel/iommu_groups/10/devices/0000:01:00.2");
   const PackedDeviceTable tainted = Table(after);
   EXPECT_TRUE(Find(Build("2026-11-28T01:00:09Z", &tainted), kGpu)->taints.empty());
+}
+
+// A claim's GPU that someone binds to a third driver: the VM lost it. Its own driver (between
+// prepare's steps, or after a reboot) and no driver (mid-switch) are not that.
+TEST_F(DeviceTaintsTest, AHeldFunctionBoundToAThirdDriverTaintsItsDeviceDriverChanged) {
+  context_.managed["0000:01:00.0"] = {"nvidia", "vfio-pci"};
+  context_.managed["0000:01:00.1"] = {"snd_hda_intel", "vfio-pci"};
+  BindTo("0000:01:00.0", "vfio-pci");
+  BindTo("0000:01:00.1", "vfio-pci");
+  EXPECT_TRUE(Find(Build("2026-11-28T01:00:00Z"), kGpu)->taints.empty());
+  BindTo("0000:01:00.0", "nvidia");
+  EXPECT_TRUE(Find(Build("2026-11-28T01:00:00Z"), kGpu)->taints.empty()) << "its own driver";
+  std::filesystem::remove(node_.sysfs_root() + "/bus/pci/devices/0000:01:00.0/driver");
+  EXPECT_TRUE(Find(Build("2026-11-28T01:00:00Z"), kGpu)->taints.empty()) << "mid-switch";
+
+  BindTo("0000:01:00.0", "vfio-pci");
+  BindTo("0000:01:00.1", "some_other_audio");
+  const DesiredPool pool = Build("2026-11-28T01:00:02Z");
+  ASSERT_EQ(Find(pool, kGpu)->taints.size(), 1u);
+  EXPECT_EQ(Find(pool, kGpu)->taints[0], (DeviceTaint{"vfio.dra.io/unhealthy", "driver-changed",
+                                                      kEffectNoSchedule, "2026-11-28T01:00:02Z"}));
+  EXPECT_THAT(pool.taint_reasons.at(kGpu),
+              HasSubstr("0000:01:00.1, prepared for a claim, was bound to some_other_audio"));
 }
 
 TEST(DeviceTaintRules, TheValidatorAppliesTheServersRules) {
