@@ -416,8 +416,10 @@ Status SliceReconciler::Sync() {
     publishable = BuildPublishablePool(*scan_, {options_.node_name, options_.driver, profile},
                                        maxima_, &taints);
   }
+  // Logged when a device gains taints, not at every sync that keeps them.
   for (const auto& [device, reason] : publishable.pool.taint_reasons) {
-    if (!published || !published->Find(device) || published->Find(device)->taints.empty()) {
+    const std::optional<SliceDevice> before = published ? published->Find(device) : std::nullopt;
+    if (!before || before->taints.empty()) {
       log_.Warn("device tainted", {{"device", device}, {"reason", reason}});
     }
   }
