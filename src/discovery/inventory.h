@@ -130,7 +130,8 @@ struct Inventory {
   std::vector<MdevParent> mdev_parents;  // sorted by name
   bool iommu_enabled = false;            // kernel/iommu_groups has entries
   // Every function the bus lists, readable or not, sorted: whether a function is still there
-  // when `functions` holds only part of the node (slice_builder.h's BuilderInput).
+  // when `functions` holds only part of the node (slice_builder.h's BuilderInput). A function
+  // that left the bus while the scan read it is not listed.
   std::vector<std::string> listed;
   std::vector<std::string> warnings;  // one per entry that was skipped
 

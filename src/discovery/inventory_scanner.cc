@@ -257,7 +257,6 @@ std::map<std::string, int> ReadFunctions(const sysfs::SysfsReader& sysfs, PciNam
 
   for (size_t i = 0; i < count; ++i) {
     const std::string& entry = (*entries)[i];
-    if (addresses[i].has_value()) inventory.listed.push_back(*addresses[i]);
     if (!addresses[i].has_value()) {
       inventory.warnings.push_back("skipping " + sysfs.Path("bus/pci/devices/" + entry) + ": " +
                                    read[i]->error().message);
@@ -265,6 +264,17 @@ std::map<std::string, int> ReadFunctions(const sysfs::SysfsReader& sysfs, PciNam
     }
     const std::string& address = *addresses[i];
     Result<PciFunction>& fn = *read[i];
+    // The kernel takes a removed function off the bus listing before it removes its directory, so
+    // a removal that overlaps the scan shows as a function listed and then not there. It is gone,
+    // not unreadable: a claim's device on it is lost (device_taints.h). The warning stands, so the
+    // next check scans again and sees the bus without it.
+    if (!fn.ok() && !sysfs.Exists("bus/pci/devices/" + entry)) {
+      inventory.warnings.push_back(
+          "PCI function " + address +
+          " went away while it was read (removed or hot-unplugged): " + fn.error().message);
+      continue;
+    }
+    inventory.listed.push_back(address);
     if (!fn.ok()) {
       inventory.warnings.push_back("skipping PCI function " + address + ": " + fn.error().message);
       if (auto group = ReadGroupLink(sysfs, "bus/pci/devices/" + entry + "/iommu_group");

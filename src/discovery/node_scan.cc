@@ -52,6 +52,13 @@ Sha256 Fingerprint(const NodeScan& scan) {
                        fn.foreign_driver};
   }
   json["health"] = std::move(health);
+  // A function listed but unreadable is still there, and one that has since left the bus is gone:
+  // a claim's device on it is kept as it was or tainted lost, so the two must not look the same.
+  nlohmann::json unreadable = nlohmann::json::array();
+  for (const std::string& address : scan.inventory.listed) {
+    if (!scan.inventory.functions.contains(address)) unreadable.push_back(address);
+  }
+  json["unreadable"] = std::move(unreadable);
   return Sha256Of(json.dump());
 }
 

@@ -304,5 +304,25 @@ TEST(NodeScanFingerprint, FollowsAerCountsAndPfLinks) {
   EXPECT_EQ(fingerprint(), clean);
 }
 
+// A removal that overlapped a scan can leave a function listed but unreadable in one scan and
+// off the bus in the next. Both have it missing from the functions; only the second lets a
+// claim's device on it be tainted lost, so the rescan must be handed on (it was not: the e2e
+// hot-remove scenario's hostdev stayed untainted).
+TEST(NodeScanFingerprint, TellsAnUnreadableFunctionFromAGoneOne) {
+  FixtureNode node("vm-host");
+  sysfs::SysfsReader sysfs(node.sysfs_root());
+  const std::string devices = node.sysfs_root() + "/bus/pci/devices/";
+  const auto scan = [&] { return ScanNode(sysfs, nullptr, AdminPolicy{}); };
+  const std::string dir = std::filesystem::canonical(devices + "0000:01:00.0").string();
+  std::filesystem::remove(dir + "/modalias");
+  const auto unreadable = scan();
+  ASSERT_EQ(unreadable->inventory.Find("0000:01:00.0"), nullptr);
+  ASSERT_TRUE(unreadable->inventory.Listed("0000:01:00.0"));
+  std::filesystem::remove(devices + "0000:01:00.0");
+  const auto gone = scan();
+  ASSERT_FALSE(gone->inventory.Listed("0000:01:00.0"));
+  EXPECT_NE(Fingerprint(*gone), Fingerprint(*unreadable));
+}
+
 }  // namespace
 }  // namespace vfio_dra::discovery

@@ -159,6 +159,7 @@ TEST(Inventory, MalformedEntriesAreSkippedWithOneWarningEach) {
   const Inventory inv = node.Scan();
   EXPECT_EQ(inv.Find("0000:01:00.0"), nullptr);
   EXPECT_EQ(inv.Find("0000:04:00.0"), nullptr);
+  EXPECT_TRUE(inv.Listed("0000:01:00.0")) << "unreadable, but still there";
   EXPECT_NE(inv.Find("0000:01:00.1"), nullptr);
   EXPECT_EQ(inv.functions.size(), 10u);
   ASSERT_EQ(inv.warnings.size(), 4u);
@@ -171,6 +172,22 @@ TEST(Inventory, MalformedEntriesAreSkippedWithOneWarningEach) {
   EXPECT_THAT(inv.warnings[3], HasSubstr("skipping mdev type nvidia-2 of 0000:02:00.0"));
   ASSERT_EQ(inv.mdev_parents.size(), 1u);
   EXPECT_EQ(inv.mdev_parents[0].types.size(), 1u);
+}
+
+// The kernel takes a removed function off the bus listing before its directory goes: a scan that
+// overlaps the removal lists the function and then cannot open it. That function is gone, not
+// unreadable (a listed one keeps a claim's device published as it was; device_taints.h).
+TEST(Inventory, AFunctionThatLeavesTheBusWhileReadIsNotListed) {
+  FixtureNode node("workstation");
+  SysfsFixture fx(node.sysfs_root());
+  // The bus's entry outlives its target: the state a scan meets between listing and opening.
+  std::filesystem::remove_all(node.sysfs_root() + "/devices/pci0000:00/0000:00:01.0/0000:01:00.1");
+  const Inventory inv = node.Scan();
+  EXPECT_EQ(inv.Find("0000:01:00.1"), nullptr);
+  EXPECT_FALSE(inv.Listed("0000:01:00.1"));
+  EXPECT_TRUE(inv.Listed("0000:01:00.0"));
+  ASSERT_EQ(inv.warnings.size(), 1u) << "the scan is incomplete: the next check scans again";
+  EXPECT_THAT(inv.warnings[0], HasSubstr("PCI function 0000:01:00.1 went away while it was read"));
 }
 
 TEST(Inventory, ADanglingIommuGroupLinkDoesNotCrash) {
