@@ -26,6 +26,10 @@ TEST_PACKAGES=(
   mmdebstrap umoci skopeo podman
   # the real-kernel VM node (test/e2e-vm/prepare-vm.sh adds the kernel itself and its headers)
   qemu-system-x86 busybox-static kmod cpio xz-utils make gcc
+  # the real node's container runtime (hack/node-runtime-binaries.sh builds runc with seccomp;
+  # pkg-config is in PACKAGES), its CNI plugins (/usr/lib/cni) and socat for the kubelet's
+  # port-forward
+  libseccomp-dev containernetworking-plugins socat
 )
 
 if [ "${1:-}" != "--build-only" ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi
