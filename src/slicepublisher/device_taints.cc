@@ -149,9 +149,16 @@ std::vector<SliceDevice> KeptDevices(const discovery::NodeScan& scan, const Tain
                vf ? "a VF goes when its PF lowers sriov_numvfs" : "removed or hot-unplugged")});
     } else {
       auto decision = scan.selection.functions.find(address);
-      if (decision == scan.selection.functions.end() || !decision->second.group_unsafe) return;
-      causes.push_back({taint::kGroupUnsafe, "host-function-in-group", kEffectNoSchedule,
-                        "not handed out: " + decision->second.reason});
+      if (decision != scan.selection.functions.end() && decision->second.group_unsafe) {
+        causes.push_back({taint::kGroupUnsafe, "host-function-in-group", kEffectNoSchedule,
+                          "not handed out: " + decision->second.reason});
+      } else if (inputs.held.count(published.name) == 0) {
+        return;
+      }
+      // Otherwise a claim holds a device that is there but not built now: a VF the kernel is
+      // removing (its physfn link goes before the VF does), or one the policy stopped selecting.
+      // It stays as published until the claim is unprepared, so that a removal the next scan
+      // sees finished still finds it here and taints it lost instead of it just vanishing.
       for (Cause& cause : CausesOf(published, scan)) causes.push_back(std::move(cause));
     }
     // Apply finds this very device among the published ones and keeps its taints' times.

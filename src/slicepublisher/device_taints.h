@@ -51,8 +51,9 @@ struct TaintInputs {
 void TaintDevice(SliceDevice& device, const discovery::NodeScan& scan, const TaintInputs& inputs,
                  std::map<std::string, std::string>& reasons);
 
-// Published devices that the scan no longer yields but that stay, tainted (lost while held,
-// group-unsafe), without their counter consumptions: no one can be given them, and the counter
+// Published devices that the scan no longer yields but that stay: tainted (lost while held,
+// group-unsafe), or as they were while a prepared claim holds them (a VF the kernel is removing,
+// a device the policy stopped selecting); all without their counter consumptions, as the counter
 // sets they used may be gone. `built` names the devices the builder made.
 std::vector<SliceDevice> KeptDevices(const discovery::NodeScan& scan, const TaintInputs& inputs,
                                      const std::set<std::string>& built,

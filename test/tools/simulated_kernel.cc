@@ -891,12 +891,17 @@ void SimulatedKernel::RecomputeCreatableVgpuTypes(const std::string& pf) {
 void SimulatedKernel::DisableVfs(const std::string& address) {
   const std::string dir = DeviceDir(address);
   const int current = ParseInt(ReadText(Abs(dir + "/sriov_numvfs")), 0);
+  // As pci_iov_remove_virtfn does it, VF by VF: the PF's virtfnN link and the VF's physfn link
+  // go first, then the VF is stopped (its driver lets go) and removed. In between, a reader finds
+  // the VF on the bus, on its driver, but no longer linked to its PF.
   for (int i = 0; i < current; ++i) {
     const std::string link = dir + "/virtfn" + std::to_string(i);
     std::error_code ec;
     const fs::path vf_real = fs::canonical(Abs(link), ec);
-    if (!ec) RemoveFunction(vf_real.filename().string());
     fs::remove(Abs(link));
+    if (ec) continue;
+    fs::remove(vf_real / "physfn");
+    RemoveFunction(vf_real.filename().string());
   }
   if (current != 0) WriteText(Abs(dir + "/sriov_numvfs"), "0\n");
 }

@@ -165,6 +165,38 @@ TEST_F(DeviceTaintsTest, AGoneVfStaysTaintedOnlyWhileAClaimHoldsIt) {
       << "a gone device no claim holds goes at once";
 }
 
+// The kernel removes a VF in steps (pci_iov_remove_virtfn): the PF's virtfnN link and the VF's
+// physfn link go, then the VF's driver lets go, then the VF leaves the bus. A scan between the
+// first and last step finds a function that is no VF of the PF any more. A claim's VF must not be
+// dropped then: the next scan, which finds it gone, could no longer taint it lost (the e2e
+// hot-remove scenario met this on the QEMU node).
+TEST_F(DeviceTaintsTest, AHeldVfHalfWayThroughItsRemovalStaysAndIsTaintedLostOnceGone) {
+  const DesiredPool before = Build("2026-11-28T01:00:00Z");
+  const std::string pf_dir = node_.sysfs_root() + "/bus/pci/devices/0000:5e:00.0";
+  const std::string address = scan_->inventory.Find("0000:5e:00.0")->sriov_pf->vfs.at(1);
+  const std::string vf = Vf(address);
+  ASSERT_NE(Find(before, vf), nullptr);
+  const PackedDeviceTable published = Table(before);
+  std::filesystem::remove(pf_dir + "/virtfn1");
+  std::filesystem::remove(node_.sysfs_root() + "/bus/pci/devices/" + address + "/physfn");
+
+  const DesiredPool unlinked = Build("2026-11-28T01:00:01Z", &published, {vf});
+  ASSERT_TRUE(scan_->inventory.Listed(address));
+  ASSERT_NE(Find(unlinked, vf), nullptr) << "kept while held";
+  EXPECT_TRUE(Find(unlinked, vf)->taints.empty()) << "nothing is wrong with it yet";
+  EXPECT_EQ(Find(unlinked, vf)->attributes, Find(before, vf)->attributes);
+  EXPECT_EQ(Find(Build("2026-11-28T01:00:01Z", &published, {}), vf), nullptr)
+      << "one no claim holds is no longer offered";
+
+  const PackedDeviceTable still = Table(unlinked);
+  std::filesystem::remove_all(node_.sysfs_root() + "/bus/pci/devices/" + address);
+  const DesiredPool gone = Build("2026-11-28T01:00:02Z", &still, {vf});
+  ASSERT_NE(Find(gone, vf), nullptr);
+  EXPECT_EQ(Find(gone, vf)->taints,
+            (std::vector<DeviceTaint>{
+                {"vfio.dra.io/lost", "vf-removed", kEffectNoSchedule, "2026-11-28T01:00:02Z"}}));
+}
+
 TEST_F(DeviceTaintsTest, AGroupThatGainsAHostFunctionTaintsItsPublishedDeviceGroupUnsafe) {
   const DesiredPool before = Build("2026-11-28T01:00:00Z");
   ASSERT_NE(Find(before, kGpu), nullptr);
