@@ -159,7 +159,10 @@ class ControlPlane:
                 "-nodes", "-keyout", "apiserver.key", "-out", "apiserver.csr",
                 "-subj", "/CN=kube-apiserver", cwd=p)
         with open(os.path.join(p, "san.ext"), "w") as f:
-            f.write("subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\n"
+            # 10.0.0.1: the `kubernetes` Service's ClusterIP, which pods connect to; 10.0.2.100:
+            # where the real node in the VM reaches this server (test/real-node).
+            f.write("subjectAltName=IP:127.0.0.1,IP:10.0.0.1,IP:10.0.2.100,DNS:localhost,"
+                    "DNS:kubernetes.default.svc\n"
                     "extendedKeyUsage=serverAuth\n")
         openssl("x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
                 "-CAcreateserial", "-out", "apiserver.crt", "-days", "2", "-extfile", "san.ext",

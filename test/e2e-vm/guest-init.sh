@@ -2,7 +2,8 @@
 # Init of the real-kernel VM node. Mounts the host's file system read-only (9p tag "host") and a
 # writable results directory (tag "out"), then runs the program given on the kernel command line
 # (vfio_dra.run=<path on the host>) in a chroot of the host's file system, with the guest's
-# /proc, /sys and /dev, a tmpfs /run, and the results directory at /run/out. Its output goes to
+# /proc, /sys and /dev, a tmpfs /run, and the results directory at /run/out. With
+# vfio_dra.root=overlay on the command line the chroot is writable (changes stay in memory). Its output goes to
 # /run/out/guest.log and its exit code to /run/out/exit-code; then the VM powers off.
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
@@ -13,13 +14,23 @@ ip link set lo up
 while read -r ko; do insmod "/modules/$ko" || echo "guest-init: insmod $ko failed"; done </modules/order
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose host /host
 mount -t 9p -o trans=virtio,version=9p2000.L,rw out /out
-for d in proc sys dev; do mount --bind "/$d" "/host/$d"; done
-mount -t tmpfs -o mode=0755 tmpfs /host/run
-mkdir -p /host/run/out
-mount --bind /out /host/run/out
+ROOT=/host
+# vfio_dra.root=overlay: a writable root for the real node (kubelet and containerd write under
+# /var and /etc): the host's files below, the changes in the guest's memory, none on the host.
+if grep -q 'vfio_dra\.root=overlay' /proc/cmdline; then
+  mkdir -p /rw /merged
+  mount -t tmpfs -o mode=0755 tmpfs /rw
+  mkdir -p /rw/upper /rw/work
+  mount -t overlay overlay -o lowerdir=/host,upperdir=/rw/upper,workdir=/rw/work /merged
+  ROOT=/merged
+fi
+for d in proc sys dev; do mount --bind "/$d" "$ROOT/$d"; done
+mount -t tmpfs -o mode=0755 tmpfs "$ROOT/run"
+mkdir -p "$ROOT/run/out"
+mount --bind /out "$ROOT/run/out"
 RUN=$(sed -n 's/.*vfio_dra\.run=\([^ ]*\).*/\1/p' /proc/cmdline)
 echo "guest-init: running $RUN"
-chroot /host /bin/sh -c "cd / && exec $RUN" >/out/guest.log 2>&1
+chroot "$ROOT" /bin/sh -c "cd / && exec $RUN" >/out/guest.log 2>&1
 echo $? >/out/exit-code
 sync
 poweroff -f

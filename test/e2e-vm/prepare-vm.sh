@@ -100,12 +100,13 @@ if [[ ! -f netdevsim/netdevsim.ko ]]; then
   make -s -C "/usr/src/linux-headers-$KVER" M="$CACHE/netdevsim" modules >&2
 fi
 
-# The initramfs: busybox, the 9p modules (and what they need), and our init.
-if [[ ! -f initramfs.cpio.gz || "$HERE/guest-init.sh" -nt initramfs.cpio.gz ]]; then
+# The initramfs: busybox, the 9p and overlay modules (and what they need), and our init.
+if [[ ! -f initramfs.cpio.gz || "$HERE/guest-init.sh" -nt initramfs.cpio.gz ||
+  "$0" -nt initramfs.cpio.gz ]]; then
   log "building the initramfs"
   rm -rf initramfs && mkdir -p initramfs/{bin,dev,proc,sys,host,out,modules}
   cp /bin/busybox initramfs/bin/busybox
-  for module in virtio_pci 9pnet_virtio 9p; do
+  for module in virtio_pci 9pnet_virtio 9p overlay; do
     modprobe -d kernel -S "$KVER" --show-depends "$module" | awk '$1 == "insmod" {print $2}'
   done | awk '!seen[$0]++' >initramfs/modules/order
   while read -r ko; do

@@ -10,6 +10,13 @@
 # alone in its group (to pass through); an e1000e that stands for the node's own NIC; an e1000e
 # sharing a group with a second function that stays on its host driver; an NVMe controller with
 # SR-IOV (up to 4 VFs). No network. Nothing on this machine's /sys is touched.
+# For the real node (test/real-node), three settings from the environment:
+#   VFIO_DRA_VM_API_PORT=PORT  a virtio NIC (MAC 52:54:00:00:00:10) on QEMU's user network with
+#                              `restrict=on`: the guest reaches nothing but 10.0.2.100:6443, which
+#                              QEMU hands to socat, which connects to 127.0.0.1:PORT on this
+#                              machine (the API server); no packet leaves QEMU otherwise
+#   VFIO_DRA_VM_MEMORY=MiB     the guest's memory (default 1536)
+#   VFIO_DRA_VM_ROOT=overlay   a writable root in the guest's memory (guest-init.sh)
 set -euo pipefail
 mkdir -p "$1"
 OUT=$(realpath "$1")
@@ -26,16 +33,23 @@ echo "$KVER" >"$OUT/kernel-version"
 echo "$BUILD_DIR" >"$OUT/build-dir"
 echo "$SCENARIO" >"$OUT/scenario"
 realpath "$HERE/../.." >"$OUT/source-dir"
+net=(-nic none)
+if [[ -n "${VFIO_DRA_VM_API_PORT:-}" ]]; then
+  net=(-netdev "user,id=api,restrict=on,ipv6=off,guestfwd=tcp:10.0.2.100:6443-cmd:socat STDIO TCP:127.0.0.1:$VFIO_DRA_VM_API_PORT"
+    -device virtio-net-pci,netdev=api,bus=pcie.0,addr=0x6,mac=52:54:00:00:00:10)
+fi
+extra_append=""
+[[ -n "${VFIO_DRA_VM_ROOT:-}" ]] && extra_append=" vfio_dra.root=$VFIO_DRA_VM_ROOT"
 # QEMU's "nic has no peer" warnings are expected: the NICs are there to be passed through.
 # no_timer_check: under TCG on a loaded host the kernel's early check that the timer interrupt
 # arrives through the remapped IO-APIC can miss its window and panic ("timer doesn't work through
 # Interrupt-remapped IO-APIC", seen in a CI run); the timer works, only the check is too eager.
 timeout "${VFIO_DRA_E2E_VM_TIMEOUT:-600}" qemu-system-x86_64 \
-  -machine q35,kernel-irqchip=split -accel tcg -cpu max -smp 2 -m 1536 \
+  -machine q35,kernel-irqchip=split -accel tcg -cpu max -smp 2 -m "${VFIO_DRA_VM_MEMORY:-1536}" \
   -device intel-iommu,intremap=on,caching-mode=on \
-  -vga none -display none -serial "file:$OUT/console.log" -monitor none -no-reboot -nic none \
+  -vga none -display none -serial "file:$OUT/console.log" -monitor none -no-reboot "${net[@]}" \
   -kernel "$CACHE/kernel/boot/vmlinuz-$KVER" -initrd "$CACHE/initramfs.cpio.gz" \
-  -append "console=ttyS0 intel_iommu=on panic=-1 loglevel=4 no_timer_check vfio_dra.run=$PROGRAM" \
+  -append "console=ttyS0 intel_iommu=on panic=-1 loglevel=4 no_timer_check vfio_dra.run=$PROGRAM$extra_append" \
   -virtfs local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap \
   -virtfs "local,path=$OUT,mount_tag=out,security_model=none" \
   -device pcie-root-port,id=rp1,bus=pcie.0,chassis=1,addr=0x4.0,multifunction=on \
