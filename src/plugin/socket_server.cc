@@ -20,7 +20,6 @@
 
 #include "base/elastic_thread_pool.h"
 #include "base/file_io.h"
-#include "base/sha256.h"
 
 namespace vfio_dra::plugin {
 namespace {
@@ -256,30 +255,24 @@ Result<std::unique_ptr<SocketServer>> SocketServer::Start(
       return MakeError(ErrorKind::kInternal, "gRPC method " + method.path + " registered twice");
     }
   }
-  // gRPC binds the socket under a hidden name (the kubelet's plugin watcher skips dot files); it
-  // is renamed into place once it listens with its final mode, so whoever sees the name can
-  // connect at once. The hidden name has a fixed length, no longer than the final name of a
-  // DaemonSet's per-pod socket: a name built from the final one and the PID went past the 108
-  // bytes of a socket address in /var/lib/kubelet/plugins_registry once the host's PIDs reached
-  // seven digits (hostPID, pid_max 4194304). The digest of the name and the PID keeps two
-  // instances (and two sockets of one) apart, whichever PID namespace they run in.
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  const Sha256 digest = Sha256Of(path + "\n" + std::to_string(::getpid()));
-  std::string tag;
-  for (size_t i = 0; i < 6; ++i) tag += fmt::format("{:02x}", digest[i]);
-  const std::string temp = dir + "/.vfio-dra-" + tag;
+  // The socket is bound at its final name, as the kubelet's plugin watcher expects. It stats
+  // every name created in its directory before it looks at the name; a socket bound under a
+  // hidden name and renamed into place is gone by then, and the kubelet logged "Error when
+  // handling create event" on every start of the plugin. A connection tried in the instant
+  // between bind and listen is refused, and the kubelet's registration retries it. Connecting
+  // needs write permission, which the usual umask (022) leaves to the owner alone from the
+  // start; `mode` is set right after.
   constexpr size_t kMaxPath = sizeof(sockaddr_un::sun_path);
-  if (temp.size() >= kMaxPath || path.size() >= kMaxPath) {
+  if (path.size() >= kMaxPath) {
     return MakeError(ErrorKind::kInvalidArgument,
                      fmt::format("unix socket path {} is too long: a socket path must be shorter "
-                                 "than {} bytes, and so must its directory plus 23 (the "
-                                 "temporary name while binding); use a shorter directory",
+                                 "than {} bytes; use a shorter directory",
                                  path, kMaxPath));
   }
   auto dispatcher =
       std::make_unique<GenericDispatcher>(std::move(table), thread_name, std::move(log));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + temp, grpc::InsecureServerCredentials());
+  builder.AddListeningPort("unix:" + path, grpc::InsecureServerCredentials());
   builder.RegisterCallbackGenericService(dispatcher.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxMessageBytes));
   builder.SetMaxSendMessageSize(static_cast<int>(kMaxMessageBytes));
@@ -291,19 +284,16 @@ Result<std::unique_ptr<SocketServer>> SocketServer::Start(
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) {
     return MakeError(ErrorKind::kUnavailable,
-                     "cannot listen on unix socket " + temp + " (is the directory writable?)");
+                     "cannot listen on unix socket " + path + " (is the directory writable?)");
   }
   std::unique_ptr<SocketServer> result(new SocketServer(std::move(dispatcher), std::move(server)));
   auto fail = [&](const std::string& what) -> Error {
     const int err = errno;
     result->Shutdown(std::chrono::milliseconds(0));
-    ::unlink(temp.c_str());
+    ::unlink(path.c_str());
     return MakeError(ErrorKind::kUnavailable, what + ": " + ErrnoText(err));
   };
-  if (::chmod(temp.c_str(), mode) != 0) return fail("cannot set the mode of " + temp);
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    return fail("cannot put socket " + path + " in place");
-  }
+  if (::chmod(path.c_str(), mode) != 0) return fail("cannot set the mode of " + path);
   return result;
 }
 

@@ -7,8 +7,9 @@
 // (GRPC_ARG_MAX_CONNECTION_IDLE_MS: kubelet 1.34.0 deadlocks when its own 30-minute idle timer
 // takes the connection to the plugin idle; a connection the server ends is an ordinary reconnect
 // for it).
-// Invariants: the socket file appears only once it accepts connections, with its final mode
-// (bound under a hidden name, then renamed); at most kMaxRunningCalls handlers run at once,
+// Invariants: the socket is bound at its final name and no other name appears in its directory
+// (the kubelet's plugin watcher stats every name that does); at most kMaxRunningCalls handlers run
+// at once,
 // whatever the clients do; Shutdown lets running calls finish for the grace period, then cancels
 // them and returns once every handler has returned.
 #pragma once

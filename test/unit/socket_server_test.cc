@@ -9,8 +9,10 @@
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <filesystem>
@@ -18,6 +20,7 @@
 #include <future>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "dra_health_v1.grpc.pb.h"
 #include "dra_health_v1alpha1.grpc.pb.h"
@@ -455,9 +458,31 @@ TEST_F(SocketServerTest, TheSocketHasTheModeAskedForAndIsNotHiddenUnderATemporar
   }
 }
 
-// The longest path a socket address holds (107 bytes) is served: binding under the temporary name
-// must not need more room than the final name (it once added the PID and so failed in the
-// kubelet's registration directory on a host whose PIDs have seven digits).
+// What the kubelet's plugin watcher sees (inotify on the registration directory): it stats every
+// name created there, and a name gone by then is an error in its log ("Error when handling create
+// event"). The real kubelet logged one on each plugin start while the socket was bound under a
+// hidden name and renamed into place; only the socket's own name may appear.
+TEST_F(SocketServerTest, OnlyTheSocketsOwnNameAppearsInItsDirectory) {
+  const int watch = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  ASSERT_GE(watch, 0);
+  ASSERT_GE(::inotify_add_watch(watch, dir_.c_str(), IN_CREATE | IN_MOVED_TO), 0);
+  Serve({});
+  std::vector<std::string> names;
+  alignas(inotify_event) char buffer[4096];
+  for (ssize_t n; (n = ::read(watch, buffer, sizeof buffer)) > 0;) {
+    for (char* p = buffer; p < buffer + n;) {
+      const auto* event = reinterpret_cast<const inotify_event*>(p);
+      if (event->len > 0) names.emplace_back(event->name);
+      p += sizeof(inotify_event) + event->len;
+    }
+  }
+  ::close(watch);
+  EXPECT_EQ(names, std::vector<std::string>{"test.sock"});
+}
+
+// The longest path a socket address holds (107 bytes) is served: binding must not need more room
+// than the final name (a temporary name once added the PID and so failed in the kubelet's
+// registration directory on a host whose PIDs have seven digits).
 TEST_F(SocketServerTest, ASocketPathOfTheLongestLengthIsServed) {
   constexpr size_t kLongest = sizeof(sockaddr_un::sun_path) - 1;
   socket_ = dir_ + "/";
