@@ -6,8 +6,9 @@ must never be touched. The plugin authenticates exactly as the DaemonSet's pod d
 the vfio-dra-plugin ServiceAccount, with a TokenRequest bound to the DaemonSet's own Pod object on
 this node, so the API server's RBAC and the node-scoped admission policies judge every write.
 
-Until the real kubelet runs in the tests (issue 43), KubeletStandIn plays its part with the
-node's own credentials (system:node:<name>): it registers the Node and renews its Lease, watches
+These nodes are fixture trees on this machine, where no kubelet may run (the real kubelet runs
+in the QEMU node, test/real-node), so KubeletStandIn plays its part with the node's own
+credentials (system:node:<name>): it registers the Node and renews its Lease, watches
 the pods bound to the node, calls NodePrepareResources (through kubelet-sim, the project's
 kubelet simulator) once a pod's claims are allocated and reserved for it, and on a pod's deletion
 calls NodeUnprepareResources and then deletes the pod, as the kubelet's DRA manager and pod

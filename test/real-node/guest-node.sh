@@ -97,8 +97,16 @@ echo "$kubelet_pid" >"$OUT/kubelet.pid"
 log "kubelet started (pid $kubelet_pid)"
 touch "$OUT/node-ready"
 
-# The host drives the scenario through the API server; it may ask for the kubelet to restart.
+# The host drives the scenario through the API server. It may also ask for what an admin on the
+# node would do or look at: a script in $OUT/cmd/NAME.sh runs here, its output goes to
+# NAME.out and its exit code, last, to NAME.rc; and $OUT/restart-kubelet restarts the kubelet.
+mkdir -p "$OUT/cmd"
 while [[ ! -e "$OUT/stop" ]]; do
+  for script in "$OUT"/cmd/*.sh; do
+    [[ -e "$script" && ! -e "${script%.sh}.rc" ]] || continue
+    bash "$script" >"${script%.sh}.out" 2>&1
+    echo $? >"${script%.sh}.rc"
+  done
   if [[ -e "$OUT/restart-kubelet" ]]; then
     rm -f "$OUT/restart-kubelet"
     kill "$kubelet_pid"

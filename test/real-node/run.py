@@ -16,6 +16,7 @@ VM's results directory (a hostPath volume), which this machine reads.
 """
 
 import argparse
+import datetime
 import json
 import os
 import shutil
@@ -52,12 +53,20 @@ def tool_output(args, what):
 
 
 class Checks:
-    def __init__(self):
+    """Prints each check, and keeps it with the scenario's other findings in <work-dir>/report.txt
+    (CTest shows the output of failed tests only; the timings are wanted from every run)."""
+
+    def __init__(self, report_path):
         self.failed = 0
+        self.report_path = report_path
+
+    def note(self, text):
+        print(text, flush=True)
+        with open(self.report_path, "a") as f:
+            f.write(text + "\n")
 
     def __call__(self, condition, what, detail=""):
-        print(f"{'ok  ' if condition else 'FAIL'} {what}{': ' + str(detail) if detail else ''}",
-              flush=True)
+        self.note(f"{'ok  ' if condition else 'FAIL'} {what}{': ' + str(detail) if detail else ''}")
         if not condition:
             self.failed += 1
         return condition
@@ -167,6 +176,40 @@ state = "/run/containerd"
                 parts.append(f"--- last lines of {path} ---\n" + "\n".join(text))
         return "\n".join(parts)
 
+    def run(self, name, script, timeout=120):
+        """Runs `script` (bash) as root on the node, as an admin on it would; returns its output,
+        and raises when it exits non-zero."""
+        cmd = os.path.join(self.out, "cmd")
+        os.makedirs(cmd, exist_ok=True)
+        path = os.path.join(cmd, f"{name}.sh")
+        for suffix in (".out", ".rc"):
+            if os.path.exists(path[:-3] + suffix):
+                os.remove(path[:-3] + suffix)
+        with open(path + ".tmp", "w") as f:
+            f.write(script)
+        os.rename(path + ".tmp", path)  # never seen half written
+
+        def finished():
+            self.check_alive()
+            return os.path.exists(path[:-3] + ".rc")
+        wait_for(f"the node to run {name}", finished, timeout, on_timeout=self.guest_log)
+        with open(path[:-3] + ".rc") as f:
+            rc = int(f.read().strip() or "1")
+        with open(path[:-3] + ".out", errors="replace") as f:
+            output = f.read()
+        if rc != 0:
+            raise ClusterError(f"{name} on the node exited {rc}:\n{output}")
+        return output
+
+    def restart_kubelet(self):
+        flag = os.path.join(self.out, "kubelet-restarted")
+        if os.path.exists(flag):
+            os.remove(flag)
+        open(os.path.join(self.out, "restart-kubelet"), "w").close()
+        wait_for("the node to restart its kubelet", lambda: (self.check_alive(),
+                                                             os.path.exists(flag))[1], 120,
+                 on_timeout=self.guest_log)
+
     def stop(self):
         if self.qemu is None:
             return
@@ -246,10 +289,10 @@ def vmm_pod(name, template):
                                      "imagePullPolicy": "Never",
                                      "command": ["/bin/sh", "-c", script],
                                      "env": [{"name": "POD", "value": name}],
-                                     "resources": {"claims": [{"name": "gpu"}]},
+                                     "resources": {"claims": [{"name": "dev"}]},
                                      "volumeMounts": [{"name": "results",
                                                        "mountPath": "/results"}]}],
-                     "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
+                     "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": template}],
                      "volumes": [{"name": "results",
                                   "hostPath": {"path": "/run/out/results",
                                                "type": "Directory"}}]}}
@@ -268,36 +311,218 @@ def read_result(node, name, timeout=300):
     return wait_for(f"{name}'s report in {path}", done, timeout, on_timeout=node.guest_log)
 
 
-def scenario_gpu_pod(cluster, node, check):
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(claim_template("gpu", "gpu.vfio.dra.io")))
+# What an admin looks at on the node: each function's driver, vfio-dra's CDI specs and files.
+STATE_SCRIPT = """
+for f in 0000:01:00.0 0000:01:00.1 0000:02:00.0; do
+  d=$(readlink /sys/bus/pci/devices/$f/driver 2>/dev/null); echo "driver $f ${d##*/}"
+done
+for f in /var/run/cdi/*; do [ -e "$f" ] && echo "cdi $f $(cat "$f" | tr -d '\n')"; done
+find /var/lib/kubelet/plugins/vfio.dra.io -type f | while read -r f; do
+  echo "file $f $(head -c 4000 "$f" | tr -d '\n')"; done
+exit 0
+"""
+
+
+def node_state(node, name):
+    state = {"drivers": {}, "cdi": {}, "files": {}}
+    for line in node.run(name, STATE_SCRIPT).splitlines():
+        kind, _, rest = line.partition(" ")
+        key, _, value = rest.partition(" ")
+        if kind == "driver":
+            state["drivers"][key] = value
+        elif kind == "cdi":
+            state["cdi"][key] = value
+        elif kind == "file":
+            state["files"][key] = value
+    return state
+
+
+def mentions(state, text):
+    return sorted(p for group in ("cdi", "files") for p, v in state[group].items() if text in v)
+
+
+def plugin_pods(cluster):
+    return cluster.get_json("pods", "-n", "vfio-dra", "-l", "app.kubernetes.io/name=vfio-dra-plugin",
+                            "--field-selector", f"spec.nodeName={NODE}")["items"]
+
+
+def plugin_logs(node):
+    """Every plugin pod's log on the node, each line prefixed with its file (named by the pod)."""
+    return node.run("plugin-logs",
+                    "grep -H . /var/log/pods/vfio-dra_vfio-dra-plugin-*/*/*.log; exit 0")
+
+
+def running(pod):
+    return pod.get("status", {}).get("phase") == "Running" and all(
+        "running" in c.get("state", {}) for c in pod["status"].get("containerStatuses", []))
+
+
+def resource_health(pod, claim):
+    for status in pod.get("status", {}).get("containerStatuses", []):
+        for resource in status.get("allocatedResourcesStatus") or []:
+            if resource["name"] == f"claim:{claim}":
+                return resource.get("resources") or []
+    return []
+
+
+def pod_claim_uid(cluster, pod):
+    claim_name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    return cluster.get_json("resourceclaim", claim_name)
+
+
+def start_vmm_pod(cluster, node, name, template, check, device):
     started = time.monotonic()
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(vmm_pod("vmm-gpu", "gpu")))
-    pod = wait_pod(cluster, node, "vmm-gpu", lambda p: p.get("status", {}).get("phase") ==
-                   "Running", "to run", 600)
-    running = time.monotonic() - started
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(vmm_pod(name, template)))
+    scheduled = wait_pod(cluster, node, name, lambda p: p["spec"].get("nodeName"),
+                         "to be scheduled", 300)
+    scheduled_after = time.monotonic() - started
+    pod = wait_pod(cluster, node, name, running, "to run", 600)
+    elapsed = {"created": time.time() - (time.monotonic() - started),
+               "scheduled": scheduled_after, "running": time.monotonic() - started}
+    del scheduled
+    claim = pod_claim_uid(cluster, pod)
+    results = claim["status"]["allocation"]["devices"]["results"]
+    check(len(results) == 1 and results[0]["device"] == device,
+          f"the scheduler allocated {device} to {name}'s claim", results)
+    return pod, claim, elapsed
+
+
+def delete_pod(cluster, node, name):
+    cluster.kubectl("delete", "pod", name, "--wait=false")
+    wait_for(f"pod {name} to be gone", lambda: (node.check_alive(), cluster.kubectl(
+        "get", "pod", name, check=False).returncode != 0)[1], 300, on_timeout=node.guest_log)
+
+
+def scenario_node(cluster, node, check):
+    before = node_state(node, "state-before")
+    print(f"the node's functions before any claim: {before['drivers']}", flush=True)
+
+    # 1. A GPU for a VMM's pod: allocated, prepared, injected, and its metadata file mounted.
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(claim_template("gpu", "gpu.vfio.dra.io")))
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(claim_template("nic",
+                                                                        "hostdev.vfio.dra.io")))
+    pod, claim, elapsed = start_vmm_pod(cluster, node, "vmm-gpu", "gpu", check, "gpu-0000-01-00-0")
+    uid = claim["metadata"]["uid"]
     report = read_result(node, "vmm-gpu")
     print(report, flush=True)
-    claim_name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
-    claim = cluster.get_json("resourceclaim", claim_name)
-    results = claim["status"]["allocation"]["devices"]["results"]
-    check(len(results) == 1 and results[0]["device"] == "gpu-0000-01-00-0",
-          "the scheduler allocated the GPU", results)
-    check("/dev/vfio/vfio char=1" in report and "open=ok api=0" in report,
-          "the container has /dev/vfio/vfio and it opens (VFIO_GET_API_VERSION 0)")
+    check("/dev/vfio/vfio char=1 major:minor=10:196 open=ok api=0" in report,
+          "the container has /dev/vfio/vfio (10:196) and it opens (VFIO_GET_API_VERSION 0)")
     check("viable=1" in report, "the container opens the GPU's group and the kernel calls it "
-          "viable (every function of it on vfio-pci)")
+          "viable (every function of the group on vfio-pci)")
     check("vfio-check-exit=0" in report, "vfio-check passed")
-    check(f'"{GPU}"' in report and "resource.kubernetes.io/pciBusID" in report,
-          "the KubeVirt metadata file names the GPU's pciBusID")
-    print(f"pod created -> container running: {running:.1f} s", flush=True)
+    check("metadata-file=/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/"
+          "dev/dev/vfio.dra.io-metadata.json" in report and
+          f'"resource.kubernetes.io/pciBusID":{{"string":"{GPU}"}}' in report,
+          "KubeVirt's metadata file is where virt-launcher looks and names the GPU's pciBusID")
+    during = node_state(node, "state-gpu")
+    check(during["drivers"].get(GPU) == "vfio-pci" and
+          during["drivers"].get("0000:01:00.1") == "vfio-pci",
+          "the GPU and its audio companion (its whole IOMMU group) are on vfio-pci",
+          during["drivers"])
+    check(mentions(during, uid), "the claim has its CDI spec and checkpoint on the node",
+          mentions(during, uid))
+    # The container's nodes against the node's own: the same path and numbers (stat prints hex).
+    seen = {}
+    for line in report.splitlines():
+        if line.startswith("/dev/vfio/") and "major:minor=" in line:
+            seen[line.split()[0]] = line.split("major:minor=")[1].split()[0]
+    host = {}
+    for line in node.run("vfio-nodes", "stat -c '%n %t %T' /dev/vfio/*").splitlines():
+        path, major, minor = line.split()
+        host[path] = f"{int(major, 16)}:{int(minor, 16)}"
+    check(len(seen) == 2 and all(host.get(p) == n for p, n in seen.items()),
+          "the container's /dev/vfio nodes have the node's numbers", f"{seen} vs {host}")
+    health = wait_for("the GPU's health in vmm-gpu's status", lambda: (
+        node.check_alive(), resource_health(cluster.get_json("pod", "vmm-gpu"), "dev"))[1], 180,
+        on_timeout=lambda: json.dumps(cluster.get_json("pod", "vmm-gpu")["status"], indent=1))
+    check(len(health) == 1 and health[0].get("health") == "Healthy",
+          "the pod's status shows the GPU Healthy, as the plugin streams it", health)
+    logs = plugin_logs(node)
+    prepared = [line for line in logs.splitlines() if "prepared claim" in line and uid in line]
+    check(len(prepared) == 1, "the plugin's log has one prepare of the claim", prepared)
+    if prepared:
+        # The plugin's own timestamp (the guest's clock, which QEMU starts from this machine's).
+        stamp = prepared[0].split(" info node ")[0].split()[-1]
+        answered = datetime.datetime.strptime(stamp[:26].rstrip("Z"), "%Y-%m-%dT%H:%M:%S.%f")
+        answered = answered.replace(tzinfo=datetime.timezone.utc).timestamp()
+        prepare_ms = float(prepared[0].split(" ms=")[1].split()[0].strip('"'))
+        check.note(f"TIMING vmm-gpu: created -> scheduled {elapsed['scheduled']:.1f} s, -> "
+              f"NodePrepareResources answered {answered - elapsed['created']:.1f} s (the plugin's "
+                   f"part {prepare_ms:.0f} ms), -> containers running {elapsed['running']:.1f} s")
+    container_id = cluster.get_json("pod", "vmm-gpu")["status"]["containerStatuses"][0][
+        "containerID"]
 
-    cluster.kubectl("delete", "pod", "vmm-gpu", "--wait=false")
-    wait_for("pod vmm-gpu to be gone", lambda: cluster.kubectl(
-        "get", "pod", "vmm-gpu", check=False).returncode != 0, 300, on_timeout=node.guest_log)
-    check(True, "deleting the pod: the kubelet finished it (the claim was unprepared)")
+    # 2. The kubelet restarts while the VMM runs: nothing happens to the pod or its device.
+    node.restart_kubelet()
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(vmm_pod("vmm-after-restart", "nic")))
+    wait_pod(cluster, node, "vmm-after-restart", running, "to run after the kubelet's restart", 600)
+    pod = cluster.get_json("pod", "vmm-gpu")
+    check(running(pod) and pod["status"]["containerStatuses"][0]["containerID"] == container_id
+          and pod["status"]["containerStatuses"][0]["restartCount"] == 0,
+          "after the kubelet's restart vmm-gpu runs on, in the same container")
+    check(node_state(node, "state-kubelet-restart")["drivers"].get(GPU) == "vfio-pci",
+          "the GPU stays on vfio-pci across the kubelet's restart")
+    delete_pod(cluster, node, "vmm-after-restart")
+
+    # 3. The plugin's pod is deleted while the VMM runs: the DaemonSet's next pod takes over.
+    old = plugin_pods(cluster)[0]["metadata"]["name"]
+    cluster.kubectl("delete", "pod", "-n", "vfio-dra", old, "--wait=false")
+    wait_for("a new plugin pod to be Ready", lambda: (node.check_alive(), [
+        p for p in plugin_pods(cluster) if p["metadata"]["name"] != old and pod_ready(p)])[1],
+        600, on_timeout=node.guest_log)
+    state = node_state(node, "state-plugin-restart")
+    check(state["drivers"].get(GPU) == "vfio-pci" and mentions(state, uid),
+          "after the plugin's pod was replaced the GPU is still on vfio-pci and still the claim's")
+    check(running(cluster.get_json("pod", "vmm-gpu")), "vmm-gpu runs on")
+
+    # 4. A rolling update (maxSurge 1: two plugin pods for a while) while a new claim comes.
+    cluster.kubectl("rollout", "restart", "daemonset/vfio-dra-plugin", "-n", "vfio-dra")
+    wait_for("the DaemonSet's surge pod", lambda: (node.check_alive(),
+                                                   len(plugin_pods(cluster)) >= 2)[1], 300,
+             on_timeout=node.guest_log)
+    surge = [p["metadata"]["name"] for p in plugin_pods(cluster)]
+    _, nic_claim, _ = start_vmm_pod(cluster, node, "vmm-nic", "nic", check, "hostdev-0000-02-00-0")
+    cluster.kubectl("rollout", "status", "daemonset/vfio-dra-plugin", "-n", "vfio-dra",
+                    "--timeout=600s")
+    # rollout status returns once the new pod is available; the old one is still stopping.
+    wait_for("the old plugin pod to be gone", lambda: (node.check_alive(),
+                                                       len(plugin_pods(cluster)) == 1)[1], 300,
+             on_timeout=node.guest_log)
+    preparers = [line.split("/")[4].split("_")[1] for line in plugin_logs(node).splitlines()
+                 if "prepared claim" in line and nic_claim["metadata"]["uid"] in line]
+    check.note(f"vmm-nic's claim was prepared by {preparers} (plugin pods then: {surge})")
+    nic_report = read_result(node, "vmm-nic")
+    check("viable=1" in nic_report, "vmm-nic, started during the update, has its device")
+
+    # 5. The kubelet's health view of a device that goes away under a running pod.
+    node.run("remove-nic", "echo 1 > /sys/bus/pci/devices/0000:02:00.0/remove")
+    unhealthy = wait_for("vmm-nic's device to show Unhealthy in its status", lambda: (
+        node.check_alive(), [r for r in resource_health(cluster.get_json("pod", "vmm-nic"), "dev")
+                             if r.get("health") == "Unhealthy"])[1], 180,
+        on_timeout=lambda: json.dumps(cluster.get_json("pod", "vmm-nic")["status"], indent=1))
+    check(bool(unhealthy), "the pod's status shows the removed device Unhealthy", unhealthy)
+    delete_pod(cluster, node, "vmm-nic")
+    node.run("rescan", "echo 1 > /sys/bus/pci/rescan")
+    state = node_state(node, "state-nic-back")
+    check(state["drivers"].get("0000:02:00.0") == before["drivers"].get("0000:02:00.0"),
+          "after a rescan the NIC is back on its host driver", state["drivers"])
+    check(not mentions(state, nic_claim["metadata"]["uid"]), "nothing of vmm-nic's claim is left")
+
+    # 6. Deleting the VMM's pod: the kubelet unprepares, the GPU goes back, nothing is left.
+    delete_pod(cluster, node, "vmm-gpu")
+    after = node_state(node, "state-after")
+    check(after["drivers"].get(GPU) == before["drivers"].get(GPU) and
+          after["drivers"].get("0000:01:00.1") == before["drivers"].get("0000:01:00.1"),
+          "the GPU and its companion are back on the drivers they had", after["drivers"])
+    check(not mentions(after, uid), "no CDI spec, metadata file or checkpoint entry of the claim",
+          mentions(after, uid))
+    with open(os.path.join(node.out, "logs", "kubelet.log"), errors="replace") as f:
+        watcher_errors = [line for line in f if "Error when handling create event" in line]
+    check(not watcher_errors, "the kubelet's plugin watcher logged no error about the plugin's "
+          "sockets", watcher_errors[:2])
 
 
-SCENARIOS = {"gpu-pod": scenario_gpu_pod}
+SCENARIOS = {"node": scenario_node}
 
 
 def main():
@@ -333,7 +558,7 @@ def main():
 
     cluster = ControlPlane(kube_bin, os.path.join(work, "control-plane"), args.release)
     node = None
-    check = Checks()
+    check = Checks(os.path.join(work, "report.txt"))
     try:
         cluster.start(node_names=(NODE,))
         print(f"control plane up at {cluster.server}", flush=True)
@@ -347,8 +572,8 @@ def main():
         booted = time.monotonic()
         node.boot()
         wait_node_ready(cluster, node)
-        print(f"Node {NODE} Ready {time.monotonic() - booted:.0f} s after QEMU started",
-              flush=True)
+        check.note(f"TIMING Node {NODE} Ready {time.monotonic() - booted:.0f} s after QEMU "
+                   "started")
         wait_for("the vfio-dra DaemonSet pod on the node to be Ready", lambda: (
             node.check_alive(), pod_ready(plugin_pod(cluster)))[1], 600,
             on_timeout=lambda: json.dumps((plugin_pod(cluster) or {}).get("status"), indent=1) +
