@@ -30,7 +30,7 @@ fail() {
 
 # The guest kernel's modules come from the cache (its /lib/modules is the host's): load up front
 # what the kernel would otherwise ask a modprobe for that is not in the guest's init.
-modules=(virtio_net vfio_pci vfio_iommu_type1 e1000e nvme snd_hda_intel bridge veth br_netfilter
+modules=(virtio_net vfio_pci vfio_iommu_type1 mdev e1000e nvme snd_hda_intel bridge veth br_netfilter
   nf_tables nft_compat nft_chain_nat nf_nat nf_conntrack xt_MASQUERADE xt_nat xt_comment
   xt_mark xt_addrtype xt_conntrack xt_multiport xt_tcpudp nft_ct nft_nat nft_masq
   iptable_nat iptable_filter ip_tables)
@@ -38,6 +38,8 @@ for m in "${modules[@]}"; do
   modprobe -d "$CACHE/kernel" -S "$KVER" "$m" 2>>"$LOGS/modprobe.log" ||
     log "module $m not loaded ($LOGS/modprobe.log)"
 done
+# The sample mdev driver (built by prepare-vm.sh) stands in for a vGPU's parent.
+insmod "$CACHE/mtty/mtty.ko" || fail "insmod mtty.ko failed"
 # The node's tools ask the kernel's module tree by the running kernel's name.
 mkdir -p /lib/modules
 ln -sfn "$CACHE/kernel/lib/modules/$KVER" "/lib/modules/$KVER"

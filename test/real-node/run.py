@@ -276,11 +276,16 @@ def claim_template(name, device_class):
 def vmm_pod(name, template):
     """What virt-launcher's pod looks like to the node: a container that gets the claim's devices
     and reads the metadata file; here it reports what it found into the results directory."""
+    # The device as virt-launcher finds it: the mdevUUID or else the pciBusID in the metadata.
     script = (
         "exec >/results/$POD.txt 2>&1; "
-        "/bin/vfio-check; echo vfio-check-exit=$?; "
-        "for f in /var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/*/*/*; do "
-        "echo metadata-file=$f; cat $f; echo; done; "
+        "meta=/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/dev/dev; "
+        "for f in $meta/*-metadata.json; do echo metadata-file=$f; cat $f; echo; done; "
+        "attr() { cat $meta/*-metadata.json | grep -oE \"\\\"$1\\\":[{]\\\"string\\\":\\\"[^\\\"]*\" "
+        "| head -1 | sed 's/.*:\"//; s/\"$//'; }; "
+        "dev=$(attr mdevUUID); [ -n \"$dev\" ] || dev=$(attr resource.kubernetes.io/pciBusID); "
+        "echo device=$dev; "
+        "/bin/vfio-check $dev; echo vfio-check-exit=$?; "
         "echo done; exec /bin/busybox sleep 100000")
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
             "spec": {"nodeSelector": {"kubernetes.io/hostname": NODE},
@@ -409,6 +414,9 @@ def scenario_node(cluster, node, check):
           "the container has /dev/vfio/vfio (10:196) and it opens (VFIO_GET_API_VERSION 0)")
     check("viable=1" in report, "the container opens the GPU's group and the kernel calls it "
           "viable (every function of the group on vfio-pci)")
+    check(f"device={GPU} fd=ok" in report and "dma-map=ok" in report,
+          "as a VMM does: the group into a type1 container, the GPU's device fd from the group "
+          "(named by the metadata file's pciBusID), a page mapped for DMA")
     check("vfio-check-exit=0" in report, "vfio-check passed")
     check("metadata-file=/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/"
           "dev/dev/vfio.dra.io-metadata.json" in report and
@@ -451,6 +459,28 @@ def scenario_node(cluster, node, check):
                    f"part {prepare_ms:.0f} ms), -> containers running {elapsed['running']:.1f} s")
     container_id = cluster.get_json("pod", "vmm-gpu")["status"]["containerStatuses"][0][
         "containerID"]
+
+    # 1b. A mediated device (the mtty sample driver stands in for a vGPU): created at prepare,
+    # named by its mdevUUID in the metadata file, assigned from its own group, removed after.
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(claim_template("vgpu",
+                                                                        "mdev.vfio.dra.io")))
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(vmm_pod("vmm-mdev", "vgpu")))
+    mdev_pod = wait_pod(cluster, node, "vmm-mdev", running, "to run", 600)
+    mdev_claim = pod_claim_uid(cluster, mdev_pod)
+    mdev_report = read_result(node, "vmm-mdev")
+    uuid = next((line.split("=", 1)[1] for line in mdev_report.splitlines()
+                 if line.startswith("device=") and " " not in line), "")
+    check(len(uuid) == 36 and f'"mdevUUID":{{"string":"{uuid}"}}' in mdev_report,
+          "KubeVirt's metadata file names the mediated device's mdevUUID", uuid)
+    check(f"device={uuid} fd=ok" in mdev_report and "dma-map=ok" in mdev_report,
+          "the container assigns the mediated device by its UUID as a VMM does")
+    exists = f"test -e /sys/bus/mdev/devices/{uuid} && echo present || echo absent"
+    check(node.run("mdev-present", exists).strip() == "present",
+          "the mdev exists on the node while the pod runs")
+    delete_pod(cluster, node, "vmm-mdev")
+    check(node.run("mdev-gone", exists).strip() == "absent" and
+          not mentions(node_state(node, "state-mdev-gone"), mdev_claim["metadata"]["uid"]),
+          "after the pod the mdev is removed and nothing of its claim is left")
 
     # 2. The kubelet restarts while the VMM runs: nothing happens to the pod or its device.
     node.restart_kubelet()
