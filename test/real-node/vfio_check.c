@@ -47,12 +47,12 @@ static int assign(int group_fd, const char* device) {
       printf("device=%s get-info=%s\n", device, strerror(errno));
     } else {
       void* page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      struct vfio_iommu_type1_dma_map map = {.argsz = sizeof map,
-                                             .flags = VFIO_DMA_MAP_FLAG_READ |
-                                                      VFIO_DMA_MAP_FLAG_WRITE,
-                                             .vaddr = (unsigned long)page,
-                                             .iova = 0,
-                                             .size = 4096};
+      struct vfio_iommu_type1_dma_map map = {
+          .argsz = sizeof map,
+          .flags = VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE,
+          .vaddr = (unsigned long)page,
+          .iova = 0,
+          .size = 4096};
       const int mapped = page != MAP_FAILED ? ioctl(container, VFIO_IOMMU_MAP_DMA, &map) : -1;
       printf("device=%s fd=ok regions=%u irqs=%u dma-map=%s\n", device, info.num_regions,
              info.num_irqs, mapped == 0 ? "ok" : strerror(errno));
