@@ -6,22 +6,16 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 wrapper=$root/test/cluster/components/helm-4
-export PATH=/usr/local/go/bin:$PATH
-if ! command -v go >/dev/null; then
-  echo "helm-binary.sh: go is not installed (expected /usr/local/go/bin/go, Go >= 1.26)" >&2
-  exit 1
-fi
-cache=${VFIO_DRA_KUBE_CACHE:-$HOME/.cache/vfio-dra}
-export GOMODCACHE=$cache/go/mod GOCACHE=$cache/go/build GOFLAGS="-modcacherw -mod=readonly"
-export GOTOOLCHAIN=local
-version=$(awk '($1 == "helm.sh/helm/v4" && $2 ~ /^v/) {print $2}
-  ($1 == "require" && $2 == "helm.sh/helm/v4") {print $3}' "$wrapper/go.mod")
+script=helm-binary.sh
+. "$root/hack/go-wrapper-env.sh"
+version=$(pinned "$wrapper/go.mod" helm.sh/helm/v4)
 if [ -z "$version" ]; then
   echo "helm-binary.sh: cannot read the pinned helm version from $wrapper/go.mod" >&2
   exit 1
 fi
 out=$cache/helm/$version
-stamp=$(cat "$wrapper/go.mod" "$wrapper/go.sum" "$0" | sha256sum | cut -c1-16)
+stamp=$(cat "$wrapper/go.mod" "$wrapper/go.sum" "$0" "$root/hack/go-wrapper-env.sh" | sha256sum |
+  cut -c1-16)
 if [ -x "$out/helm" ] && [ "$(cat "$out/.stamp" 2>/dev/null)" = "$stamp" ]; then
   echo "$out/helm"
   exit 0

@@ -34,18 +34,8 @@ if [ ! -f "$wrapper/go.mod" ]; then
   echo "kube-binaries.sh: no wrapper module for Kubernetes $minor ($wrapper/go.mod is missing)" >&2
   exit 2
 fi
-export PATH=/usr/local/go/bin:$PATH
-if ! command -v go >/dev/null; then
-  echo "kube-binaries.sh: go is not installed (expected /usr/local/go/bin/go, Go >= 1.26)" >&2
-  exit 1
-fi
-cache=${VFIO_DRA_KUBE_CACHE:-$HOME/.cache/vfio-dra}
-export GOMODCACHE=$cache/go/mod GOCACHE=$cache/go/build GOFLAGS=-modcacherw GOTOOLCHAIN=local
-# The wrappers' go.sum are committed: a module the proxy serves differently fails the build.
-export GONOSUMDB= GOFLAGS="$GOFLAGS -mod=readonly"
-
-# The version a wrapper pins, from its go.mod (inside or outside a require block).
-pinned() { awk -v m="$2" '($1 == m && $2 ~ /^v/) {print $2} ($1 == "require" && $2 == m) {print $3}' "$1"; }
+script=kube-binaries.sh
+. "$root/hack/go-wrapper-env.sh"
 version=$(pinned "$wrapper/go.mod" k8s.io/kubernetes)
 etcd_version=$(pinned "$etcd_wrapper/go.mod" go.etcd.io/etcd/server/v3)
 if [ -z "$version" ] || [ -z "$etcd_version" ]; then
@@ -53,7 +43,8 @@ if [ -z "$version" ] || [ -z "$etcd_version" ]; then
   exit 1
 fi
 out=$cache/kubernetes/$version
-stamp=$(cat "$wrapper/go.mod" "$wrapper/go.sum" "$etcd_wrapper/go.mod" "$etcd_wrapper/go.sum" "$0" |
+stamp=$(cat "$wrapper/go.mod" "$wrapper/go.sum" "$etcd_wrapper/go.mod" "$etcd_wrapper/go.sum" "$0" \
+  "$root/hack/go-wrapper-env.sh" |
   sha256sum | cut -c1-16)
 components="kube-apiserver kube-controller-manager kube-scheduler kubectl"
 [ "$with_kubelet" = 1 ] && components+=" kubelet"

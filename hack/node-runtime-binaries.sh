@@ -31,18 +31,8 @@ for w in "$containerd_wrapper" "$runc_wrapper"; do
     exit 2
   fi
 done
-export PATH=/usr/local/go/bin:$PATH
-if ! command -v go >/dev/null; then
-  echo "node-runtime-binaries.sh: go is not installed (expected /usr/local/go/bin/go, Go >= 1.26.8)" >&2
-  exit 1
-fi
-cache=${VFIO_DRA_KUBE_CACHE:-$HOME/.cache/vfio-dra}
-export GOMODCACHE=$cache/go/mod GOCACHE=$cache/go/build GOFLAGS=-modcacherw GOTOOLCHAIN=local
-# The wrappers' go.sum are committed: a module the proxy serves differently fails the build.
-export GONOSUMDB= GOFLAGS="$GOFLAGS -mod=readonly"
-
-# The version a wrapper pins, from its go.mod (inside or outside a require block).
-pinned() { awk -v m="$2" '($1 == m && $2 ~ /^v/) {print $2} ($1 == "require" && $2 == m) {print $3}' "$1"; }
+script=node-runtime-binaries.sh
+. "$root/hack/go-wrapper-env.sh"
 containerd_version=$(pinned "$containerd_wrapper/go.mod" github.com/containerd/containerd/v2)
 runc_version=$(pinned "$runc_wrapper/go.mod" github.com/opencontainers/runc)
 if [ -z "$containerd_version" ] || [ -z "$runc_version" ]; then
@@ -52,7 +42,7 @@ if [ -z "$containerd_version" ] || [ -z "$runc_version" ]; then
 fi
 out=$cache/node-runtime/containerd-$containerd_version-runc-$runc_version
 stamp=$(cat "$containerd_wrapper/go.mod" "$containerd_wrapper/go.sum" "$runc_wrapper/go.mod" \
-  "$runc_wrapper/go.sum" "$0" | sha256sum | cut -c1-16)
+  "$runc_wrapper/go.sum" "$0" "$root/hack/go-wrapper-env.sh" | sha256sum | cut -c1-16)
 bins="containerd containerd-shim-runc-v2 ctr runc"
 if [ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$stamp" ]; then
   echo "$out"
