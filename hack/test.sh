@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test through CTest (unit, integration,
-# manifests, lint, the real-kernel VM scenarios); then the unit and integration suites under
+# manifests, lint, the real-kernel VM scenarios, the real control plane, the real node); then the unit and integration suites under
 # ASan+UBSan and the unit suite and in-process concurrency tests under TSan (hack/sanitize.sh), and
 # each libFuzzer target for FUZZ_SECONDS (hack/fuzz.sh, default 60). Exits non-zero on any failure.
 #   ./hack/test.sh           everything, as CI runs it (.ci/run)
@@ -22,7 +22,8 @@ if [ "$quick" = 1 ]; then
   ctest --test-dir "$BUILD_DIR" -L 'unit|integration' --output-on-failure --no-tests=error \
     --timeout 300 -j "$(nproc)"
   echo "test.sh --quick: unit and integration passed; NOT run: lint, manifests, image," \
-    "real-kernel VM scenarios, sanitizers, fuzzing (run ./hack/test.sh before a pull request)" >&2
+    "real-kernel VM scenarios, real control plane and node, sanitizers, fuzzing (run" \
+    "./hack/test.sh before a pull request)" >&2
   exit 0
 fi
 ctest --test-dir "$BUILD_DIR" --output-on-failure --no-tests=error --timeout 300 -j "$(nproc)"
