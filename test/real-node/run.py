@@ -446,6 +446,8 @@ def scenario_node(cluster, node, check):
     check(len(health) == 1 and health[0].get("health") == "Healthy",
           "the pod's status shows the GPU Healthy, as the plugin streams it", health)
     logs = plugin_logs(node)
+    check('"kubelet opened the device health stream" api=v1 ' in logs,
+          "the kubelet 1.37 watches the plugin's health through DRAResourceHealth v1")
     prepared = [line for line in logs.splitlines() if "prepared claim" in line and uid in line]
     check(len(prepared) == 1, "the plugin's log has one prepare of the claim", prepared)
     if prepared:

@@ -186,9 +186,12 @@ Status KubeletSimulator::Reject(const std::string& registration_socket, const st
   pluginregistration::RegistrationStatus notify;
   notify.set_plugin_registered(false);
   notify.set_error(reason);
+  // Waits for the socket to accept, as Register's GetInfo does: the plugin binds it at its final
+  // name, so it can be seen an instant before it listens (the kubelet's reconciler retries).
   grpc::Status status =
       CallRaw(registration_socket, "/pluginregistration.Registration/NotifyRegistrationStatus",
-              notify.SerializeAsString(), nullptr, std::chrono::seconds(5));
+              notify.SerializeAsString(), nullptr, std::chrono::seconds(5),
+              /*wait_for_ready=*/true);
   if (!status.ok()) return MakeError(ErrorKind::kUnavailable, status.error_message());
   return Status::Ok();
 }
