@@ -17,3 +17,26 @@ export GONOSUMDB= GOFLAGS="-modcacherw -mod=readonly"
 pinned() {
   awk -v m="$2" '($1 == m && $2 ~ /^v/) {print $2} ($1 == "require" && $2 == m) {print $3}' "$1"
 }
+
+# Downloads the modules of wrapper $1, logging to $2; when the proxy cannot serve them, names it as
+# the reason (rather than a compiler error later) and exits. $3 says who needs them ("the cluster tests need it").
+download_modules() {
+  if ! (cd "$1" && go mod download -x >"$2" 2>&1); then
+    echo "$script: downloading the modules of $1 from the Go module proxy" \
+      "($(go env GOPROXY)) failed; $3 (last lines of $2):" >&2
+    tail -5 "$2" >&2
+    exit 1
+  fi
+}
+
+# Exits with a message unless every binary named after $1 (the output directory) was built there.
+check_built() {
+  local dir=$1 b
+  shift
+  for b in "$@"; do
+    if [ ! -x "$dir/$b" ]; then
+      echo "$script: the build finished without $dir/$b" >&2
+      exit 1
+    fi
+  done
+}

@@ -59,18 +59,9 @@ fi
 mkdir -p "$out"
 rm -f "$out/.stamp"
 
-# Name the proxy as the reason when it cannot be reached, rather than a compiler error later.
-probe() {
-  if ! (cd "$1" && go mod download -x >"$out/download.log" 2>&1); then
-    echo "kube-binaries.sh: downloading the modules of $1 from the Go module proxy" \
-      "($(go env GOPROXY)) failed; the cluster tests need it (last lines of $out/download.log):" >&2
-    tail -5 "$out/download.log" >&2
-    exit 1
-  fi
-}
 start=$(date +%s)
-probe "$wrapper"
-probe "$etcd_wrapper"
+download_modules "$wrapper" "$out/download.log" "the cluster tests need it"
+download_modules "$etcd_wrapper" "$out/download.log" "the cluster tests need it"
 
 # As upstream's hack/lib/golang.sh and hack/lib/version.sh build a release: -trimpath, these
 # tags, and the version stamped so that /version and `kubectl version` report the release.
@@ -91,12 +82,8 @@ for c in $components; do packages+=("k8s.io/kubernetes/cmd/$c"); done
   -o "$out/" "${packages[@]}")
 (cd "$etcd_wrapper" && CGO_ENABLED=0 go build -p "$jobs" -trimpath -ldflags "-s -w" \
   -o "$out/etcd" go.etcd.io/etcd/server/v3)
-for b in $bins; do
-  if [ ! -x "$out/$b" ]; then
-    echo "kube-binaries.sh: the build finished without $out/$b" >&2
-    exit 1
-  fi
-done
+# shellcheck disable=SC2086 # $bins is a list of names
+check_built "$out" $bins
 echo "$stamp" >"$out/.stamp"
 echo "kube-binaries.sh: Kubernetes $version built in $(($(date +%s) - start)) s" >&2
 echo "$out"

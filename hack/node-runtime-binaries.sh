@@ -58,18 +58,9 @@ fi
 mkdir -p "$out"
 rm -f "$out/.stamp"
 
-# Name the proxy as the reason when it cannot be reached, rather than a compiler error later.
-probe() {
-  if ! (cd "$1" && go mod download -x >"$out/download.log" 2>&1); then
-    echo "node-runtime-binaries.sh: downloading the modules of $1 from the Go module proxy" \
-      "($(go env GOPROXY)) failed; the real node needs it (last lines of $out/download.log):" >&2
-    tail -5 "$out/download.log" >&2
-    exit 1
-  fi
-}
 start=$(date +%s)
-probe "$containerd_wrapper"
-probe "$runc_wrapper"
+download_modules "$containerd_wrapper" "$out/download.log" "the real node needs it"
+download_modules "$runc_wrapper" "$out/download.log" "the real node needs it"
 
 jobs=$(nproc)
 echo "node-runtime-binaries.sh: building containerd $containerd_version and runc $runc_version" \
@@ -90,12 +81,8 @@ ldflags="-s -w -X $pkg/version.Version=$containerd_version -X $pkg/version.Packa
   -tags "seccomp urfave_cli_no_docs netgo osusergo" \
   -ldflags "-s -w -linkmode external -extldflags -static-pie" -o "$out/runc" \
   github.com/opencontainers/runc)
-for b in $bins; do
-  if [ ! -x "$out/$b" ]; then
-    echo "node-runtime-binaries.sh: the build finished without $out/$b" >&2
-    exit 1
-  fi
-done
+# shellcheck disable=SC2086 # $bins is a list of names
+check_built "$out" $bins
 echo "$stamp" >"$out/.stamp"
 echo "node-runtime-binaries.sh: containerd $containerd_version and runc $runc_version built in" \
   "$(($(date +%s) - start)) s" >&2
