@@ -344,7 +344,9 @@ class ControlPlane:
         self.start_apiserver()
 
     def stop(self):
-        for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+        order = ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
+        # Helpers a scenario started beside the control plane (a webhook) go first.
+        for name in [n for n in self.processes if n not in order] + list(order):
             if name in self.processes:
                 self.processes[name].stop()
 

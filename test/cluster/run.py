@@ -39,6 +39,8 @@ def main():
     parser.add_argument("--work-dir", required=True)
     parser.add_argument("--binaries-only", action="store_true")
     parser.add_argument("--helm", help="the helm binary (hack/helm-binary.sh), for the chart")
+    parser.add_argument("--kubevirt", help="KubeVirt's VMI CRD and admission "
+                        "(hack/kubevirt-binary.sh), for the examples")
     parser.add_argument("scenario", nargs="?")
     args = parser.parse_args()
     bin_dir = kube_binaries(args.release)
@@ -54,7 +56,7 @@ def main():
     os.makedirs(args.work_dir)
     cluster = ControlPlane(bin_dir, os.path.join(args.work_dir, "control-plane"), args.release)
     env = scenarios.Environment(cluster, args.build_dir, args.work_dir, SOURCE_DIR, args.release,
-                                args.helm)
+                                args.helm, args.kubevirt)
     failed = False
     try:
         cluster.start(node_names=scenarios.node_names(args.scenario))

@@ -13,6 +13,8 @@ import subprocess
 import yaml
 
 from control_plane import ClusterError, Fatal, wait_for
+from kubevirt import KubevirtAdmission
+from kubevirt import vmi as kubevirt_vmi
 from node import TEST_USER_AGENT, Node, Rest
 
 DRIVER = "vfio.dra.io"
@@ -20,9 +22,11 @@ RESOURCE = "/apis/resource.k8s.io/v1"
 
 
 class Environment:
-    def __init__(self, cluster, build_dir, work_dir, source_dir, release, helm=None):
+    def __init__(self, cluster, build_dir, work_dir, source_dir, release, helm=None,
+                 kubevirt=None):
         self.cluster = cluster
         self.helm = helm
+        self.kubevirt = kubevirt
         self.build = build_dir
         self.dir = work_dir
         self.source = source_dir
@@ -253,29 +257,70 @@ def scenario_install(env):
                  "vgpu.vfio.dra.io"):
         if name not in classes:
             raise ClusterError(f"DeviceClass {name} missing after kubectl apply -k")
+    check_examples(env)
+
+
+# The KubeVirt feature gates the examples say they need (each example's header comment).
+EXAMPLE_GATES = ["GPUsWithDRA", "HostDevicesWithDRA", "NetworkDevicesWithDRA"]
+
+
+def dry_run_example(env, path):
+    """kubectl apply --dry-run=server of one example: (accepted lines, refused lines)."""
+    result = env.kubectl("apply", "--dry-run=server", "-f", path, check=False)
+    accepted, refused = [], []
+    for line in (result.stderr + result.stdout).splitlines():
+        if not line.strip():
+            continue
+        if re.search(r"(created|configured|unchanged) \(server dry run\)", line):
+            accepted.append(line.strip())
+        else:
+            refused.append(line.strip())
+    return accepted, refused
+
+
+def check_examples(env):
+    """Every object of every example is accepted: the resource.k8s.io ones by the API server, the
+    VirtualMachineInstances by KubeVirt's CRD schema and its admission checks (test/cluster/
+    kubevirt.py); and KubeVirt refuses what it must, so the check can fail."""
+    if not env.kubevirt:
+        raise ClusterError("no KubeVirt tools (run.py --kubevirt, from hack/kubevirt-binary.sh)")
+    kubevirt = KubevirtAdmission(env.cluster, env.kubevirt)
+    kubevirt.install_crd()
     examples = os.path.join(env.source, "deploy", "daemonset", "examples")
-    checked_kinds = []
-    for name in sorted(os.listdir(examples)):
-        result = env.kubectl("apply", "--dry-run=server", "-f", os.path.join(examples, name),
-                             check=False)
-        # KubeVirt's own kinds need KubeVirt's CRDs, which these tests do not install: each
-        # example's other objects must be accepted, and only "no matches for kind" on
-        # kubevirt.io/ kinds is tolerated.
-        for line in (result.stderr + result.stdout).splitlines():
-            if not line.strip():
-                continue
-            if re.search(r'created \(server dry run\)|configured \(server dry run\)|'
-                         r'unchanged \(server dry run\)', line):
-                checked_kinds.append(f"{name}: {line.strip()}")
-                continue
-            if 'no matches for kind "VirtualMachine' in line and "kubevirt.io/v1" in line:
-                continue
-            if "ensure CRDs are installed first" in line:
-                continue
-            raise ClusterError(f"example {name} was not accepted: {line}")
-    print("examples accepted by the API server:\n  " + "\n  ".join(checked_kinds))
-    if not any("resourceclaimtemplate" in k for k in checked_kinds):
-        raise ClusterError("no example ResourceClaimTemplate was checked")
+    names = sorted(os.listdir(examples))
+    try:
+        # The SR-IOV example needs NetworkDevicesWithDRA, as it says: without it KubeVirt refuses
+        # its VMI and nothing else.
+        kubevirt.start([g for g in EXAMPLE_GATES if g != "NetworkDevicesWithDRA"])
+        accepted, refused = dry_run_example(env, os.path.join(examples, "sriov-network.yaml"))
+        if len(refused) != 1 or "NetworkDevicesWithDRA" not in refused[0] or \
+                any(line.startswith("virtualmachineinstance") for line in accepted):
+            raise ClusterError("without NetworkDevicesWithDRA, KubeVirt should refuse only the "
+                               f"SR-IOV example's VMI, naming the gate; refused: {refused}")
+        print(f"without NetworkDevicesWithDRA: {refused[0]}")
+        kubevirt.start(EXAMPLE_GATES)
+        checked = []
+        for name in names:
+            accepted, refused = dry_run_example(env, os.path.join(examples, name))
+            if refused:
+                raise ClusterError(f"example {name} was not accepted: " + "\n".join(refused))
+            if not any(line.startswith("virtualmachineinstance.kubevirt.io/") for line in accepted):
+                raise ClusterError(f"example {name}: no VirtualMachineInstance was judged: {accepted}")
+            checked += [f"{name}: {line}" for line in accepted]
+        print("examples accepted by the API server and KubeVirt:\n  " + "\n  ".join(checked))
+        if not any("resourceclaimtemplate" in k for k in checked):
+            raise ClusterError("no example ResourceClaimTemplate was checked")
+        # KubeVirt's schema refuses a misspelled field (kubectl asks for strict validation).
+        typo = kubevirt_vmi("typo", gpus=[{"name": "gpu", "claimName": "c", "requestName": "r",
+                                           "claimname": "c"}],
+                            resource_claims=[{"name": "c", "resourceClaimTemplateName": "t"}])
+        result = kubevirt.dry_run(typo)
+        if result.returncode == 0 or "claimname" not in result.stderr:
+            raise ClusterError("a VMI with the unknown field gpus[].claimname was not refused by "
+                               f"KubeVirt's schema: {result.stderr}{result.stdout}")
+        print(f"KubeVirt's schema refuses an unknown field: {result.stderr.strip()}")
+    finally:
+        kubevirt.stop()
 
 
 # A vGPU node with live instances (86 devices with counters: more than 64), a DGX-like node, SR-IOV
