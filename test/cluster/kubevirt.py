@@ -14,14 +14,14 @@ import os
 
 from control_plane import ClusterError, Fatal, Process, free_port, openssl, wait_for
 
-WEBHOOK = "vfio-dra-test-kubevirt-vmi-admission"
+WEBHOOK = "vfio-dra-test-kubevirt-vmi"
 CREATE_PATH = "/virtualmachineinstances-validate-create"
 
 
 class KubevirtAdmission:
     def __init__(self, cluster, tool_dir):
         self.cluster = cluster
-        self.tool = os.path.join(tool_dir, "kubevirt-vmi-admission")
+        self.tool = os.path.join(tool_dir, "kubevirt-vmi")
         self.crd = os.path.join(tool_dir, "vmi-crd.yaml")
         for path in (self.tool, self.crd):
             if not os.path.exists(path):
@@ -47,7 +47,7 @@ class KubevirtAdmission:
         with open(ext, "w") as f:
             f.write("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
         openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                "-nodes", "-keyout", key, "-out", csr, "-subj", "/CN=kubevirt-vmi-admission",
+                "-nodes", "-keyout", key, "-out", csr, "-subj", "/CN=kubevirt-vmi",
                 cwd=self.dir)
         pki = self.cluster.pki
         openssl("x509", "-req", "-in", csr, "-CA", os.path.join(pki, "ca.crt"), "-CAkey",
@@ -62,14 +62,14 @@ class KubevirtAdmission:
         crt, key = self._certificate()
         port = free_port()
         log = os.path.join(self.dir, "webhook.log")
-        self.process = Process("kubevirt-vmi-admission",
+        self.process = Process("kubevirt-vmi",
                                [self.tool, "serve", "--listen", f"127.0.0.1:{port}", "--cert", crt,
                                 "--key", key, "--feature-gates", ",".join(gates)], log)
-        self.cluster.processes["kubevirt-vmi-admission"] = self.process
+        self.cluster.processes["kubevirt-vmi"] = self.process
 
         def serving():
             if not self.process.alive():
-                raise Fatal(f"kubevirt-vmi-admission exited\n{self.process.tail()}")
+                raise Fatal(f"kubevirt-vmi exited\n{self.process.tail()}")
             with open(log, errors="replace") as f:
                 return "serving https://" in f.read()
         wait_for("the KubeVirt VMI admission webhook to listen", serving, 60,
@@ -117,7 +117,7 @@ class KubevirtAdmission:
     def stop(self):
         if self.process:
             self.process.stop()
-            self.cluster.processes.pop("kubevirt-vmi-admission", None)
+            self.cluster.processes.pop("kubevirt-vmi", None)
             self.process = None
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real node's two local images, with no registry: the pod sandbox image (pause.c, under
 # the name containerd's CRI asks for) and the test image the scenarios' pods run (Debian's static
-# busybox and vfio-check.c). Each is a Docker archive made with umoci and skopeo (as
+# busybox, vfio-check.c, and kubevirt-vmi from hack/kubevirt-binary.sh: virt-launcher's code that
+# finds a VMI's DRA devices). Each is a Docker archive made with umoci and skopeo (as
 # hack/image.sh makes the plugin's), which `ctr images import` takes with its name. Cached under
 # ~/.cache/vfio-dra/real-node-images/ by the hash of the sources and the busybox binary.
 #   images.sh            prints the directory holding pause.tar and test.tar
@@ -14,7 +15,9 @@ for tool in umoci skopeo gcc; do
   command -v "$tool" >/dev/null || { echo "images.sh: $tool is missing (hack/install-deps.sh)" >&2; exit 1; }
 done
 [[ -x /bin/busybox ]] || { echo "images.sh: /bin/busybox is missing (busybox-static)" >&2; exit 1; }
-key=$(cat "$0" "$HERE/pause.c" "$HERE/vfio_check.c" /bin/busybox | sha256sum | cut -c1-16)
+kubevirt=$("$HERE/../../hack/kubevirt-binary.sh")/kubevirt-vmi
+key=$(cat "$0" "$HERE/pause.c" "$HERE/vfio_check.c" /bin/busybox "$kubevirt" | sha256sum |
+  cut -c1-16)
 if [[ -f "$CACHE/$key/test.tar" && -f "$CACHE/$key/pause.tar" ]]; then
   echo "$CACHE/$key"
   exit 0
@@ -41,6 +44,7 @@ mkdir -p "$work/pause-root" "$work/test-root/bin" "$work/out"
 gcc -static -O2 -Wall -Werror -o "$work/pause-root/pause" "$HERE/pause.c"
 gcc -static -O2 -Wall -Werror -o "$work/test-root/bin/vfio-check" "$HERE/vfio_check.c"
 cp /bin/busybox "$work/test-root/bin/busybox"
+cp "$kubevirt" "$work/test-root/bin/kubevirt-vmi"
 ln -s busybox "$work/test-root/bin/sh"
 image "$SANDBOX_IMAGE" "$work/out/pause.tar" "$work/pause-root" /pause
 image "$TEST_IMAGE" "$work/out/test.tar" "$work/test-root" /bin/sh

@@ -273,18 +273,29 @@ def claim_template(name, device_class):
                 {"name": "dev", "exactly": {"deviceClassName": device_class}}]}}}}
 
 
+def vmi(template):
+    """The VirtualMachineInstance a VMM pod stands for: its claim as a DRA GPU (GPU and vGPU
+    templates) or a DRA host device, as the examples write them."""
+    devices = "hostDevices" if template == "nic" else "gpus"
+    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": "vm", "namespace": "default"},
+            "spec": {"resourceClaims": [{"name": "dev", "resourceClaimTemplateName": template}],
+                     "domain": {"devices": {devices: [
+                         {"name": "dev", "claimName": "dev", "requestName": "dev"}]}}}}
+
+
 def vmm_pod(name, template):
     """What virt-launcher's pod looks like to the node: a container that gets the claim's devices
-    and reads the metadata file; here it reports what it found into the results directory."""
-    # The device as virt-launcher finds it: the mdevUUID or else the pciBusID in the metadata.
+    and finds them as virt-launcher does; it reports what it found into the results directory."""
+    # KubeVirt 1.9's virt-launcher code (kubevirt-vmi launcher-devices, hack/kubevirt-binary.sh)
+    # reads the metadata file and makes the domain's <hostdev>; its last line names the device.
     script = (
         "exec >/results/$POD.txt 2>&1; "
         "meta=/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/dev/dev; "
         "for f in $meta/*-metadata.json; do echo metadata-file=$f; cat $f; echo; done; "
-        "attr() { cat $meta/*-metadata.json | grep -oE \"\\\"$1\\\":[{]\\\"string\\\":\\\"[^\\\"]*\" "
-        "| head -1 | sed 's/.*:\"//; s/\"$//'; }; "
-        "dev=$(attr mdevUUID); [ -n \"$dev\" ] || dev=$(attr resource.kubernetes.io/pciBusID); "
-        "echo device=$dev; "
+        "launched=$(/bin/kubevirt-vmi launcher-devices --vmi \"$VMI\"); "
+        "echo launcher-exit=$?; echo \"$launched\"; "
+        "dev=$(echo \"$launched\" | tail -n 1 | cut -d ' ' -f 3); echo device=$dev; "
         "/bin/vfio-check $dev; echo vfio-check-exit=$?; "
         "echo done; exec /bin/busybox sleep 100000")
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
@@ -293,7 +304,8 @@ def vmm_pod(name, template):
                      "containers": [{"name": "vmm", "image": TEST_IMAGE,
                                      "imagePullPolicy": "Never",
                                      "command": ["/bin/sh", "-c", script],
-                                     "env": [{"name": "POD", "value": name}],
+                                     "env": [{"name": "POD", "value": name},
+                                             {"name": "VMI", "value": json.dumps(vmi(template))}],
                                      "resources": {"claims": [{"name": "dev"}]},
                                      "volumeMounts": [{"name": "results",
                                                        "mountPath": "/results"}]}],
@@ -414,14 +426,18 @@ def scenario_node(cluster, node, check):
           "the container has /dev/vfio/vfio (10:196) and it opens (VFIO_GET_API_VERSION 0)")
     check("viable=1" in report, "the container opens the GPU's group and the kernel calls it "
           "viable (every function of the group on vfio-pci)")
-    check(f"device={GPU} fd=ok" in report and "dma-map=ok" in report,
-          "as a VMM does: the group into a type1 container, the GPU's device fd from the group "
-          "(named by the metadata file's pciBusID), a page mapped for DMA")
-    check("vfio-check-exit=0" in report, "vfio-check passed")
     check("metadata-file=/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/"
           "dev/dev/vfio.dra.io-metadata.json" in report and
           f'"resource.kubernetes.io/pciBusID":{{"string":"{GPU}"}}' in report,
           "KubeVirt's metadata file is where virt-launcher looks and names the GPU's pciBusID")
+    check("launcher-exit=0" in report and '<hostdev type="pci" managed="no">' in report and
+          f"dra-gpu-dev pci {GPU}" in report,
+          "KubeVirt 1.9's virt-launcher code reads it in the container and makes the domain's "
+          "PCI <hostdev> for the GPU")
+    check(f"device={GPU} fd=ok" in report and "dma-map=ok" in report,
+          "as a VMM does: the group into a type1 container, the GPU's device fd from the group "
+          "(named by virt-launcher's <hostdev>), a page mapped for DMA")
+    check("vfio-check-exit=0" in report, "vfio-check passed")
     during = node_state(node, "state-gpu")
     check(during["drivers"].get(GPU) == "vfio-pci" and
           during["drivers"].get("0000:01:00.1") == "vfio-pci",
@@ -474,6 +490,10 @@ def scenario_node(cluster, node, check):
                  if line.startswith("device=") and " " not in line), "")
     check(len(uuid) == 36 and f'"mdevUUID":{{"string":"{uuid}"}}' in mdev_report,
           "KubeVirt's metadata file names the mediated device's mdevUUID", uuid)
+    check("launcher-exit=0" in mdev_report and '<hostdev type="mdev"' in mdev_report and
+          f"dra-gpu-dev mdev {uuid}" in mdev_report,
+          "virt-launcher's code makes an mdev <hostdev> of it (a vGPU, not the parent's PCI "
+          "address)")
     check(f"device={uuid} fd=ok" in mdev_report and "dma-map=ok" in mdev_report,
           "the container assigns the mediated device by its UUID as a VMM does")
     exists = f"test -e /sys/bus/mdev/devices/{uuid} && echo present || echo absent"
@@ -524,7 +544,10 @@ def scenario_node(cluster, node, check):
                  if "prepared claim" in line and nic_claim["metadata"]["uid"] in line]
     check.note(f"vmm-nic's claim was prepared by {preparers} (plugin pods then: {surge})")
     nic_report = read_result(node, "vmm-nic")
-    check("viable=1" in nic_report, "vmm-nic, started during the update, has its device")
+    check("viable=1" in nic_report and "dra-hostdevice-dev pci 0000:02:00.0" in nic_report and
+          "device=0000:02:00.0 fd=ok" in nic_report,
+          "vmm-nic, started during the update, has its device: virt-launcher's code makes a PCI "
+          "<hostdev> of the host device and the container opens it")
 
     # 5. The kubelet's health view of a device that goes away under a running pod.
     node.run("remove-nic", "echo 1 > /sys/bus/pci/devices/0000:02:00.0/remove")

@@ -1,26 +1,34 @@
-// kubevirt-vmi-admission: KubeVirt's own judgement of a VirtualMachineInstance, for the cluster
-// tests (test/cluster), at the KubeVirt release pinned in go.mod.
+// kubevirt-vmi: KubeVirt's own handling of a VirtualMachineInstance's DRA devices, for the tests
+// (test/cluster, test/real-node), at the KubeVirt release pinned in go.mod.
 //
 // In a cluster, virt-operator installs the VMI CustomResourceDefinition and virt-api judges each
 // new VMI in a validating webhook. Neither can run here (no images), and their packages cannot be
 // built from the module proxy (it refuses kubevirt.io/virt-template-api, which they import). What
-// can be: KubeVirt's API types and the admission checks that judge what vfio-dra's users write
-// (resourceClaims, DRA GPUs and host devices, networks backed by a claim, feature gates). So:
+// can be: KubeVirt's API types, the admission checks that judge what vfio-dra's users write
+// (resourceClaims, DRA GPUs and host devices, networks backed by a claim, feature gates), and
+// virt-launcher's reading of the DRA metadata files into the domain's host devices. So:
 //
-//	kubevirt-vmi-admission crd --kubevirt-source DIR
+//	kubevirt-vmi crd --kubevirt-source DIR
 //	    prints the VirtualMachineInstance CRD: names and versions from kubevirt.io/api, and the
 //	    OpenAPI schema virt-operator installs, read from the generated validations of the
 //	    kubevirt.io/kubevirt module in DIR (it is data there, not importable code)
-//	kubevirt-vmi-admission serve --listen ADDR --cert FILE --key FILE --feature-gates A,B
+//	kubevirt-vmi serve --listen ADDR --cert FILE --key FILE --feature-gates A,B
 //	    a validating webhook at virt-api's path for VMI creation that runs those KubeVirt checks
 //	    with a KubeVirt configuration enabling the given gates; prints "serving URL" once it
 //	    accepts connections
+//	kubevirt-vmi launcher-devices --vmi JSON [--metadata-dir DIR]
+//	    what virt-launcher makes of the VMI's DRA GPUs and host devices in this container: it
+//	    reads their metadata files (under DIR, by default where the kubelet mounts them) with
+//	    virt-launcher's own code and prints each libvirt <hostdev>, then one line per device:
+//	    "NAME pci DOMAIN:BUS:SLOT.FUNCTION" or "NAME mdev UUID". SR-IOV networks are not
+//	    covered: that code of virt-launcher needs libvirt's C library.
 //
 // Errors go to stderr with a non-zero exit.
 package main
 
 import (
 	"encoding/json"
+	"encoding/xml"
 	"errors"
 	"flag"
 	"fmt"
@@ -44,10 +52,13 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "kubevirt.io/api/core/v1"
+	drautil "kubevirt.io/kubevirt/pkg/dra"
 	draadmitter "kubevirt.io/kubevirt/pkg/dra/admitter"
 	netadmitter "kubevirt.io/kubevirt/pkg/network/admitter"
 	virtconfig "kubevirt.io/kubevirt/pkg/virt-config"
 	"kubevirt.io/kubevirt/pkg/virt-config/featuregate"
+	"kubevirt.io/kubevirt/pkg/virt-launcher/virtwrap/api"
+	launcherdra "kubevirt.io/kubevirt/pkg/virt-launcher/virtwrap/device/hostdevice/dra"
 )
 
 const (
@@ -61,8 +72,9 @@ const (
 
 func main() {
 	if len(os.Args) < 2 {
-		fail(errors.New("usage: kubevirt-vmi-admission crd --kubevirt-source DIR | " +
-			"serve --listen ADDR --cert FILE --key FILE --feature-gates A,B"))
+		fail(errors.New("usage: kubevirt-vmi crd --kubevirt-source DIR | " +
+			"serve --listen ADDR --cert FILE --key FILE --feature-gates A,B | " +
+			"launcher-devices --vmi JSON [--metadata-dir DIR]"))
 	}
 	var err error
 	switch os.Args[1] {
@@ -70,8 +82,10 @@ func main() {
 		err = printCRD(os.Args[2:], os.Stdout)
 	case "serve":
 		err = serve(os.Args[2:])
+	case "launcher-devices":
+		err = launcherDevices(os.Args[2:], os.Stdout)
 	default:
-		err = fmt.Errorf("unknown command %q (crd or serve)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (crd, serve or launcher-devices)", os.Args[1])
 	}
 	if err != nil {
 		fail(err)
@@ -79,7 +93,7 @@ func main() {
 }
 
 func fail(err error) {
-	fmt.Fprintln(os.Stderr, "kubevirt-vmi-admission:", err)
+	fmt.Fprintln(os.Stderr, "kubevirt-vmi:", err)
 	os.Exit(1)
 }
 
@@ -259,7 +273,7 @@ func serve(args []string) error {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		if err := json.NewEncoder(w).Encode(out); err != nil {
-			fmt.Fprintln(os.Stderr, "kubevirt-vmi-admission: writing the answer:", err)
+			fmt.Fprintln(os.Stderr, "kubevirt-vmi: writing the answer:", err)
 		}
 	})
 	listener, err := net.Listen("tcp", *listen)
@@ -268,4 +282,70 @@ func serve(args []string) error {
 	}
 	fmt.Printf("serving https://%s%s\n", listener.Addr(), createPath)
 	return http.ServeTLS(listener, mux, *cert, *key)
+}
+
+// pciName turns a libvirt PCI address (0x-prefixed hex fields) into the sysfs name.
+func pciName(a *api.Address) (string, error) {
+	var fields [4]uint64
+	for i, text := range []string{a.Domain, a.Bus, a.Slot, a.Function} {
+		value, err := strconv.ParseUint(strings.TrimPrefix(text, "0x"), 16, 32)
+		if err != nil {
+			return "", fmt.Errorf("libvirt PCI address %+v: field %q: %w", *a, text, err)
+		}
+		fields[i] = value
+	}
+	return fmt.Sprintf("%04x:%02x:%02x.%x", fields[0], fields[1], fields[2], fields[3]), nil
+}
+
+func launcherDevices(args []string, out io.Writer) error {
+	flags := flag.NewFlagSet("launcher-devices", flag.ContinueOnError)
+	spec := flags.String("vmi", "", "the VirtualMachineInstance (JSON)")
+	dir := flags.String("metadata-dir", drautil.DefaultMetadataBasePath, "where the kubelet mounts the DRA metadata")
+	if err := flags.Parse(args); err != nil {
+		return err
+	}
+	var vmi v1.VirtualMachineInstance
+	if err := json.Unmarshal([]byte(*spec), &vmi); err != nil {
+		return fmt.Errorf("decoding --vmi: %w", err)
+	}
+	gpus, err := launcherdra.CreateDRAGPUHostDevices(&vmi, *dir)
+	if err != nil {
+		return err
+	}
+	hostDevices, err := launcherdra.CreateDRAHostDevices(&vmi, *dir)
+	if err != nil {
+		return err
+	}
+	all := append(gpus, hostDevices...)
+	if len(all) == 0 {
+		return errors.New("the VMI has no DRA GPU or host device")
+	}
+	var lines []string
+	for _, device := range all {
+		encoded, err := xml.MarshalIndent(device, "", "  ")
+		if err != nil {
+			return fmt.Errorf("encoding the libvirt hostdev: %w", err)
+		}
+		fmt.Fprintln(out, string(encoded))
+		name := ""
+		if device.Alias != nil {
+			name = device.Alias.GetName()
+		}
+		switch {
+		case device.Type == api.HostDeviceMDev && device.Source.Address != nil:
+			lines = append(lines, fmt.Sprintf("%s mdev %s", name, device.Source.Address.UUID))
+		case device.Type == api.HostDevicePCI && device.Source.Address != nil:
+			pci, err := pciName(device.Source.Address)
+			if err != nil {
+				return err
+			}
+			lines = append(lines, fmt.Sprintf("%s pci %s", name, pci))
+		default:
+			return fmt.Errorf("a libvirt hostdev of type %q without a source address", device.Type)
+		}
+	}
+	for _, line := range lines {
+		fmt.Fprintln(out, line)
+	}
+	return nil
 }
