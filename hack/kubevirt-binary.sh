@@ -5,7 +5,7 @@
 # packages (go.sum committed), through the Go module proxy as hack/kube-binaries.sh builds the
 # Kubernetes components; and the VirtualMachineInstance CRD with the schema of that KubeVirt
 # release. Prints the directory that holds kubevirt-vmi and vmi-crd.yaml. Cached under
-# ~/.cache/vfio-dra/kubevirt/VERSION/ (about a minute the first time on 2 cores, then nothing).
+# ~/.cache/vfio-dra/kubevirt/VERSION/ (about 2 minutes the first time on 2 cores, then nothing).
 # VFIO_DRA_KUBE_CACHE overrides the cache root.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
