@@ -9,23 +9,30 @@
 #include <set>
 
 #include "base/file_io.h"
-#include "base/json_writer.h"
 
 namespace vfio_dra::cdi {
 namespace {
 
-void WriteNode(JsonWriter& w, const DeviceNode& node) {
-  w.BeginObject();
-  w.StringMember("path", node.path);
-  if (!node.host_path.empty() && node.host_path != node.path) {
-    w.StringMember("hostPath", node.host_path);
-  }
+// ordered_json keeps the members in the order written (cdiVersion and kind first, as the CDI
+// specification shows specs), for people reading the file; runtimes do not depend on the order.
+using OrderedJson = nlohmann::ordered_json;
+
+OrderedJson NodeJson(const DeviceNode& node) {
+  OrderedJson out = OrderedJson::object();
+  out["path"] = node.path;
+  if (!node.host_path.empty() && node.host_path != node.path) out["hostPath"] = node.host_path;
   if (node.major && node.minor) {
-    w.StringMember("type", "c");
-    w.IntMember("major", *node.major);
-    w.IntMember("minor", *node.minor);
+    out["type"] = "c";
+    out["major"] = *node.major;
+    out["minor"] = *node.minor;
   }
-  w.EndObject();
+  return out;
+}
+
+OrderedJson NodesJson(const std::vector<DeviceNode>& nodes) {
+  OrderedJson out = OrderedJson::array();
+  for (const DeviceNode& node : nodes) out.push_back(NodeJson(node));
+  return out;
 }
 
 // What List finds and RemoveAll removes by prefix: spec files, never other files of the directory.
@@ -87,56 +94,37 @@ Status ValidateSpec(const Spec& spec) {
   return Status::Ok();
 }
 
-// Written member by member: a spec is written twice on every prepare, and a json tree built for
-// one dump cost as much again as the writing.
 std::string SpecText(const Spec& spec) {
-  JsonWriter w(2);
-  w.BeginObject();
-  w.StringMember("cdiVersion", MinimumCdiVersion(spec));
-  w.StringMember("kind", spec.kind);
-  w.Key("devices");
-  w.BeginArray();
+  OrderedJson devices = OrderedJson::array();
   for (const Device& device : spec.devices) {
-    w.BeginObject();
-    w.StringMember("name", device.name);
-    w.Key("containerEdits");
-    w.BeginObject();
-    if (!device.device_nodes.empty()) {
-      w.Key("deviceNodes");
-      w.BeginArray();
-      for (const DeviceNode& node : device.device_nodes) WriteNode(w, node);
-      w.EndArray();
-    }
+    OrderedJson edits = OrderedJson::object();
+    if (!device.device_nodes.empty()) edits["deviceNodes"] = NodesJson(device.device_nodes);
     if (!device.mounts.empty()) {
-      w.Key("mounts");
-      w.BeginArray();
+      OrderedJson mounts = OrderedJson::array();
       for (const Mount& m : device.mounts) {
-        w.BeginObject();
-        w.StringMember("hostPath", m.host_path);
-        w.StringMember("containerPath", m.container_path);
-        w.Key("options");
-        w.StringArray(m.options);
-        w.EndObject();
+        OrderedJson mount = OrderedJson::object();
+        mount["hostPath"] = m.host_path;
+        mount["containerPath"] = m.container_path;
+        mount["options"] = m.options;
+        mounts.push_back(std::move(mount));
       }
-      w.EndArray();
+      edits["mounts"] = std::move(mounts);
     }
-    w.EndObject();
-    w.EndObject();
+    OrderedJson entry = OrderedJson::object();
+    entry["name"] = device.name;
+    entry["containerEdits"] = std::move(edits);
+    devices.push_back(std::move(entry));
   }
-  w.EndArray();
+  OrderedJson root = OrderedJson::object();
+  root["cdiVersion"] = MinimumCdiVersion(spec);
+  root["kind"] = spec.kind;
+  root["devices"] = std::move(devices);
   if (!spec.common_device_nodes.empty()) {
-    w.Key("containerEdits");
-    w.BeginObject();
-    w.Key("deviceNodes");
-    w.BeginArray();
-    for (const DeviceNode& node : spec.common_device_nodes) WriteNode(w, node);
-    w.EndArray();
-    w.EndObject();
+    root["containerEdits"]["deviceNodes"] = NodesJson(spec.common_device_nodes);
   }
-  w.EndObject();
-  std::string text = w.Take();
-  text.push_back('\n');
-  return text;
+  // Bytes that are not UTF-8 (a path can hold any) go out as U+FFFD, so the file stays JSON a
+  // runtime can load; the strict default would throw, and no exception may leave a prepare.
+  return root.dump(2, ' ', false, OrderedJson::error_handler_t::replace) + "\n";
 }
 
 std::string QualifiedDeviceId(const std::string& kind, const std::string& device_name) {
