@@ -5,7 +5,6 @@
 #include <filesystem>
 
 #include "base/file_io.h"
-#include "base/json_writer.h"
 #include "base/k8s_names.h"
 #include "base/text.h"
 
@@ -32,48 +31,41 @@ Status MakeDirs(const std::filesystem::path& dir) {
 
 }  // namespace
 
-// Written member by member: a metadata file is written on every prepare, and a json tree built
-// for one dump cost as much again as the writing.
+// ordered_json keeps the members in the order written (apiVersion and kind first, as Kubernetes
+// objects are shown), for people reading the file; virt-launcher does not depend on the order.
 std::string DeviceMetadataText(const RequestMetadata& metadata) {
-  JsonWriter w;
-  w.BeginObject();
-  w.StringMember("apiVersion", kMetadataApiVersion);
-  w.StringMember("kind", "DeviceMetadata");
-  w.Key("metadata");
-  w.BeginObject();
-  w.StringMember("name", metadata.claim_name);
-  w.StringMember("namespace", metadata.claim_namespace);
-  w.StringMember("uid", metadata.claim_uid);
-  w.IntMember("generation", metadata.generation);
-  w.EndObject();
-  if (metadata.pod_claim_name) {
-    w.StringMember("podClaimName", *metadata.pod_claim_name);
-  }
-  w.Key("requests");
-  w.BeginArray();
-  w.BeginObject();
-  w.StringMember("name", metadata.request);
-  w.Key("devices");
-  w.BeginArray();
+  using OrderedJson = nlohmann::ordered_json;
+  OrderedJson devices = OrderedJson::array();
   for (const MetadataDevice& device : metadata.devices) {
-    w.BeginObject();
-    w.StringMember("driver", device.driver);
-    w.StringMember("pool", device.pool);
-    w.StringMember("name", device.name);
-    w.Key("attributes");
-    w.BeginObject();
-    for (const auto& [name, value] : device.attributes) {
-      w.Key(name);
-      w.Value(value);
-    }
-    w.EndObject();
-    w.EndObject();
+    OrderedJson attributes = OrderedJson::object();
+    for (const auto& [name, value] : device.attributes) attributes[name] = OrderedJson(value);
+    OrderedJson entry = OrderedJson::object();
+    entry["driver"] = device.driver;
+    entry["pool"] = device.pool;
+    entry["name"] = device.name;
+    entry["attributes"] = std::move(attributes);
+    devices.push_back(std::move(entry));
   }
-  w.EndArray();
-  w.EndObject();
-  w.EndArray();
-  w.EndObject();
-  return w.Take();
+  OrderedJson request = OrderedJson::object();
+  request["name"] = metadata.request;
+  request["devices"] = std::move(devices);
+  OrderedJson object_meta = OrderedJson::object();
+  object_meta["name"] = metadata.claim_name;
+  object_meta["namespace"] = metadata.claim_namespace;
+  object_meta["uid"] = metadata.claim_uid;
+  object_meta["generation"] = metadata.generation;
+  OrderedJson root = OrderedJson::object();
+  root["apiVersion"] = kMetadataApiVersion;
+  root["kind"] = "DeviceMetadata";
+  root["metadata"] = std::move(object_meta);
+  if (metadata.pod_claim_name) root["podClaimName"] = *metadata.pod_claim_name;
+  OrderedJson requests = OrderedJson::array();
+  requests.push_back(std::move(request));
+  root["requests"] = std::move(requests);
+  // Bytes that are not UTF-8 (in a published attribute, say) go out as U+FFFD, so the file stays
+  // JSON virt-launcher can read; the strict default would throw, and no exception may leave a
+  // prepare.
+  return root.dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
 }
 
 Status MetadataStore::CheckNames(const RequestMetadata& metadata) const {
