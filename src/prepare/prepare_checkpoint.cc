@@ -11,7 +11,6 @@
 #include <memory>
 
 #include "base/file_io.h"
-#include "base/json_writer.h"
 #include "base/k8s_names.h"
 #include "sysfs/sysfs_parse.h"
 
@@ -19,6 +18,9 @@ namespace vfio_dra::prepare {
 namespace {
 
 using nlohmann::json;
+// Records are written with ordered_json, which keeps the members in the order written: the order
+// docs/checkpoint.md shows, for people reading a record. Readers do not depend on it.
+using OrderedJson = nlohmann::ordered_json;
 
 constexpr size_t kMaxRecordBytes = 4 << 20;
 constexpr const char* kSuffix = ".json";
@@ -33,31 +35,28 @@ PrepareState ParseState(const std::string& state) {
   throw json::other_error::create(501, "unknown state \"" + state + "\"", nullptr);
 }
 
-// The record is written member by member (JsonWriter): every record is written twice per prepare,
-// and a json tree built for one dump cost as much again as the writing.
-void WriteIdentity(JsonWriter& w, const PciIdentity& identity) {
-  w.Key("identity");
-  w.BeginObject();
-  w.StringMember("vendor", identity.vendor);
-  w.StringMember("device", identity.device);
-  w.StringMember("subsystemVendor", identity.subsystem_vendor);
-  w.StringMember("subsystemDevice", identity.subsystem_device);
-  w.EndObject();
+OrderedJson IdentityJson(const PciIdentity& identity) {
+  OrderedJson out = OrderedJson::object();
+  out["vendor"] = identity.vendor;
+  out["device"] = identity.device;
+  out["subsystemVendor"] = identity.subsystem_vendor;
+  out["subsystemDevice"] = identity.subsystem_device;
+  return out;
 }
 
-void WriteFunctions(JsonWriter& w, const std::vector<FunctionRecord>& functions) {
-  w.BeginArray();
+OrderedJson FunctionsJson(const std::vector<FunctionRecord>& functions) {
+  OrderedJson out = OrderedJson::array();
   for (const FunctionRecord& f : functions) {
-    w.BeginObject();
-    w.StringMember("address", f.address);
-    w.StringMember("originalDriver", f.driver);
-    w.StringMember("originalOverride", f.override);
-    w.BoolMember("wasOnVfio", f.was_on_vfio);
-    w.StringMember("vfioDriver", f.vfio_driver);
-    if (f.identity.Known()) WriteIdentity(w, f.identity);
-    w.EndObject();
+    OrderedJson entry = OrderedJson::object();
+    entry["address"] = f.address;
+    entry["originalDriver"] = f.driver;
+    entry["originalOverride"] = f.override;
+    entry["wasOnVfio"] = f.was_on_vfio;
+    entry["vfioDriver"] = f.vfio_driver;
+    if (f.identity.Known()) entry["identity"] = IdentityJson(f.identity);
+    out.push_back(std::move(entry));
   }
-  w.EndArray();
+  return out;
 }
 
 std::string OptionalString(const json& object, const char* key) {
@@ -87,17 +86,17 @@ FunctionRecord FunctionFromJson(const json& f) {
   return r;
 }
 
-void WriteMdevs(JsonWriter& w, const std::vector<MdevRecord>& mdevs) {
-  w.BeginArray();
+OrderedJson MdevsJson(const std::vector<MdevRecord>& mdevs) {
+  OrderedJson out = OrderedJson::array();
   for (const MdevRecord& m : mdevs) {
-    w.BeginObject();
-    w.StringMember("parent", m.parent);
-    w.StringMember("type", m.type_id);
-    w.StringMember("uuid", m.uuid);
-    w.BoolMember("createdByUs", m.created_by_us);
-    w.EndObject();
+    OrderedJson entry = OrderedJson::object();
+    entry["parent"] = m.parent;
+    entry["type"] = m.type_id;
+    entry["uuid"] = m.uuid;
+    entry["createdByUs"] = m.created_by_us;
+    out.push_back(std::move(entry));
   }
-  w.EndArray();
+  return out;
 }
 
 MdevRecord MdevFromJson(const json& m) {
@@ -105,17 +104,17 @@ MdevRecord MdevFromJson(const json& m) {
                     m.at("uuid").get<std::string>(), m.at("createdByUs").get<bool>()};
 }
 
-void WriteVgpus(JsonWriter& w, const std::vector<VgpuRecord>& vgpus) {
-  w.BeginArray();
+OrderedJson VgpusJson(const std::vector<VgpuRecord>& vgpus) {
+  OrderedJson out = OrderedJson::array();
   for (const VgpuRecord& v : vgpus) {
-    w.BeginObject();
-    w.StringMember("address", v.address);
-    w.IntMember("type", v.type_id);
-    w.BoolMember("createdByUs", v.created_by_us);
-    WriteIdentity(w, v.identity);
-    w.EndObject();
+    OrderedJson entry = OrderedJson::object();
+    entry["address"] = v.address;
+    entry["type"] = v.type_id;
+    entry["createdByUs"] = v.created_by_us;
+    entry["identity"] = IdentityJson(v.identity);
+    out.push_back(std::move(entry));
   }
-  w.EndArray();
+  return out;
 }
 
 VgpuRecord VgpuFromJson(const json& v) {
@@ -125,27 +124,15 @@ VgpuRecord VgpuFromJson(const json& v) {
 
 // Only the fields that are set: an absent field is one the driver did not report (previous) or
 // prepare does not change (applied).
-void WriteSettings(JsonWriter& w, const vfio::VfNetSettings& settings) {
-  w.BeginObject();
-  if (settings.mac) {
-    w.StringMember("mac", *settings.mac);
-  }
-  if (settings.vlan) {
-    w.IntMember("vlan", *settings.vlan);
-  }
-  if (settings.qos) {
-    w.IntMember("qos", *settings.qos);
-  }
-  if (settings.vlan_proto) {
-    w.StringMember("vlanProtocol", vfio::VlanProtocolName(*settings.vlan_proto));
-  }
-  if (settings.spoof_check) {
-    w.BoolMember("spoofChk", *settings.spoof_check);
-  }
-  if (settings.trust) {
-    w.BoolMember("trust", *settings.trust);
-  }
-  w.EndObject();
+OrderedJson SettingsJson(const vfio::VfNetSettings& settings) {
+  OrderedJson out = OrderedJson::object();
+  if (settings.mac) out["mac"] = *settings.mac;
+  if (settings.vlan) out["vlan"] = *settings.vlan;
+  if (settings.qos) out["qos"] = *settings.qos;
+  if (settings.vlan_proto) out["vlanProtocol"] = vfio::VlanProtocolName(*settings.vlan_proto);
+  if (settings.spoof_check) out["spoofChk"] = *settings.spoof_check;
+  if (settings.trust) out["trust"] = *settings.trust;
+  return out;
 }
 
 vfio::VfNetSettings SettingsFromJson(const json& j) {
@@ -167,31 +154,28 @@ vfio::VfNetSettings SettingsFromJson(const json& j) {
   return out;
 }
 
-void WriteLink(JsonWriter& w, const vfio::VfLink& link) {
-  w.BeginObject();
-  w.StringMember("pfDevice", link.pf_device);
-  w.IntMember("vfIndex", link.vf_index);
-  w.EndObject();
+OrderedJson LinkJson(const vfio::VfLink& link) {
+  OrderedJson out = OrderedJson::object();
+  out["pfDevice"] = link.pf_device;
+  out["vfIndex"] = link.vf_index;
+  return out;
 }
 
 vfio::VfLink LinkFromJson(const json& j) {
   return {j.at("pfDevice").get<std::string>(), j.at("vfIndex").get<int>()};
 }
 
-void WriteVfNetworks(JsonWriter& w, const std::vector<VfNetworkRecord>& records) {
-  w.BeginArray();
+OrderedJson VfNetworksJson(const std::vector<VfNetworkRecord>& records) {
+  OrderedJson out = OrderedJson::array();
   for (const VfNetworkRecord& r : records) {
-    w.BeginObject();
-    w.StringMember("address", r.address);
-    w.Key("link");
-    WriteLink(w, r.link);
-    w.Key("previous");
-    WriteSettings(w, r.previous);
-    w.Key("applied");
-    WriteSettings(w, r.applied);
-    w.EndObject();
+    OrderedJson entry = OrderedJson::object();
+    entry["address"] = r.address;
+    entry["link"] = LinkJson(r.link);
+    entry["previous"] = SettingsJson(r.previous);
+    entry["applied"] = SettingsJson(r.applied);
+    out.push_back(std::move(entry));
   }
-  w.EndArray();
+  return out;
 }
 
 VfNetworkRecord VfNetworkFromJson(const json& j) {
@@ -201,48 +185,39 @@ VfNetworkRecord VfNetworkFromJson(const json& j) {
 
 // In the order docs/checkpoint.md shows: what was allocated, where it is, then how it was handed
 // out.
-void WriteDevice(JsonWriter& w, const RecordedDevice& d) {
-  w.BeginObject();
-  w.StringMember("request", d.request);
-  w.StringMember("pool", d.pool);
-  w.StringMember("device", d.device);
-  if (d.share_id) w.StringMember("shareID", *d.share_id);
-  w.StringMember("kind", d.is_mdev ? "mdev" : d.is_vgpu ? "vgpu" : "pci");
+OrderedJson DeviceJson(const RecordedDevice& d) {
+  OrderedJson out = OrderedJson::object();
+  out["request"] = d.request;
+  out["pool"] = d.pool;
+  out["device"] = d.device;
+  if (d.share_id) out["shareID"] = *d.share_id;
+  out["kind"] = d.is_mdev ? "mdev" : d.is_vgpu ? "vgpu" : "pci";
   if (d.is_vgpu) {
-    w.StringMember("address", d.address);
-    w.IntMember("vgpuType", d.vgpu_type);
-    if (d.iommu_group) w.IntMember("iommuGroup", *d.iommu_group);
+    out["address"] = d.address;
+    out["vgpuType"] = d.vgpu_type;
+    if (d.iommu_group) out["iommuGroup"] = *d.iommu_group;
   } else if (d.is_mdev) {
-    w.Key("mdev");
-    w.BeginObject();
-    w.StringMember("parent", d.mdev.parent);
-    w.StringMember("type", d.mdev.type_id);
-    w.StringMember("uuid", d.mdev.uuid);
-    w.EndObject();
-    w.BoolMember("createdByDriver", d.mdev_created_by_driver);
+    OrderedJson mdev = OrderedJson::object();
+    mdev["parent"] = d.mdev.parent;
+    mdev["type"] = d.mdev.type_id;
+    mdev["uuid"] = d.mdev.uuid;
+    out["mdev"] = std::move(mdev);
+    out["createdByDriver"] = d.mdev_created_by_driver;
   } else {
-    w.StringMember("address", d.address);
-    w.Key("functions");
-    w.StringArray(d.functions);
-    if (d.iommu_group) w.IntMember("iommuGroup", *d.iommu_group);
+    out["address"] = d.address;
+    out["functions"] = d.functions;
+    if (d.iommu_group) out["iommuGroup"] = *d.iommu_group;
     if (d.vf_link) {
-      w.Key("vfLink");
-      WriteLink(w, *d.vf_link);
-      w.Key("network");
-      WriteSettings(w, d.network);
+      out["vfLink"] = LinkJson(*d.vf_link);
+      out["network"] = SettingsJson(d.network);
     }
   }
-  w.StringMember("iommuInterface", d.iommu_interface);
-  w.Key("attributes");
-  w.BeginObject();
-  for (const auto& [name, value] : d.attributes) {
-    w.Key(name);
-    w.Value(value);
-  }
-  w.EndObject();
-  w.Key("cdiDeviceIDs");
-  w.StringArray(d.cdi_device_ids);
-  w.EndObject();
+  out["iommuInterface"] = d.iommu_interface;
+  OrderedJson attributes = OrderedJson::object();
+  for (const auto& [name, value] : d.attributes) attributes[name] = OrderedJson(value);
+  out["attributes"] = std::move(attributes);
+  out["cdiDeviceIDs"] = d.cdi_device_ids;
+  return out;
 }
 
 RecordedDevice DeviceFromJson(const json& j) {
@@ -281,48 +256,39 @@ RecordedDevice DeviceFromJson(const json& j) {
   return d;
 }
 
-// The record file's text. Written member by member: records are written twice per prepare, and a
-// tree built for one dump cost as much again as the writing.
-// An error when a value is not UTF-8 (a driver name or driver_override read from sysfs can be
-// any bytes): it would be recorded as something else, and undone wrongly.
+// The record file's text. An error when a value is not UTF-8 (a driver name or driver_override
+// read from sysfs can be any bytes): it would be recorded as something else, and undone wrongly.
 Result<std::string> RecordText(const ClaimRecord& r) {
-  JsonWriter w(1);
-  w.BeginObject();
-  w.IntMember("version", r.vgpus.empty() ? kCheckpointVersionWithoutVgpus : kCheckpointVersion);
-  w.StringMember("bootID", r.boot_id);
-  w.Key("claim");
-  w.BeginObject();
-  w.StringMember("uid", r.uid);
-  w.StringMember("namespace", r.namespace_);
-  w.StringMember("name", r.name);
-  w.StringMember("state", StateName(r.state));
-  w.Key("functions");
-  WriteFunctions(w, r.functions);
-  w.Key("mdevs");
-  WriteMdevs(w, r.mdevs);
-  if (!r.vgpus.empty()) {
-    w.Key("vgpus");
-    WriteVgpus(w, r.vgpus);
-  }
-  w.Key("vfNetworks");
-  WriteVfNetworks(w, r.vf_networks);
-  w.Key("cdiFiles");
-  w.StringArray(r.cdi_files);
-  w.Key("devices");
-  w.BeginArray();
-  for (const RecordedDevice& d : r.devices) WriteDevice(w, d);
-  w.EndArray();
-  w.BoolMember("replayable", r.replayable);
-  w.EndObject();
-  w.EndObject();
-  if (w.replaced()) {
+  OrderedJson devices = OrderedJson::array();
+  for (const RecordedDevice& d : r.devices) devices.push_back(DeviceJson(d));
+  OrderedJson claim = OrderedJson::object();
+  claim["uid"] = r.uid;
+  claim["namespace"] = r.namespace_;
+  claim["name"] = r.name;
+  claim["state"] = StateName(r.state);
+  claim["functions"] = FunctionsJson(r.functions);
+  claim["mdevs"] = MdevsJson(r.mdevs);
+  if (!r.vgpus.empty()) claim["vgpus"] = VgpusJson(r.vgpus);
+  claim["vfNetworks"] = VfNetworksJson(r.vf_networks);
+  claim["cdiFiles"] = r.cdi_files;
+  claim["devices"] = std::move(devices);
+  claim["replayable"] = r.replayable;
+  OrderedJson root = OrderedJson::object();
+  root["version"] = r.vgpus.empty() ? kCheckpointVersionWithoutVgpus : kCheckpointVersion;
+  root["bootID"] = r.boot_id;
+  root["claim"] = std::move(claim);
+  std::string text;
+  try {
+    // dump's default, strict handling of bytes that are not UTF-8 (in a key too): type_error 316,
+    // the only error it raises, where a replacing handler would record something else.
+    text = root.dump(1);
+  } catch (const OrderedJson::type_error&) {
     return MakeError(ErrorKind::kInvalidArgument,
                      "the record of " + r.Display() +
                          " holds a value that is not UTF-8 (a driver name or driver_override "
                          "read from sysfs, say); it cannot be recorded as it is, so nothing is "
                          "done for the claim");
   }
-  std::string text = w.Take();
   text.push_back('\n');
   return text;
 }
