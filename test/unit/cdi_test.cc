@@ -104,6 +104,20 @@ TEST_F(CdiTest, FileNamesCannotLeaveTheDirectory) {
   EXPECT_FALSE(fs::exists(dir_ + "/escape.json"));
 }
 
+// A value that is not UTF-8 (a host path can hold any bytes) is written as U+FFFD, so the file
+// is still JSON a runtime loads; it must not make writing fail or throw out of a prepare.
+TEST_F(CdiTest, BytesThatAreNotUtf8AreWrittenAsReplacementCharacters) {
+  Spec spec;
+  spec.kind = "vfio.dra.io/vfio";
+  spec.devices.push_back(Device{"d", {{"/dev/vfio/12", "/dev/vfio/12\xff", 243, 12}}, {}});
+  const std::string text = SpecText(spec);
+  const auto parsed = nlohmann::json::parse(text, nullptr, false);
+  ASSERT_FALSE(parsed.is_discarded()) << text;
+  EXPECT_EQ(parsed["devices"][0]["containerEdits"]["deviceNodes"][0]["hostPath"],
+            "/dev/vfio/12\xEF\xBF\xBD");
+  EXPECT_TRUE(SpecDirectory(dir_ + "/cdi").Write("a.json", spec).ok());
+}
+
 RequestMetadata GpuRequest() {
   RequestMetadata m;
   m.claim_namespace = "vms";
@@ -119,6 +133,17 @@ RequestMetadata GpuRequest() {
                       {"resource.kubernetes.io/pcieRoot", {{"string", "pci0000:3a"}}},
                       {"type", {{"string", "gpu"}}}}});
   return m;
+}
+
+// The same for the metadata file: an attribute that is not UTF-8 goes out as U+FFFD.
+TEST_F(CdiTest, MetadataBytesThatAreNotUtf8AreWrittenAsReplacementCharacters) {
+  RequestMetadata m = GpuRequest();
+  m.devices[0].attributes["productName"] = {{"string", "GH100\xff"}};
+  const std::string text = DeviceMetadataText(m);
+  const auto parsed = nlohmann::json::parse(text, nullptr, false);
+  ASSERT_FALSE(parsed.is_discarded()) << text;
+  EXPECT_EQ(parsed["requests"][0]["devices"][0]["attributes"]["productName"]["string"],
+            "GH100\xEF\xBF\xBD");
 }
 
 TEST_F(CdiTest, MetadataFileAndItsCdiMountFollowTheKep5304Layout) {

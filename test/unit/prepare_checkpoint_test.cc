@@ -463,15 +463,19 @@ TEST_F(PrepareCheckpointTest, ALoadAfterLostChangeEventsReadsEveryRecord) {
 // else and restored wrongly: the record is refused, and nothing is written.
 TEST_F(PrepareCheckpointTest, AValueThatIsNotUtf8IsRefusedNotAltered) {
   PrepareCheckpoint checkpoint = Open();
-  ClaimRecord record = Started();
-  record.functions[0].override = "drv\xFF";
-  auto written = checkpoint.Put(record);
-  ASSERT_FALSE(written.ok());
-  EXPECT_EQ(written.error().kind, ErrorKind::kInvalidArgument);
-  EXPECT_THAT(written.error().message, HasSubstr("not UTF-8"));
-  EXPECT_THAT(written.error().message, HasSubstr(kUid));
-  EXPECT_FALSE(checkpoint.Stage(record).ok());
-  EXPECT_EQ(Entries(), 0u);
+  ClaimRecord with_bad_value = Started();
+  with_bad_value.functions[0].override = "drv\xFF";
+  ClaimRecord with_bad_key = Started();  // a member's name is checked as strictly
+  with_bad_key.devices[0].attributes["vfio.dra.io/\xC0"] = {{"string", "x"}};
+  for (const ClaimRecord& record : {with_bad_value, with_bad_key}) {
+    auto written = checkpoint.Put(record);
+    ASSERT_FALSE(written.ok());
+    EXPECT_EQ(written.error().kind, ErrorKind::kInvalidArgument);
+    EXPECT_THAT(written.error().message, HasSubstr("not UTF-8"));
+    EXPECT_THAT(written.error().message, HasSubstr(kUid));
+    EXPECT_FALSE(checkpoint.Stage(record).ok());
+    EXPECT_EQ(Entries(), 0u);
+  }
 }
 
 // What Load does not follow: a change that ends no write and moves no name (here a truncate by
