@@ -5,12 +5,14 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -1479,16 +1481,28 @@ TEST_F(PrepareTest, AnExpiredDeadlineStartsNoDeviceWorkAndKeepsTheRecordForTheRe
   EXPECT_FALSE(Recorded(kUid).has_value());
   EXPECT_TRUE(kernel_->Writes().empty());
 
-  // The deadline passes while the record is being written (the hook waits it out).
-  const Deadline soon = Deadline::After(std::chrono::milliseconds(50));
-  step_hook_ = [soon](const std::string& step) {
-    if (step != "checkpoint:started") return;
-    while (!soon.Expired()) std::this_thread::yield();
-  };
-  Open();
-  auto midway = preparer_->Prepare(claim, claim.allocation->results, soon);
-  ASSERT_FALSE(midway.ok());
-  EXPECT_EQ(midway.error().kind, ErrorKind::kDeadlineExceeded);
+  // The deadline passes while the record is being written (the hook waits it out). On a busy
+  // machine a short deadline may pass before the prepare reaches that step: then it starts
+  // nothing, as above, and the test tries again with a longer one, until the step is reached.
+  auto reached = std::make_shared<std::atomic<bool>>(false);
+  std::optional<decltype(preparer_->Prepare(claim, claim.allocation->results, passed))> midway;
+  for (auto budget = std::chrono::milliseconds(50); !*reached; budget *= 2) {
+    ASSERT_LT(budget, std::chrono::minutes(2)) << "the prepare never reached its checkpoint step";
+    const Deadline soon = Deadline::After(budget);
+    step_hook_ = [soon, reached](const std::string& step) {
+      if (step != "checkpoint:started") return;
+      *reached = true;
+      while (!soon.Expired()) std::this_thread::yield();
+    };
+    Open();
+    midway.emplace(preparer_->Prepare(claim, claim.allocation->results, soon));
+    if (!*reached) {
+      ASSERT_FALSE(midway->ok());
+      ASSERT_FALSE(Recorded(kUid).has_value()) << "a prepare that did not start recorded nothing";
+    }
+  }
+  ASSERT_FALSE(midway->ok());
+  EXPECT_EQ(midway->error().kind, ErrorKind::kDeadlineExceeded);
   EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
   ASSERT_TRUE(Recorded(kUid).has_value());
   EXPECT_EQ(Recorded(kUid)->state, prepare::PrepareState::kPrepareStarted);
