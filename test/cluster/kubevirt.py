@@ -121,12 +121,11 @@ class KubevirtAdmission:
             self.process = None
 
 
-def vmi(name, gpus=(), host_devices=(), resource_claims=(), extra_gpu_fields=None):
-    """A VirtualMachineInstance with the given DRA devices and nothing else of note."""
-    devices = {"gpus": [dict(g, **(extra_gpu_fields or {})) for g in gpus]}
-    if host_devices:
-        devices["hostDevices"] = list(host_devices)
-    spec = {"domain": {"devices": devices, "resources": {"requests": {"memory": "1Gi"}}}}
+def vmi(name, gpus=(), resource_claims=()):
+    """A VirtualMachineInstance with the given DRA GPUs and resource claims and nothing else of
+    note."""
+    spec = {"domain": {"devices": {"gpus": list(gpus)},
+                       "resources": {"requests": {"memory": "1Gi"}}}}
     if resource_claims:
         spec["resourceClaims"] = list(resource_claims)
     return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
