@@ -22,12 +22,7 @@ if [ -x "$out/helm" ] && [ "$(cat "$out/.stamp" 2>/dev/null)" = "$stamp" ]; then
 fi
 mkdir -p "$out"
 rm -f "$out/.stamp"
-if ! (cd "$wrapper" && go mod download >"$out/download.log" 2>&1); then
-  echo "helm-binary.sh: downloading the modules of $wrapper from the Go module proxy" \
-    "($(go env GOPROXY)) failed; the chart tests need it (last lines of $out/download.log):" >&2
-  tail -5 "$out/download.log" >&2
-  exit 1
-fi
+download_modules "$wrapper" "$out/download.log" "the chart tests need it"
 # As helm's Makefile stamps a release, so that `helm version` reports it.
 ldflags="-s -w -X helm.sh/helm/v4/internal/version.version=$version"
 (cd "$wrapper" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/helm" \
