@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Configures and builds vfio-dra into build/ (or $BUILD_DIR) with warnings as errors, with ninja
-# and ccache when they are installed.
+# and ccache when they are installed. VFIO_DRA_BUILD_TARGETS (space-separated) builds only those
+# targets; VFIO_DRA_BUILD_NICE runs the compilers at that niceness (CTest's sanitizer builds, so
+# that they take the CPU the tests beside them leave idle).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -15,4 +17,8 @@ fi
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
   cmake -S . -B "$BUILD_DIR" "${GENERATOR[@]}" -DVFIO_DRA_WERROR=ON "$@" >/dev/null
 fi
-cmake --build "$BUILD_DIR" --parallel "$(nproc)"
+targets=()
+for t in ${VFIO_DRA_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+nice=()
+[ -n "${VFIO_DRA_BUILD_NICE:-}" ] && nice=(nice -n "$VFIO_DRA_BUILD_NICE")
+"${nice[@]}" cmake --build "$BUILD_DIR" --parallel "$(nproc)" "${targets[@]}"

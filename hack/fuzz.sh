@@ -4,18 +4,39 @@
 # build-asan/fuzz-corpus/<target>, so the repository's seeds stay as they are. A crash, a
 # sanitizer report, a leak or a timeout fails the run and leaves the input in
 # build-asan/fuzz-artifacts/.
+#   hack/fuzz.sh [--no-build] [TARGET...]
+#                 every target (default) or those named; --no-build runs an existing build-asan
+#                 (./hack/test.sh runs each target as a CTest test, fuzz_<target>, after CTest's
+#                 sanitize_asan_build, which makes that build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./hack/install-deps.sh
+build=1
+if [ "${1:-}" = --no-build ]; then
+  build=0
+  shift
+fi
+targets=("$@")
+if [ ${#targets[@]} = 0 ]; then
+  for seeds in test/fuzz/corpus/*/; do targets+=("$(basename "$seeds")"); done
+fi
 SECONDS_PER_TARGET=${FUZZ_SECONDS:-60}
-CC=clang CXX=clang++ BUILD_DIR=build-asan ./hack/build.sh \
-  -DVFIO_DRA_SANITIZE=address,undefined -DVFIO_DRA_FUZZ=ON
+if [ "$build" = 1 ]; then
+  ./hack/install-deps.sh
+  CC=clang CXX=clang++ BUILD_DIR=build-asan ./hack/build.sh \
+    -DVFIO_DRA_SANITIZE=address,undefined -DVFIO_DRA_FUZZ=ON
+fi
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 mkdir -p build-asan/fuzz-artifacts
 failed=0
-for seeds in test/fuzz/corpus/*/; do
-  target=$(basename "$seeds")
+for target in "${targets[@]}"; do
+  seeds=test/fuzz/corpus/$target/
+  if [ ! -d "$seeds" ] || [ ! -x ./build-asan/test/fuzz/"$target" ]; then
+    echo "fuzz: no target '$target' (needs test/fuzz/corpus/$target/ and" \
+      "build-asan/test/fuzz/$target: hack/fuzz.sh without --no-build builds it)" >&2
+    failed=1
+    continue
+  fi
   corpus=build-asan/fuzz-corpus/$target
   mkdir -p "$corpus"
   log=build-asan/fuzz-artifacts/$target.log
