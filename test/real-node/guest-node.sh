@@ -107,7 +107,11 @@ while [[ ! -e "$OUT/stop" ]]; do
   for script in "$OUT"/cmd/*.sh; do
     [[ -e "$script" && ! -e "${script%.sh}.rc" ]] || continue
     bash "$script" >"${script%.sh}.out" 2>&1
-    echo $? >"${script%.sh}.rc"
+    # Renamed into place: the host reads NAME.rc as soon as it exists, and a redirect creates it
+    # empty before it writes the code (an empty file read as a failure once, with the output
+    # "present" of a passing check).
+    echo $? >"${script%.sh}.rc.tmp"
+    mv "${script%.sh}.rc.tmp" "${script%.sh}.rc"
   done
   if [[ -e "$OUT/restart-kubelet" ]]; then
     rm -f "$OUT/restart-kubelet"

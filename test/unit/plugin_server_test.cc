@@ -79,7 +79,9 @@ TEST_F(PluginServerTest, AWatchSeesServingThenNotServingWhenThePluginStops) {
   ASSERT_TRUE(reader->Read(&response));
   EXPECT_EQ(response.status(), HealthCheckResponse::NOT_SERVING);
   EXPECT_FALSE(reader->Read(&response));
-  EXPECT_TRUE(reader->Finish().ok());
+  const grpc::Status finished = reader->Finish();
+  EXPECT_TRUE(finished.ok()) << "code " << finished.error_code() << ": "
+                             << finished.error_message();
   stopped.get();
   EXPECT_FALSE(std::filesystem::exists(layout_.dra_socket));
 }
