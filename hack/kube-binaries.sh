@@ -11,7 +11,7 @@
 # The binaries are cached per release under ~/.cache/vfio-dra/kubernetes/VERSION/ (rebuilt only
 # when the wrapper's go.mod/go.sum change), Go's module and build caches under
 # ~/.cache/vfio-dra/go/, so a second run takes seconds and a rebuild after a go.mod change about a
-# minute. The first build of a release takes 15-25 minutes on 2 cores (README, "Tests against a
+# minute. The first build of a release takes 5-12 minutes on 2 cores (README, "Tests against a
 # real control plane").
 # VFIO_DRA_KUBE_CACHE overrides the cache root (default ~/.cache/vfio-dra).
 set -euo pipefail
