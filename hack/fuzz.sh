@@ -20,11 +20,8 @@ if [ ${#targets[@]} = 0 ]; then
   for seeds in test/fuzz/corpus/*/; do targets+=("$(basename "$seeds")"); done
 fi
 SECONDS_PER_TARGET=${FUZZ_SECONDS:-60}
-if [ "$build" = 1 ]; then
-  ./hack/install-deps.sh
-  CC=clang CXX=clang++ BUILD_DIR=build-asan ./hack/build.sh \
-    -DVFIO_DRA_SANITIZE=address,undefined -DVFIO_DRA_FUZZ=ON
-fi
+# The fuzz targets are built in hack/sanitize.sh's ASan tree, by its own build step.
+if [ "$build" = 1 ]; then ./hack/sanitize.sh asan-build; fi
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 mkdir -p build-asan/fuzz-artifacts
