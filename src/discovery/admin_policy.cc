@@ -193,6 +193,88 @@ Result<VfioDriverRule> ParseVfioDriverRule(const std::string& path, const YAML::
   return rule;
 }
 
+// The largest count a layout may declare: more VFs than any GPU has.
+constexpr int kMaxLayoutCount = 4096;
+
+Result<std::optional<int>> LayoutCount(const std::string& path, const YAML::Node& node,
+                                       const std::string& key) {
+  const std::string text = node.IsScalar() ? node.as<std::string>() : "";
+  if (text == "max") return std::optional<int>();
+  auto value = sysfs::ParseDecimalAttribute(text);
+  if (!value.ok() || *value < 1 || *value > kMaxLayoutCount) {
+    return PolicyError(
+        path, node, key,
+        "must be max or a whole number from 1 to " + std::to_string(kMaxLayoutCount));
+  }
+  return std::optional<int>(static_cast<int>(*value));
+}
+
+Status ParseLayoutMatch(const std::string& path, const YAML::Node& match, const std::string& where,
+                        VgpuLayout& layout) {
+  if (match.IsMap() && match.size() == 0) {
+    return PolicyError(path, match, where,
+                       "selects no GPU; name at least one of address, vendor, device, class, "
+                       "driver");
+  }
+  auto selector = ParseSelector(path, match, where, false);
+  if (!selector.ok()) return selector.error();
+  const char* stray = selector->kind.has_value()      ? "kind"
+                      : !selector->pfs.empty()        ? "pf"
+                      : !selector->mdev_types.empty() ? "mdevType"
+                      : !selector->vgpu_types.empty() ? "vgpuType"
+                                                      : nullptr;
+  if (stray != nullptr) {
+    return PolicyError(path, match, where + "." + stray,
+                       "does not apply: match selects the GPU (the PF) by address, vendor, device, "
+                       "class or driver; the type is the layout's vgpuType");
+  }
+  layout.match = std::move(*selector);
+  return Status::Ok();
+}
+
+Result<VgpuLayout> ParseVgpuLayout(const std::string& path, const YAML::Node& node,
+                                   const std::string& where) {
+  if (!node.IsMap()) return PolicyError(path, node, where, "must be a mapping");
+  VgpuLayout layout;
+  layout.where = where;
+  bool has_match = false;
+  bool has_count = false;
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    const std::string field = where + "." + key;
+    const YAML::Node& value = kv.second;
+    if (key == "match") {
+      has_match = true;
+      if (Status s = ParseLayoutMatch(path, value, field, layout); !s.ok()) return s.error();
+    } else if (key == "vgpuType") {
+      if (!value.IsScalar() || value.as<std::string>().empty()) {
+        return PolicyError(path, value, field, "must be a type ID or name");
+      }
+      layout.vgpu_type = value.as<std::string>();
+    } else if (key == "count") {
+      auto count = LayoutCount(path, value, field);
+      if (!count.ok()) return count.error();
+      layout.count = *count;
+      has_count = true;
+    } else if (key == "create") {
+      const std::string text = value.IsScalar() ? value.as<std::string>() : "";
+      if (text != "ahead" && text != "onDemand") {
+        return PolicyError(path, value, field, "must be ahead or onDemand");
+      }
+      layout.create = text == "ahead" ? VgpuCreation::kAhead : VgpuCreation::kOnDemand;
+    } else {
+      return PolicyError(path, kv.first, field,
+                         "unknown key (known: match, vgpuType, count, create)");
+    }
+  }
+  if (!has_match) return PolicyError(path, node, where + ".match", "is required");
+  if (layout.vgpu_type.empty()) return PolicyError(path, node, where + ".vgpuType", "is required");
+  if (!has_count) {
+    return PolicyError(path, node, where + ".count", "is required (a number, or max)");
+  }
+  return layout;
+}
+
 bool MatchesClass(const DeviceSelector& s, uint32_t class_code) {
   if (s.classes.empty()) return true;
   return s.classes.count(class_code >> 8) > 0 || s.classes.count(class_code | 0x1000000u) > 0;
@@ -247,6 +329,17 @@ bool DeviceSelector::MatchesVgpu(const sysfs::CreatableVgpuType& type,
     return false;
   }
   return MatchesPciFields(vf);
+}
+
+bool VgpuLayout::MatchesType(const sysfs::CreatableVgpuType& type) const {
+  return vgpu_type == std::to_string(type.id) || vgpu_type == type.name;
+}
+
+const VgpuLayout* AdminPolicy::VgpuLayoutFor(const PciFunction& pf) const {
+  for (const VgpuLayout& layout : vgpu_layouts) {
+    if (layout.match.MatchesFunction(pf)) return &layout;
+  }
+  return nullptr;
 }
 
 bool AdminPolicy::KindEnabled(DeviceKind kind) const {
@@ -345,6 +438,13 @@ Result<AdminPolicy> ParseAdminPolicy(const std::string& yaml_text, const std::st
           if (!rule.ok()) return rule.error();
           policy.vfio_drivers.push_back(std::move(*rule));
         }
+      } else if (key == "vgpuLayouts") {
+        if (!value.IsSequence()) return PolicyError(path, value, key, "must be a list");
+        for (size_t i = 0; i < value.size(); ++i) {
+          auto layout = ParseVgpuLayout(path, value[i], key + "[" + std::to_string(i) + "]");
+          if (!layout.ok()) return layout.error();
+          policy.vgpu_layouts.push_back(std::move(*layout));
+        }
       } else if (key == "unsafeNoIommu") {
         auto flag = Bool(path, value, key);
         if (!flag.ok()) return flag.error();
@@ -352,7 +452,8 @@ Result<AdminPolicy> ParseAdminPolicy(const std::string& yaml_text, const std::st
       } else {
         return PolicyError(
             path, kv.first, key,
-            "unknown key (known: version, kinds, select, deny, vfioDrivers, unsafeNoIommu)");
+            "unknown key (known: version, kinds, select, deny, vfioDrivers, vgpuLayouts, "
+            "unsafeNoIommu)");
       }
     }
   } catch (const YAML::Exception& e) {

@@ -20,6 +20,13 @@
 //   vfioDrivers:               # which VFIO driver prepare binds a function to; first match wins
 //     - match: {vendor: "15b3", device: "101e"}   # selector fields, no kind needed
 //       use: vfio-pci          # a driver or module name; without a rule modules.alias decides
+//   vgpuLayouts:               # NVIDIA vGPU on SR-IOV VFs: the one type a GPU runs, and how many
+//     - match: {address: "0000:41:00.0"}  # the GPU (PF): address, vendor, device, driver, class
+//       vgpuType: "1415"       # an ID or a name as creatable_vgpu_types lists it
+//       count: 2               # a number, or max: as many as the GPU holds
+//       create: ahead          # ahead (default): vfio-dra creates them while the GPU is idle and
+//                              # publishes each as a device of its own; onDemand: prepare creates
+//                              # them, and a counter set per GPU admits at most `count`
 //   unsafeNoIommu: false
 #pragma once
 
@@ -69,6 +76,25 @@ struct VfioDriverRule {
   std::string use;
 };
 
+// How the vGPUs of a layout come to exist.
+enum class VgpuCreation {
+  kAhead,     // vfio-dra creates them while the GPU holds none; only what exists is offered
+  kOnDemand,  // prepare creates one per claim; the GPU's counter set bounds how many
+};
+
+// The admin's declared vGPU layout of the GPUs (SR-IOV PFs) `match` selects: the one type they
+// run and how many of it. Layouts are what keeps the scheduler from allocating vGPUs the GPU
+// cannot create: the driver's lists say what a VF can take now, never how many the GPU holds.
+struct VgpuLayout {
+  DeviceSelector match;      // matched against the PF; no kind, pf, mdevType or vgpuType
+  std::string vgpu_type;     // an ID or a name, as creatable_vgpu_types lists it
+  std::optional<int> count;  // unset: as many as the GPU holds
+  VgpuCreation create = VgpuCreation::kAhead;
+  std::string where;  // "vgpuLayouts[1]" for messages
+
+  bool MatchesType(const sysfs::CreatableVgpuType& type) const;
+};
+
 struct AdminPolicy {
   bool gpu_enabled = true;
   bool mdev_enabled = true;
@@ -79,10 +105,13 @@ struct AdminPolicy {
   std::vector<DeviceSelector> select;
   std::vector<DeviceSelector> deny;
   std::vector<VfioDriverRule> vfio_drivers;
+  std::vector<VgpuLayout> vgpu_layouts;
   std::string source = "built-in default policy";
 
   bool KindEnabled(DeviceKind kind) const;
   bool HasSelectorsFor(DeviceKind kind) const;
+  // The first layout whose match selects the GPU `pf` (nullptr: none declared).
+  const VgpuLayout* VgpuLayoutFor(const PciFunction& pf) const;
 };
 
 // Parses policy YAML; errors read "<path>:<line>: <key>: <problem>".

@@ -75,6 +75,82 @@ TEST(AdminPolicy, ErrorsNameTheFileLineAndKey) {
   }
 }
 
+TEST(AdminPolicy, ParsesVgpuLayoutsAndMatchesTheFirstForAGpu) {
+  auto policy = ParseAdminPolicy(R"(vgpuLayouts:
+  - match: {address: "0000:41:00.0"}
+    vgpuType: "1415"
+    count: 2
+  - match: {vendor: "10de", device: "26b9"}
+    vgpuType: NVIDIA L40S-12Q
+    count: max
+    create: onDemand
+)",
+                                 "p.yaml");
+  ASSERT_TRUE(policy.ok()) << policy.error().message;
+  ASSERT_EQ(policy->vgpu_layouts.size(), 2u);
+  const VgpuLayout& first = policy->vgpu_layouts[0];
+  EXPECT_EQ(first.where, "vgpuLayouts[0]");
+  EXPECT_EQ(first.count, 2);
+  EXPECT_EQ(first.create, VgpuCreation::kAhead);
+  EXPECT_TRUE(first.MatchesType({1415, "NVIDIA H100-40C"}));
+  EXPECT_FALSE(first.MatchesType({1414, "NVIDIA H100-20C"}));
+  const VgpuLayout& second = policy->vgpu_layouts[1];
+  EXPECT_FALSE(second.count.has_value());
+  EXPECT_EQ(second.create, VgpuCreation::kOnDemand);
+  EXPECT_TRUE(second.MatchesType({1001, "NVIDIA L40S-12Q"}));
+
+  PciFunction h100;
+  h100.address = "0000:41:00.0";
+  h100.vendor_id = 0x10de;
+  h100.device_id = 0x2330;
+  EXPECT_EQ(policy->VgpuLayoutFor(h100), &first);
+  PciFunction l40s = h100;
+  l40s.address = "0000:81:00.0";
+  l40s.device_id = 0x26b9;
+  EXPECT_EQ(policy->VgpuLayoutFor(l40s), &second);
+  l40s.device_id = 0x26b5;
+  EXPECT_EQ(policy->VgpuLayoutFor(l40s), nullptr);
+}
+
+TEST(AdminPolicy, VgpuLayoutErrorsNameTheEntryAndKey) {
+  struct Case {
+    const char* yaml;
+    const char* expected;
+  } cases[] = {
+      {"vgpuLayouts:\n  - vgpuType: \"1\"\n    count: 1\n", "vgpuLayouts[0].match: is required"},
+      {"vgpuLayouts:\n  - match: {address: \"0000:41:00.0\"}\n    count: 1\n",
+       "vgpuLayouts[0].vgpuType: is required"},
+      {"vgpuLayouts:\n  - match: {address: \"0000:41:00.0\"}\n    vgpuType: \"1\"\n",
+       "vgpuLayouts[0].count: is required"},
+      {"vgpuLayouts:\n  - match: {address: \"0000:41:00.0\"}\n    vgpuType: \"1\"\n"
+       "    count: 0\n",
+       "p.yaml:4: vgpuLayouts[0].count: must be max or a whole number from 1 to 4096"},
+      {"vgpuLayouts:\n  - match: {address: \"0000:41:00.0\"}\n    vgpuType: \"1\"\n"
+       "    count: many\n",
+       "vgpuLayouts[0].count: must be max or a whole number"},
+      {"vgpuLayouts:\n  - match: {address: \"0000:41:00.0\"}\n    vgpuType: \"1\"\n"
+       "    count: 1\n    create: later\n",
+       "p.yaml:5: vgpuLayouts[0].create: must be ahead or onDemand"},
+      {"vgpuLayouts:\n  - match: {}\n    vgpuType: \"1\"\n    count: 1\n",
+       "vgpuLayouts[0].match: selects no GPU"},
+      {"vgpuLayouts:\n  - match: {kind: vgpu, address: \"0000:41:00.0\"}\n    vgpuType: \"1\"\n"
+       "    count: 1\n",
+       "vgpuLayouts[0].match.kind: does not apply"},
+      {"vgpuLayouts:\n  - match: {vgpuType: \"2\"}\n    vgpuType: \"1\"\n    count: 1\n",
+       "vgpuLayouts[0].match.vgpuType: does not apply"},
+      {"vgpuLayouts:\n  - match: {address: \"0000:41:00.0\"}\n    vgpuType: \"1\"\n"
+       "    count: 1\n    instances: 2\n",
+       "vgpuLayouts[0].instances: unknown key (known: match, vgpuType, count, create)"},
+      {"vgpuLayouts: {}\n", "p.yaml:1: vgpuLayouts: must be a list"},
+  };
+  for (const Case& c : cases) {
+    auto policy = ParseAdminPolicy(c.yaml, "p.yaml");
+    ASSERT_FALSE(policy.ok()) << c.yaml;
+    EXPECT_NE(policy.error().message.find(c.expected), std::string::npos)
+        << "yaml: " << c.yaml << "\nerror: " << policy.error().message;
+  }
+}
+
 TEST(AdminPolicy, MissingFileIsAnErrorNamingIt) {
   auto policy = LoadAdminPolicy("/nonexistent/policy.yaml");
   ASSERT_FALSE(policy.ok());
