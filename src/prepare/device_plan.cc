@@ -325,6 +325,8 @@ Result<std::vector<PlannedDevice>> PlanClaim(
   return plan;
 }
 
+bool MakesVgpu(const PlannedDevice& device) { return !device.published.consumes_counters.empty(); }
+
 std::string VfioDriverOf(const PlannedDevice& device, const std::string& address) {
   auto it = device.vfio_drivers.find(address);
   return it == device.vfio_drivers.end() ? std::string(vfio::kVfioPciDriver) : it->second;

@@ -62,6 +62,12 @@ struct PlanContext {
 // The VFIO driver `device` binds `address` to.
 std::string VfioDriverOf(const PlannedDevice& device, const std::string& address);
 
+// Whether prepare makes the vGPU of `device` (a type offered on an idle VF) or hands out the one
+// its VF held when published. Both have the same name; only an offered type consumes its VF's
+// counter set (see AddVgpuVfs in slice_builder.cc). Asked only before the VF is recorded: from
+// then on the claim's record says, since once the type is set the VF is published as holding it.
+bool MakesVgpu(const PlannedDevice& device);
+
 // One entry per result, in the order of `ours`; the first problem fails the whole claim.
 Result<std::vector<PlannedDevice>> PlanClaim(
     const kube::ResourceClaim& claim, const std::vector<kube::DeviceRequestAllocationResult>& ours,

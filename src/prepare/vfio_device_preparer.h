@@ -21,6 +21,10 @@
 //
 // The preparer locks for itself (PrepareLocks): calls for claims on different devices run in
 // parallel, from any number of threads and from both instances of a rolling update.
+//
+// Each phase has a file of its own: prepare_decision.cc (Prepare: deciding and recording the
+// start), prepare_checks.cc, prepare_apply.cc, prepare_undo.cc (Unprepare and Undo),
+// prepare_recovery.cc (Recover) and preparer_snapshots.cc.
 #pragma once
 
 #include <chrono>
@@ -236,5 +240,21 @@ class VfioDevicePreparer final : public DevicePreparer {
   mutable std::shared_ptr<const std::map<std::string, discovery::ManagedFunction>> managed_ =
       std::make_shared<const std::map<std::string, discovery::ManagedFunction>>();
 };
+
+template <typename Op>
+auto VfioDevicePreparer::Timed(const char* operation, Op op) -> decltype(op()) {
+  const auto start = std::chrono::steady_clock::now();
+  auto result = op();
+  if (options_.metrics != nullptr) {
+    options_.metrics->Observe(
+        "vfio_dra_device_operation_duration_seconds", {{"operation", operation}},
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (!result.ok()) {
+      options_.metrics->Increment("vfio_dra_device_operation_errors_total",
+                                  {{"operation", operation}});
+    }
+  }
+  return result;
+}
 
 }  // namespace vfio_dra::prepare
