@@ -179,6 +179,11 @@ class SliceReconciler {
   // What the server made of content we sent, so that stored-but-different content is not
   // rewritten forever: digest of the sent content -> digest of the stored content.
   std::map<Sha256, Sha256> adopted_;
+  // The devices of the server's slices as listed before this process first published: what an
+  // earlier instance published, so that a standing taint keeps its time (and a device a prepared
+  // claim holds stays) across a restart. Dropped at the first publish.
+  std::shared_ptr<const PackedDeviceTable> listed_before_publish_;
+  bool published_once_ = false;
 
   std::atomic<bool> stopping_{false};
   std::stop_source stop_watch_;  // wakes the watch's idle stream at Stop
