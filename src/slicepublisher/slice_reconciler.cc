@@ -281,13 +281,15 @@ Status SliceReconciler::ListIntoCache(std::string& resource_version) {
       if (keep_devices && content.ok()) readable.push_back(std::move(*content));
     }
   }
-  std::shared_ptr<const PackedDeviceTable> listed;
+  PublishedDevices::Snapshot listed;
   if (keep_devices) {
     std::vector<const SliceDevice*> devices;
     for (const SliceContent& slice : readable) {
       for (const SliceDevice& device : slice.devices) devices.push_back(&device);
     }
-    listed = std::make_shared<const PackedDeviceTable>(devices);
+    listed.devices = std::make_shared<const PackedDeviceTable>(devices);
+    listed.counter_sets =
+        std::make_shared<const std::map<std::string, CounterSet>>(CounterSetsOf(readable));
   }
   resource_version = (*list)["metadata"].value("resourceVersion", "");
   std::lock_guard<std::mutex> lock(mu_);
@@ -419,14 +421,17 @@ Status SliceReconciler::Sync() {
                                                std::chrono::system_clock::now().time_since_epoch())
                                                .count());
   if (options_.held_devices) taints.held = options_.held_devices();
+  PublishedDevices::Snapshot standing;
+  if (options_.published != nullptr) standing = options_.published->Current();
   std::shared_ptr<const PackedDeviceTable> published;
-  if (options_.published != nullptr) published = options_.published->Current().devices;
   {
     std::lock_guard<std::mutex> lock(mu_);
     // Before this process first publishes, what stands is what the server holds: an earlier
     // instance's taints keep their times instead of every restart resetting (and rewriting) them.
-    if (!published_once_) published = listed_before_publish_;
+    if (!published_once_) standing = listed_before_publish_;
+    published = standing.devices;
     taints.published = published.get();
+    taints.published_sets = standing.counter_sets.get();
     cache = cache_;
     profile = profile_;
     meta.node_uid = node_uid_;
@@ -451,7 +456,7 @@ Status SliceReconciler::Sync() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     published_once_ = true;
-    listed_before_publish_.reset();
+    listed_before_publish_ = {};
   }
 
   const WritePlan plan = PlanWrites(pool, cache);

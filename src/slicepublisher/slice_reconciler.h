@@ -182,7 +182,7 @@ class SliceReconciler {
   // The devices of the server's slices as listed before this process first published: what an
   // earlier instance published, so that a standing taint keeps its time (and a device a prepared
   // claim holds stays) across a restart. Dropped at the first publish.
-  std::shared_ptr<const PackedDeviceTable> listed_before_publish_;
+  PublishedDevices::Snapshot listed_before_publish_;
   bool published_once_ = false;
 
   std::atomic<bool> stopping_{false};
