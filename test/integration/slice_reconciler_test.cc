@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "discovery/admin_policy.h"
 #include "discovery/node_scan.h"
 #include "fake_apiserver.h"
 #include "kube/client_config.h"
@@ -186,6 +187,47 @@ TEST_F(SliceReconcilerTest, ARestartedReconcilerKeepsAStandingTaintsTimeAndWrite
   ASSERT_TRUE(published.has_value());
   ASSERT_EQ(published->taints.size(), 1u);
   EXPECT_EQ(published->taints[0].time_added, "2023-11-14T22:13:20Z");
+  reconciler_.reset();
+}
+
+// Issue 53 items 5 and 6 together: a claim holds a vGPU on a VF when the daemon restarts under a
+// policy that no longer offers vGPUs. The new reconciler has published nothing yet; it keeps the
+// held device from the server's slices as it was, consuming from its VF's counter set, and that
+// set stays published beside it.
+TEST_F(SliceReconcilerTest, ARestartedReconcilerKeepsAHeldDeviceAndItsCounterSetFromTheServer) {
+  StartServer();
+  const std::shared_ptr<const discovery::NodeScan> offered = Scan("vgpu-vf");
+  auto first = std::make_unique<PublishedDevices>();
+  adjust_options_ = [&](ReconcilerOptions& options) { options.published = first.get(); };
+  StartReconcilerOn(*offered);
+  ASSERT_TRUE(reconciler_->WaitInSync(kWait));
+  const std::string vf = offered->inventory.Find("0000:41:00.0")->sriov_pf->vfs.at(0);
+  const std::string device = VgpuDeviceName(vf, 1414);
+  const std::optional<SliceDevice> before = first->Find("node-1", device);
+  ASSERT_TRUE(before.has_value());
+  ASSERT_EQ(before->consumes_counters.size(), 1u);
+  const std::string set = before->consumes_counters[0].counter_set;
+  reconciler_.reset();
+
+  auto policy = discovery::ParseAdminPolicy("version: v1\nkinds:\n  vgpu: false\n", "policy");
+  ASSERT_TRUE(policy.ok()) << policy.error().message;
+  sysfs::SysfsReader sysfs(dir_ + "/vgpu-vf");
+  const auto without_vgpus = discovery::ScanNode(sysfs, nullptr, *policy);
+  auto second = std::make_unique<PublishedDevices>();
+  adjust_options_ = [&](ReconcilerOptions& options) {
+    options.published = second.get();
+    options.held_devices = [&] { return std::set<std::string>{device}; };
+  };
+  StartReconcilerOn(*without_vgpus);
+  ASSERT_TRUE(reconciler_->WaitInSync(kWait));
+  EXPECT_EQ(second->Find("node-1", device), before) << "the held vGPU changed or went";
+  bool set_published = false;
+  for (const json& slice : server_->Slices()) {
+    for (const json& counters : slice["spec"].value("sharedCounters", json::array())) {
+      set_published |= counters.value("name", "") == set;
+    }
+  }
+  EXPECT_TRUE(set_published) << set;
   reconciler_.reset();
 }
 
