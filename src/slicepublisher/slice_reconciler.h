@@ -8,7 +8,9 @@
 // layout of its release, and a counter-free layout when the server drops counter fields (the
 // partitionable-devices gate is off), adopting whatever else the server stores so that no
 // update loop can start. A slice whose content it cannot read is never taken as up to date: it is
-// rewritten or deleted. Slices stay in place when the reconciler stops.
+// rewritten or deleted. Slices stay in place when the reconciler stops. Until it first
+// publishes, what the server's slices hold stands for what was published (by an earlier
+// instance): taints keep their times and devices prepared claims hold stay, across restarts.
 #pragma once
 
 #include <atomic>
