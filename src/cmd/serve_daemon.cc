@@ -100,8 +100,13 @@ Status ServeDaemon::BuildPreparation() {
                                           options_.simulated_vf_network_dir));
   preparer_options.pods = pod_reader_ ? &*pod_reader_ : nullptr;
   preparer_options.claim_status = claim_status_queue_ ? &*claim_status_queue_ : nullptr;
+  // What a claim held is re-evaluated at once: a device kept only for it (lost) goes at the
+  // resync, and a taint that came from it being prepared (driver-changed: the scan marks functions
+  // prepared claims hold) needs a rescan, which the probe would not ask for when the unprepare
+  // left the function where it was. Both are events, not the 10-minute full rescan.
   preparer_options.after_unprepare = [this] {
     if (reconciler_) reconciler_->Resync();
+    if (watcher_) watcher_->Trigger();
   };
   auto preparer = prepare::VfioDevicePreparer::Open(preparer_options, *sysfs_, *sysfs_writer_,
                                                     published_, root_.WithComponent("prepare"));

@@ -735,6 +735,56 @@ TEST_F(DeviceTaintTest, AHeldVfThatGoesStaysTaintedLostUntilItsClaimIsUnprepared
   EXPECT_TRUE(Checkpoint()["claims"].empty()) << Checkpoint().dump();
 }
 
+// Issue 53 item 9: a function a prepared claim holds is bound to a third driver (taint
+// unhealthy/driver-changed); the unprepare leaves it there, and so changes nothing the periodic
+// probe reads (no driver list, no mdev, no AER count). The unprepare itself must have the node
+// re-evaluated: the taint goes within seconds, not at the next full rescan (10 minutes).
+TEST_F(DeviceTaintTest, ADriverChangedTaintGoesWhenItsClaimIsUnprepared) {
+  const std::string uid = "44444444-0000-4000-8000-000000000003";
+  const std::string nvme = "0000:06:00.0";
+  server_->PutClaim(Claim("disk", uid, {{"disk", "hostdev-0000-06-00-0"}}));
+  StartDaemon();
+  ASSERT_EQ(sim_.Prepare(plugin_, {{"vms", "disk", uid}})->claims().at(uid).error(), "")
+      << daemon_->Log();
+  ASSERT_EQ(Driver(nvme), "vfio-pci");
+  const TaintCase changed{"hostdev-0000-06-00-0",
+                          "unhealthy",
+                          "driver-changed",
+                          "NoSchedule",
+                          "was bound to uio_pci_generic outside vfio-dra",
+                          {},
+                          {}};
+  ASSERT_TRUE(WaitForTaint(changed, false).has_value()) << daemon_->Log();
+  // Someone moves the function from vfio-pci to uio_pci_generic, which the simulated kernel does
+  // not bind by itself: the links are made as the kernel would make them.
+  {
+    SimulatedKernel kernel(dir_ + "/sys", dir_ + "/dev");
+    ASSERT_EQ(kernel.Write(dir_ + "/sys/bus/pci/drivers/vfio-pci/unbind", nvme), 0);
+  }
+  const std::string sys = dir_ + "/sys";
+  const std::string device_dir =
+      fs::relative(fs::canonical(sys + "/bus/pci/devices/" + nvme), fs::canonical(sys));
+  const SysfsFixture fixture(sys);
+  fixture.WriteFile("bus/pci/drivers/uio_pci_generic/bind", "");
+  fixture.Symlink(device_dir + "/driver", "bus/pci/drivers/uio_pci_generic");
+  fixture.Symlink("bus/pci/drivers/uio_pci_generic/" + nvme, device_dir);
+  ASSERT_EQ(Driver(nvme), "uio_pci_generic");
+  const std::optional<json> tainted = WaitForTaint(changed, true);
+  ASSERT_TRUE(tainted.has_value()) << daemon_->Log();
+  EXPECT_EQ(tainted->value("value", ""), "driver-changed");
+  ExpectHealth(changed, v1::UNHEALTHY, true);
+
+  auto unprepared = sim_.Unprepare(plugin_, {{"vms", "disk", uid}});
+  ASSERT_TRUE(unprepared.ok()) << unprepared.error().message;
+  EXPECT_EQ(unprepared->claims().at(uid).error(), "") << daemon_->Log();
+  EXPECT_TRUE(Checkpoint()["claims"].empty()) << Checkpoint().dump();
+  EXPECT_EQ(Driver(nvme), "uio_pci_generic") << "the unprepare left the function where it was";
+  // WaitForTaint waits up to 30 s, far below the 10 minutes of the full rescan.
+  ASSERT_TRUE(WaitForTaint(changed, false).has_value())
+      << PublishedDevice(server_->Slices(), changed.device).dump() << daemon_->Log();
+  ExpectHealth(changed, v1::HEALTHY, false);
+}
+
 // The GPU's IOMMU group holds a USB controller no driver had; once the host binds it, the
 // published GPU stays published, tainted group-unsafe, and a prepare of it is refused with the
 // reason; unbound again, the taint goes and the GPU can be prepared.
