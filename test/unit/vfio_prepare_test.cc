@@ -126,6 +126,21 @@ class PrepareTest : public ::testing::Test {
     published_.Set(slicepublisher::BuildDesiredPool(
         *scan, {"node1", slicepublisher::CounterLayout::kOwnSlice}, capacity_));
   }
+  // Publishes as the daemon does, with taints: a device a prepared claim holds stays published
+  // while it holds it (tainted lost when it is gone from the node).
+  void PublishWithTaints() {
+    discovery::ScanContext context;
+    context.vfio_drivers = vfio_drivers_.get();
+    auto scan = discovery::ScanNode(*sysfs_, nullptr, discovery::AdminPolicy{}, context);
+    const slicepublisher::PublishedDevices::Snapshot before = published_.Current();
+    slicepublisher::TaintInputs taints{kDriver, "2026-01-01T00:00:00Z", before.devices.get()};
+    for (const prepare::PreparedTarget& target : *preparer_->Prepared()) {
+      taints.held.insert(target.device);
+    }
+    capacity_.Observe(scan->inventory);
+    published_.Set(slicepublisher::BuildDesiredPool(
+        *scan, {"node1", slicepublisher::CounterLayout::kOwnSlice, &taints}, capacity_));
+  }
   void Open() {
     preparer_.reset();
     // A restarted daemon has a queue of its own.
@@ -2006,6 +2021,62 @@ TEST_F(PrepareTest, AfterARebootAVgpuIsSetAgainOnlyOnTheSameDevice) {
   ASSERT_FALSE(refused.ok());
   EXPECT_THAT(refused.error().message, HasSubstr("not the device"));
   EXPECT_EQ(Slurp(current), "0\n");
+}
+
+// Issue 53 item 1: a vGPU whose VF is gone (its PF's sriov_numvfs lowered) went with it. Unprepare
+// takes that as done, as it does for a function that is gone: the record and the CDI specs go,
+// and the device, kept published (lost) while the claim held it, leaves the slices.
+TEST_F(PrepareTest, AVgpuWhoseVfIsGoneIsUnpreparedAndLeavesTheSlices) {
+  Use("vgpu-vf");
+  const std::string vf = "0000:41:00.4";
+  const std::string device = "vgpu-0000-41-00-4-1415";
+  ASSERT_TRUE(Prepare(Claim({{"vgpu", device}})).ok());
+  ASSERT_FALSE(CdiFiles().empty());
+  ASSERT_EQ(kernel_->Write(node_->sysfs_root() + "/bus/pci/devices/0000:41:00.0/sriov_numvfs", "0"),
+            0);
+  ASSERT_FALSE(fs::exists(node_->sysfs_root() + "/bus/pci/devices/" + vf));
+  PublishWithTaints();
+  const auto lost = published_.Find("node1", device);
+  ASSERT_TRUE(lost.has_value()) << "kept published while the claim holds it";
+  ASSERT_EQ(lost->taints.size(), 1u);
+  EXPECT_EQ(lost->taints[0].key, "vfio.dra.io/lost");
+
+  Status undone = Unprepare();
+  ASSERT_TRUE(undone.ok()) << undone.error().message;
+  EXPECT_EQ(Recorded(kUid), std::nullopt);
+  EXPECT_TRUE(CdiFiles().empty());
+  EXPECT_FALSE(fs::exists(DataDir() + "/dra-device-metadata/" + kUid + "_vgpu.json"));
+  EXPECT_TRUE(preparer_->Prepared()->empty());
+  PublishWithTaints();
+  EXPECT_FALSE(published_.Find("node1", device).has_value());
+  // The kubelet's retry finds nothing left to do.
+  EXPECT_TRUE(Unprepare().ok());
+}
+
+// Issue 53 item 1, at start: a prepare killed after it set the vGPU type, whose VF is gone before
+// the daemon starts again, is rolled back by recovery (before: every start failed the same way and
+// the record stayed).
+TEST_F(PrepareTest, APrepareStartedVgpuWhoseVfIsGoneIsRolledBackAtStart) {
+  Use("vgpu-vf");
+  struct Crash {};
+  step_hook_ = [](const std::string& step) {
+    if (step == "checkpoint:completed") throw Crash{};
+  };
+  Open();
+  EXPECT_THROW((void)Prepare(Claim({{"vgpu", "vgpu-0000-41-00-4-1415"}})), Crash);
+  ASSERT_TRUE(Recorded(kUid).has_value());
+  ASSERT_EQ(Recorded(kUid)->state, prepare::PrepareState::kPrepareStarted);
+  ASSERT_FALSE(CdiFiles().empty());
+  ASSERT_EQ(kernel_->Write(node_->sysfs_root() + "/bus/pci/devices/0000:41:00.0/sriov_numvfs", "0"),
+            0);
+
+  step_hook_ = nullptr;
+  Open();
+  Status recovered = preparer_->Recover();
+  ASSERT_TRUE(recovered.ok()) << recovered.error().message;
+  EXPECT_EQ(Recorded(kUid), std::nullopt);
+  EXPECT_TRUE(CdiFiles().empty());
+  EXPECT_FALSE(fs::exists(DataDir() + "/dra-device-metadata/" + kUid + "_vgpu.json"));
 }
 
 }  // namespace
