@@ -2079,5 +2079,49 @@ TEST_F(PrepareTest, APrepareStartedVgpuWhoseVfIsGoneIsRolledBackAtStart) {
   EXPECT_FALSE(fs::exists(DataDir() + "/dra-device-metadata/" + kUid + "_vgpu.json"));
 }
 
+// Issue 53 item 3: two vGPUs of one GPU are never changed at once, also when one of the calls is
+// an unprepare. While the unprepare of a vGPU on VF 41:00.4 is about to write its 0, a prepare of
+// another type on VF 41:00.5 of the same GPU waits for it (the GPU still runs the first type, so
+// going on would fail with ENODEV); once the unprepare is done, the prepare finds the GPU idle.
+TEST_F(PrepareTest, AnUnprepareOfAVgpuAndAPrepareOnAnotherVfOfItsGpuNeverOverlap) {
+  using namespace std::chrono_literals;
+  Use("vgpu-vf");
+  const auto current = [&](const std::string& vf) {
+    return Slurp(node_->sysfs_root() + "/bus/pci/devices/" + vf + "/nvidia/current_vgpu_type");
+  };
+  StepGate removing("vgpu-remove:0000:41:00.4");
+  step_hook_ = [&removing](const std::string& step) { removing.Pass(step); };
+  Open();
+  ASSERT_TRUE(Prepare(Claim({{"vgpu", "vgpu-0000-41-00-4-1414"}}, Uid(1), "a")).ok());
+  std::optional<Status> undone;
+  std::thread unprepare([&] { undone.emplace(Unprepare(Uid(1), "a")); });
+  struct Joiner {
+    StepGate& gate;
+    std::thread& thread;
+    ~Joiner() {
+      gate.Release();
+      if (thread.joinable()) thread.join();
+    }
+  } joiner{removing, unprepare};
+  removing.AwaitReached();
+  ASSERT_EQ(current("0000:41:00.4"), "1414\n");
+
+  const auto claim_b = Claim({{"vgpu", "vgpu-0000-41-00-5-1416"}}, Uid(2), "b");
+  auto waited = preparer_->Prepare(claim_b, claim_b.allocation->results, Deadline::After(200ms));
+  ASSERT_FALSE(waited.ok());
+  EXPECT_EQ(waited.error().kind, ErrorKind::kDeadlineExceeded) << waited.error().message;
+  EXPECT_THAT(waited.error().message, HasSubstr("device 0000:41:00.0, which another claim's call"));
+  EXPECT_EQ(current("0000:41:00.5"), "0\n");
+  EXPECT_EQ(Recorded(Uid(2)), std::nullopt);
+
+  removing.Release();
+  unprepare.join();
+  ASSERT_TRUE(undone->ok()) << undone->error().message;
+  EXPECT_EQ(current("0000:41:00.4"), "0\n");
+  auto prepared = Prepare(claim_b);
+  ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+  EXPECT_EQ(current("0000:41:00.5"), "1416\n");
+}
+
 }  // namespace
 }  // namespace vfio_dra::testing
