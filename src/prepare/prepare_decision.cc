@@ -147,7 +147,7 @@ Result<VfioDevicePreparer::PrepareDecision> VfioDevicePreparer::DecidePrepare(
       d.was_completed = planned_from && planned_from->state == PrepareState::kPrepareCompleted;
       plan =
           d.was_completed && planned_from->replayable
-              ? PlanFromRecord(*planned_from, ours)
+              ? PlanFromRecord(*planned_from, ours, sysfs_)
               : PlanClaim(claim, ours,
                           PlanContext{
                               options_.driver_name, options_.node_name, published_, sysfs_,

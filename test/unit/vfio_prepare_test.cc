@@ -2123,5 +2123,30 @@ TEST_F(PrepareTest, AnUnprepareOfAVgpuAndAPrepareOnAnotherVfOfItsGpuNeverOverlap
   EXPECT_EQ(current("0000:41:00.5"), "1416\n");
 }
 
+// Issue 53 item 4: a prepared claim prepared again (the kubelet's retry, a shared claim) is
+// replayed from its record; if the VF's IOMMU group was renumbered since (VFs re-created, a card
+// added), the recorded group would name another device's /dev/vfio node in the CDI spec. The
+// group is read again and the replay refused, naming both.
+TEST_F(PrepareTest, AReplayWhoseIommuGroupWasRenumberedIsRefused) {
+  Use("vgpu-vf");
+  const auto claim = Claim({{"vgpu", "vgpu-0000-41-00-4-1415"}});
+  ASSERT_TRUE(Prepare(claim).ok());
+  const std::string devices = node_->sysfs_root() + "/bus/pci/devices/";
+  const fs::path link = devices + "0000:41:00.4/iommu_group";
+  const fs::path recorded = fs::read_symlink(link);
+  const fs::path other = fs::read_symlink(devices + "0000:41:00.5/iommu_group");
+  ASSERT_NE(recorded.filename(), other.filename());
+  fs::remove(link);
+  fs::create_symlink(other, link);
+  const size_t writes = kernel_->Writes().size();
+  auto refused = Prepare(claim);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().kind, ErrorKind::kFailedPrecondition);
+  EXPECT_THAT(refused.error().message,
+              HasSubstr("PCI 0000:41:00.4 is now in IOMMU group " + other.filename().string() +
+                        ", not group " + recorded.filename().string()));
+  EXPECT_EQ(kernel_->Writes().size(), writes);
+}
+
 }  // namespace
 }  // namespace vfio_dra::testing
