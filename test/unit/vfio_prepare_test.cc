@@ -2148,5 +2148,30 @@ TEST_F(PrepareTest, AReplayWhoseIommuGroupWasRenumberedIsRefused) {
   EXPECT_EQ(kernel_->Writes().size(), writes);
 }
 
+// Issue 53 item 8: the health stream keeps a prepared device's own problem (its vGPU is gone) and
+// the reason of the taint the device carries (fatal PCIe errors on its VF), both.
+TEST_F(PrepareTest, TheHealthOfATaintedPreparedDeviceSaysItsOwnProblemAndTheTaintsReason) {
+  Use("vgpu-vf");
+  const std::string device = "vgpu-0000-41-00-4-1415";
+  ASSERT_TRUE(Prepare(Claim({{"vgpu", device}})).ok());
+  const std::string vf_dir = node_->sysfs_root() + "/bus/pci/devices/0000:41:00.4";
+  std::ofstream(vf_dir + "/aer_dev_fatal")
+      << "Undefined 0\nDLP 1\nSDES 0\nTLP 0\nTOTAL_ERR_FATAL 1\n";
+  ASSERT_EQ(kernel_->Write(vf_dir + "/nvidia/current_vgpu_type", "0"), 0);
+  PublishWithTaints();
+  ASSERT_TRUE(published_.Find("node1", device).has_value());
+  ASSERT_FALSE(published_.Find("node1", device)->taints.empty());
+  std::optional<prepare::DeviceHealthStatus> health;
+  for (const auto& status :
+       prepare::CheckDeviceHealth(*sysfs_, published_.Current(), *preparer_->Prepared())) {
+    if (status.device == device) health = status;
+  }
+  ASSERT_TRUE(health.has_value());
+  EXPECT_FALSE(health->healthy);
+  EXPECT_THAT(health->message,
+              HasSubstr("vGPU 1415 on VF 0000:41:00.4 prepared for claim vms/gpu-claim is gone"));
+  EXPECT_THAT(health->message, HasSubstr("aer_dev_fatal"));
+}
+
 }  // namespace
 }  // namespace vfio_dra::testing
