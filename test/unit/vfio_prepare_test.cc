@@ -1607,6 +1607,16 @@ class StepGate {
   bool released_ = false;
 };
 
+// Lets the gate's call go on and joins its thread when a test ends, also at a failed assertion.
+struct ReleaseAndJoin {
+  StepGate& gate;
+  std::thread& thread;
+  ~ReleaseAndJoin() {
+    gate.Release();
+    if (thread.joinable()) thread.join();
+  }
+};
+
 // Claims on different devices no longer queue behind each other (32 VMs starting at once), while
 // two calls never change one device together: a claim on a device another call is changing
 // waits for it, an unprepare waits for the prepare in flight, and another instance's recovery
@@ -1622,14 +1632,7 @@ TEST_F(PrepareTest, ClaimsOnOtherDevicesGoOnWhileOneIsInFlightAndItsDeviceWaits)
   std::optional<Result<std::vector<PreparedDevice>>> a_result;
   std::thread in_flight(
       [&] { a_result.emplace(instance_a->Prepare(claim_a, claim_a.allocation->results, {})); });
-  struct Joiner {
-    StepGate& gate;
-    std::thread& thread;
-    ~Joiner() {
-      gate.Release();
-      if (thread.joinable()) thread.join();
-    }
-  } joiner{gate, in_flight};
+  ReleaseAndJoin joiner{gate, in_flight};
   gate.AwaitReached();
 
   const auto claim_b = Claim({{"gpu", "gpu-0000-02-00-0"}}, Uid(2), "other-gpu");
@@ -2095,14 +2098,7 @@ TEST_F(PrepareTest, AnUnprepareOfAVgpuAndAPrepareOnAnotherVfOfItsGpuNeverOverlap
   ASSERT_TRUE(Prepare(Claim({{"vgpu", "vgpu-0000-41-00-4-1414"}}, Uid(1), "a")).ok());
   std::optional<Status> undone;
   std::thread unprepare([&] { undone.emplace(Unprepare(Uid(1), "a")); });
-  struct Joiner {
-    StepGate& gate;
-    std::thread& thread;
-    ~Joiner() {
-      gate.Release();
-      if (thread.joinable()) thread.join();
-    }
-  } joiner{removing, unprepare};
+  ReleaseAndJoin joiner{removing, unprepare};
   removing.AwaitReached();
   ASSERT_EQ(current("0000:41:00.4"), "1414\n");
 
