@@ -115,10 +115,18 @@ Status VgpuVfLifecycle::Assign(const std::string& vf, int type_id, Held held, De
   return Status::Ok();
 }
 
-Status VgpuVfLifecycle::Clear(const std::string& vf, int type_id, Deadline deadline) {
+Result<std::string> VgpuVfLifecycle::Clear(const std::string& vf, int type_id, Deadline deadline) {
   auto current = CurrentType(vf);
-  if (!current.ok()) return current.error().Wrap("removing " + Describe(vf, type_id));
-  if (*current == 0) return Status::Ok();
+  if (!current.ok()) {
+    // No VF, or no vGPU manager on it: either way its vGPU went with it, and the kernel
+    // re-creates a VF without one.
+    if (current.error().kind == ErrorKind::kNotFound) {
+      return "VF " + vf + " is gone (" + sysfs_.Path(File(vf)) + " does not exist), and " +
+             Describe(vf, type_id) + " with it; nothing to remove";
+    }
+    return current.error().Wrap("removing " + Describe(vf, type_id));
+  }
+  if (*current == 0) return std::string();
   if (*current != type_id) {
     return MakeError(ErrorKind::kFailedPrecondition, "removing " + Describe(vf, type_id) +
                                                          ": the VF holds vGPU " +
@@ -149,7 +157,7 @@ Status VgpuVfLifecycle::Clear(const std::string& vf, int type_id, Deadline deadl
                      "removing " + Describe(vf, type_id) +
                          ": the driver accepted 0 but the VF still reads " + std::to_string(*now));
   }
-  return Status::Ok();
+  return std::string();
 }
 
 }  // namespace vfio_dra::vfio

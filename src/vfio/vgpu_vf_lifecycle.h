@@ -45,8 +45,10 @@ class VgpuVfLifecycle {
   // says so; otherwise, or when it holds another type, it is an error and the VF is left alone.
   Status Assign(const std::string& vf, int type_id, Held held, Deadline deadline = {});
   // Destroys the VF's vGPU of `type_id`. A VF that holds none is fine; one that holds another
-  // type (not the one vfio-dra made) is an error, and is left alone.
-  Status Clear(const std::string& vf, int type_id, Deadline deadline = {});
+  // type (not the one vfio-dra made) is an error, and is left alone. A VF that is gone (removed,
+  // its PF's VFs disabled, the vGPU manager unloaded) took its vGPU with it: that is done too,
+  // and the returned warning says what was not there (empty when nothing needs saying).
+  Result<std::string> Clear(const std::string& vf, int type_id, Deadline deadline = {});
 
  private:
   std::string File(const std::string& vf) const;
