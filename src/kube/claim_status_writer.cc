@@ -164,50 +164,6 @@ std::string StringField(const nlohmann::json& object, const char* key) {
   return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
-DeviceCondition ParseCondition(const nlohmann::json& condition) {
-  DeviceCondition parsed;
-  parsed.type = StringField(condition, "type");
-  parsed.status = StringField(condition, "status");
-  parsed.reason = StringField(condition, "reason");
-  parsed.message = StringField(condition, "message");
-  parsed.last_transition_time = StringField(condition, "lastTransitionTime");
-  if (auto it = condition.find("observedGeneration"); it != condition.end() && it->is_number()) {
-    parsed.observed_generation = it->get<int64_t>();
-  }
-  return parsed;
-}
-
-// All of an entry that the apply body carries, so that an entry read back compares equal to the
-// one applied.
-AllocatedDeviceStatus ParseEntry(const nlohmann::json& entry) {
-  AllocatedDeviceStatus device;
-  device.driver = StringField(entry, "driver");
-  device.pool = StringField(entry, "pool");
-  device.device = StringField(entry, "device");
-  if (auto share = entry.find("shareID"); share != entry.end() && share->is_string()) {
-    device.share_id = share->get<std::string>();
-  }
-  if (auto conditions = entry.find("conditions");
-      conditions != entry.end() && conditions->is_array()) {
-    for (const nlohmann::json& condition : *conditions) {
-      if (condition.is_object()) device.conditions.push_back(ParseCondition(condition));
-    }
-  }
-  if (auto data = entry.find("data"); data != entry.end() && data->is_object()) device.data = *data;
-  if (auto network = entry.find("networkData"); network != entry.end() && network->is_object()) {
-    NetworkDeviceData parsed;
-    parsed.interface_name = StringField(*network, "interfaceName");
-    parsed.hardware_address = StringField(*network, "hardwareAddress");
-    if (auto ips = network->find("ips"); ips != network->end() && ips->is_array()) {
-      for (const nlohmann::json& ip : *ips) {
-        if (ip.is_string()) parsed.ips.push_back(ip.get<std::string>());
-      }
-    }
-    device.network_data = std::move(parsed);
-  }
-  return device;
-}
-
 // `driver`'s entries of a claim object's status.devices.
 std::vector<AllocatedDeviceStatus> EntriesOf(const nlohmann::json& claim,
                                              const std::string& driver) {
@@ -216,10 +172,8 @@ std::vector<AllocatedDeviceStatus> EntriesOf(const nlohmann::json& claim,
   if (status == claim.end() || !status->is_object()) return out;
   auto devices = status->find("devices");
   if (devices == status->end() || !devices->is_array()) return out;
-  for (const nlohmann::json& entry : *devices) {
-    if (entry.is_object() && StringField(entry, "driver") == driver) {
-      out.push_back(ParseEntry(entry));
-    }
+  for (AllocatedDeviceStatus& entry : ParseDeviceStatuses(*devices)) {
+    if (entry.driver == driver) out.push_back(std::move(entry));
   }
   return out;
 }
