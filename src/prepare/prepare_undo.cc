@@ -193,13 +193,16 @@ void VfioDevicePreparer::RestoreFunctions(
 
 void VfioDevicePreparer::ClearClaimStatus(const ClaimRecord& record) {
   if (options_.claim_status == nullptr) return;
-  // Entries exist only for network VFs that got settings or have a MAC: after a restart the
-  // record tells the first; the queue knows what this process wrote.
-  const bool configured_vf = std::any_of(
-      record.devices.begin(), record.devices.end(),
-      [](const RecordedDevice& d) { return d.vf_link.has_value() && !d.network.Empty(); });
-  if (!configured_vf && !options_.claim_status->MayHaveWritten(record.uid)) return;
-  options_.claim_status->Submit({"", record.namespace_, record.name, record.uid}, {});
+  // Entries exist only for network VFs (that got settings, or whose MAC was reported): after a
+  // restart the record tells which devices are VFs; the queue knows what this process wrote.
+  const bool vf = std::any_of(record.devices.begin(), record.devices.end(),
+                              [](const RecordedDevice& d) { return d.vf_link.has_value(); });
+  if (!vf && !options_.claim_status->MayHaveWritten(record.uid)) return;
+  options_.claim_status->Submit({"", record.namespace_, record.name, record.uid, ""}, {},
+                                [checkpoint = checkpoint_, uid = record.uid] {
+                                  auto prepared = checkpoint.Find(uid);
+                                  return !prepared.ok() || !prepared->has_value();
+                                });
 }
 
 }  // namespace vfio_dra::prepare

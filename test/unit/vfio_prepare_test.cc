@@ -67,7 +67,8 @@ class FakePods final : public kube::PodReader {
 };
 
 // Called from the claim status queue's worker: read `applied` once the queue settled, change
-// `fail` only then.
+// `fail` only then. Reads show the claim with what was applied last (across daemon restarts: the
+// claim is on the server).
 class RecordingClaimStatus final : public kube::ClaimStatusWriter {
  public:
   std::vector<std::vector<kube::AllocatedDeviceStatus>> applied;
@@ -79,6 +80,12 @@ class RecordingClaimStatus final : public kube::ClaimStatusWriter {
     if (fail) return *fail;
     applied.push_back(d);
     return Status::Ok();
+  }
+  // `fail` stands for a write the server refuses: reads succeed.
+  Result<kube::ClaimStatusReading> Read(const kube::ClaimStatusTarget&, Deadline) override {
+    return kube::ClaimStatusReading{
+        "resource.k8s.io/v1", "",
+        applied.empty() ? std::vector<kube::AllocatedDeviceStatus>() : applied.back()};
   }
 };
 
@@ -717,6 +724,25 @@ TEST_F(PrepareTest, AVfWithNothingToReportWritesNoStatusAndOneWithAMacDoes) {
   EXPECT_EQ(status_.applied[0][0].network_data->hardware_address, "02:00:00:00:00:33");
   ASSERT_TRUE(Unprepare().ok());
   EXPECT_EQ(VfState("0000:5e:00.0", 3)["mac"], "02:00:00:00:00:33");  // never changed, kept
+}
+
+// The status of a VF that carried only its MAC (no settings were asked) is ours as much as one
+// with settings: a restarted daemon, whose queue knows nothing of it, learns from the record that
+// the device is a VF and clears its entries at unprepare.
+TEST_F(PrepareTest, ARestartedDaemonClearsTheStatusOfAVfThatReportedOnlyItsMac) {
+  Use("sriov");
+  SeedVfs("0000:5e:00.0", 8);
+  std::ofstream(VfNetDir() + "/0000:5e:00.0/vf3.json", std::ios::trunc)
+      << R"({"mac":"02:00:00:00:00:33","vlan":0,"qos":0,"spoofchk":true,"trust":false})";
+  ASSERT_TRUE(Prepare(Claim({{"nic", "vf-0000-5e-02-3"}})).ok());
+  SettleStatus();
+  ASSERT_EQ(status_.applied.size(), 1u);
+  ASSERT_TRUE(status_.applied[0].at(0).network_data.has_value());
+  Open();  // the daemon restarts
+  ASSERT_TRUE(Unprepare().ok());
+  SettleStatus();
+  ASSERT_EQ(status_.applied.size(), 2u);
+  EXPECT_TRUE(status_.applied[1].empty());
 }
 
 // The kernel's module aliases give ConnectX-7 VFs to mlx5_vfio_pci: prepare binds the VF there
