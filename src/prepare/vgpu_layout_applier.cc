@@ -127,13 +127,16 @@ bool VgpuLayoutApplier::Unmet(Gpu& gpu, const discovery::Inventory& inventory) {
     type_id = it->second;
   }
   int existing = 0;
-  bool listed = false;  // a free VF lists the type: the driver would take it now
+  bool listed = false;    // a free VF lists the type: the driver would take it now
+  bool any_free = false;  // a VF holds no vGPU and is not denied
   std::map<int, int> others;
   for (const std::string& address : gpu.vfs) {
     const discovery::PciFunction& vf = *inventory.Find(address);
     const int current = vf.vgpu_vf->current_type;
     if (current == 0) {
-      listed = listed || (type_id && Lists(vf, *type_id) && !Denied(vf, *type_id));
+      const bool usable = !type_id || !Denied(vf, *type_id);
+      any_free = any_free || usable;
+      listed = listed || (usable && type_id && Lists(vf, *type_id));
     } else if (type_id && current == *type_id) {
       ++existing;
     } else {
@@ -166,22 +169,35 @@ bool VgpuLayoutApplier::Unmet(Gpu& gpu, const discovery::Inventory& inventory) {
     return false;
   }
   gpu.type_id = *type_id;
-  const std::string holds = prefix + " holds " + std::to_string(existing) + " of vGPU type " +
-                            std::to_string(gpu.type_id);
   if (layout.count && existing >= *layout.count) {
     Forget(gpu.pf);
     return false;
   }
   if (listed) return true;
-  if (!layout.count) {
-    NoteOnce(gpu.pf, holds + ", as many as the driver creates (count: max)", false);
-  } else {
-    NoteOnce(gpu.pf, holds + " and no free VF can take another (the driver lists it on none), " +
-                         "fewer than the declared count " + std::to_string(*layout.count) +
-                         ": lower count to " + std::to_string(existing) +
-                         " or use count: max; or enable more VFs if all of them are in use");
-  }
+  NoteShort(gpu, existing, any_free);
   return false;
+}
+
+void VgpuLayoutApplier::NoteShort(const Gpu& gpu, int existing, bool gpu_full) {
+  const std::string holds = gpu.layout->where + ": GPU " + gpu.pf + " holds " +
+                            std::to_string(existing) + " of vGPU type " +
+                            std::to_string(gpu.type_id);
+  const std::optional<int> count = gpu.layout->count;
+  if (!count) {
+    NoteOnce(gpu.pf, holds + ", as many as the driver creates (count: max)", false);
+  } else if (gpu_full) {
+    NoteOnce(gpu.pf, holds +
+                         " and the driver creates no more (ENODEV, or no free VF lists the type: "
+                         "the GPU is full), fewer than the declared count " +
+                         std::to_string(*count) + ": lower count to " + std::to_string(existing) +
+                         " or use count: max");
+  } else {
+    NoteOnce(gpu.pf, holds + " and has no free VF left for the declared count " +
+                         std::to_string(*count) +
+                         ": enable more VFs, free the VFs that claims or other tools hold, or "
+                         "lower count to " +
+                         std::to_string(existing));
+  }
 }
 
 void VgpuLayoutApplier::Fill(const Gpu& gpu, const discovery::Inventory& inventory,
@@ -267,26 +283,13 @@ void VgpuLayoutApplier::Write(const Gpu& gpu, const std::vector<std::string>& fr
     log_.Info("declared vGPU layout: created a vGPU",
               {{"gpu", gpu.pf}, {"vf", vf}, {"vgpu_type", type}, {"layout", gpu.layout->where}});
   }
-  const std::string holds = prefix + " holds " + std::to_string(existing) + " of vGPU type " + type;
-  // An open VF lets go in time; a failed write is tried again at the next full scan anyway.
-  if (vf_busy && !full && !(count && existing >= *count)) pass.retry = true;
   if (count && existing >= *count) {
     Forget(gpu.pf);
-  } else if (full && count) {
-    NoteOnce(gpu.pf, holds +
-                         " and the driver refuses another (ENODEV: the GPU is full), fewer "
-                         "than the declared count " +
-                         std::to_string(*count) + ": lower count to " + std::to_string(existing) +
-                         " or use count: max");
-  } else if (!count && (full || !skipped)) {
-    NoteOnce(gpu.pf, holds + ", as many as the driver creates (count: max)", false);
-  } else if (count && !skipped) {
-    NoteOnce(gpu.pf, holds + " and has no free VF left for the declared count " +
-                         std::to_string(*count) +
-                         ": enable more VFs, free the VFs claims or other tools hold, or lower "
-                         "count to " +
-                         std::to_string(existing));
+    return;
   }
+  // An open VF lets go in time; a failed write is tried again at the next full scan anyway.
+  if (vf_busy && !full) pass.retry = true;
+  if (full || !skipped) NoteShort(gpu, existing, full);
 }
 
 bool VgpuLayoutApplier::Denied(const discovery::PciFunction& vf, int type_id) const {

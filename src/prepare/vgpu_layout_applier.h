@@ -93,6 +93,9 @@ class VgpuLayoutApplier {
   // refuses; `existing` counts up.
   void Write(const Gpu& gpu, const std::vector<std::string>& free, int& existing,
              VgpuLayoutPass& pass);
+  // Logs (once) why the GPU holds fewer than its layout asks and no write can help now: the driver
+  // creates no more (`gpu_full`), or no free VF is left.
+  void NoteShort(const Gpu& gpu, int existing, bool gpu_full);
   bool Denied(const discovery::PciFunction& vf, int type_id) const;
   // Logs `message` as a warning (or info) for `pf` unless it is what was logged for it last.
   void NoteOnce(const std::string& pf, const std::string& message, bool warning = true);

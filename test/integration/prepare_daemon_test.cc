@@ -928,18 +928,24 @@ TEST_F(PrepareDaemonTest, SoakUnderApiFaultsLosesAndDoublesNothingAndSlicesConve
       << daemon_->Log() << "\nslices: " << json(server_->Slices()).dump(1);
 }
 
+class VgpuLayoutDaemonTest : public PrepareDaemonTest {
+ protected:
+  // The vgpu-vf fixture with a policy that declares the layout of GPU 0000:41:00.0.
+  void VgpuVfNodeWithLayout(const std::string& type, const std::string& count) {
+    fixture_ = "vgpu-vf";
+    FreshNode();
+    std::ofstream(dir_ + "/policy.yaml")
+        << "version: v1\nvgpuLayouts:\n  - match: {address: \"0000:41:00.0\"}\n    vgpuType: \""
+        << type << "\"\n    count: " << count << "\n";
+  }
+};
+
 // A declared vGPU layout (#53): the daemon makes its vGPUs at start, before the first publish, and
 // publishes each as an existing vGPU (no counters: allocatable once). Killed between two of its
 // writes, the restarted daemon tops the GPU up. A claim of one is handed it and gives it back in
 // place.
-TEST_F(PrepareDaemonTest, ADeclaredVgpuLayoutIsMadeAtStartToppedUpAfterAKillAndKeptByClaims) {
-  fixture_ = "vgpu-vf";
-  FreshNode();
-  std::ofstream(dir_ + "/policy.yaml") << "version: v1\n"
-                                          "vgpuLayouts:\n"
-                                          "  - match: {address: \"0000:41:00.0\"}\n"
-                                          "    vgpuType: \"NVIDIA H100-20C\"\n"
-                                          "    count: 3\n";
+TEST_F(VgpuLayoutDaemonTest, IsMadeAtStartToppedUpAfterAKillAndKeptByClaims) {
+  VgpuVfNodeWithLayout("NVIDIA H100-20C", "3");
   // Killed before its second write.
   LaunchInstance({"VFIO_DRA_SIM_CRASH_AT_STEP=2"}, "registry", {}, daemon_);
   ASSERT_EQ(daemon_->WaitForExit(std::chrono::seconds(30)), 128 + SIGKILL) << daemon_->Log();
@@ -976,14 +982,8 @@ TEST_F(PrepareDaemonTest, ADeclaredVgpuLayoutIsMadeAtStartToppedUpAfterAKillAndK
 // A call that holds the GPU's device lock when the daemon starts: the layout waits, the devices are
 // published meanwhile, and once the lock is free a periodic check (although no device changed)
 // makes and publishes the vGPUs.
-TEST_F(PrepareDaemonTest, ADeclaredVgpuLayoutWhoseGpuIsLockedIsMadeOnceTheLockIsFree) {
-  fixture_ = "vgpu-vf";
-  FreshNode();
-  std::ofstream(dir_ + "/policy.yaml") << "version: v1\n"
-                                          "vgpuLayouts:\n"
-                                          "  - match: {address: \"0000:41:00.0\"}\n"
-                                          "    vgpuType: \"1416\"\n"
-                                          "    count: max\n";
+TEST_F(VgpuLayoutDaemonTest, WhoseGpuIsLockedIsMadeOnceTheLockIsFree) {
+  VgpuVfNodeWithLayout("1416", "max");
   fs::create_directories(dir_ + "/data/devices");
   auto held = FileLock::TryAcquire(dir_ + "/data/devices/0000:41:00.0.lock", LockMode::kExclusive);
   ASSERT_TRUE(held.ok() && held->has_value());
