@@ -112,6 +112,15 @@ Status ServeDaemon::BuildPreparation() {
                                                     published_, root_.WithComponent("prepare"));
   if (!preparer.ok()) return preparer.error().Wrap("cannot start device preparation");
   preparer_ = std::move(*preparer);
+  prepare::VgpuLayoutOptions layout_options;
+  layout_options.plugin_data_dir = options_.plugin_data_dir;
+  layout_options.write_timeout = preparer_options.unbind_timeout;
+  layout_options.before_step = environment_.before_prepare_step;
+  auto layouts =
+      prepare::VgpuLayoutApplier::Open(layout_options, policy_, *sysfs_, *sysfs_writer_,
+                                       preparer_->checkpoint(), root_.WithComponent("vgpu-layout"));
+  if (!layouts.ok()) return layouts.error();
+  if ((*layouts)->HasWork()) layouts_ = std::move(*layouts);
 
   // Recovery takes the preparer's locks itself: another instance (a rolling update) may be
   // working on the node.
@@ -146,25 +155,38 @@ void ServeDaemon::BuildPublishing() {
     published_.Compact();
     reconciler_->Compact();
   };
-  watcher_.emplace(
-      [this] {
-        discovery::ScanContext context;
-        preparer_->Refresh();
-        context.managed = *preparer_->ManagedFunctions();
-        context.vfio_drivers = vfio_drivers_.get();
-        auto scan = discovery::ScanNode(*sysfs_, names_.get(), policy_, context);
-        if (names_ != nullptr) names_->ReleaseDatabase();
-        return scan;
-      },
-      [this](const std::shared_ptr<const discovery::NodeScan>& scan) {
-        log_.Info("node devices",
-                  {{"pci_devices", std::to_string(scan->selection.devices.size())},
-                   {"mdev_types", std::to_string(scan->selection.mdev_types.size())},
-                   {"policy", policy_.source}});
-        reconciler_->SetScan(*scan);
-      },
-      watch_options, root_.WithComponent("discovery"),
-      [probe = std::make_shared<discovery::ChangeProbe>(*sysfs_)] { return probe->Probe(); });
+  watcher_.emplace([this] { return Scan(); },
+                   [this](const std::shared_ptr<const discovery::NodeScan>& scan) {
+                     log_.Info("node devices",
+                               {{"pci_devices", std::to_string(scan->selection.devices.size())},
+                                {"mdev_types", std::to_string(scan->selection.mdev_types.size())},
+                                {"policy", policy_.source}});
+                     reconciler_->SetScan(*scan);
+                   },
+                   watch_options, root_.WithComponent("discovery"),
+                   [this, probe = std::make_shared<discovery::ChangeProbe>(*sysfs_)] {
+                     // A digest that differs at every call while a layout waits: the periodic check
+                     // scans.
+                     return probe->Probe() + (layout_retry_ ? ++layout_retries_ : 0);
+                   });
+}
+
+std::shared_ptr<const discovery::NodeScan> ServeDaemon::Scan() {
+  const auto scan_once = [this] {
+    discovery::ScanContext context;
+    preparer_->Refresh();
+    context.managed = *preparer_->ManagedFunctions();
+    context.vfio_drivers = vfio_drivers_.get();
+    auto scan = discovery::ScanNode(*sysfs_, names_.get(), policy_, context);
+    if (names_ != nullptr) names_->ReleaseDatabase();
+    return scan;
+  };
+  auto scan = scan_once();
+  if (layouts_ == nullptr) return scan;
+  const prepare::VgpuLayoutPass pass = layouts_->Apply(scan->inventory);
+  layout_retry_ = pass.retry;
+  if (pass.created > 0) scan = scan_once();
+  return scan;
 }
 
 void ServeDaemon::BuildKubeletServices() {

@@ -105,6 +105,10 @@ Status VgpuVfLifecycle::Assign(const std::string& vf, int type_id, Held held, De
                                                          ": writing " + sysfs_.Path(File(vf)) +
                                                          " failed: " + ErrnoText(*err));
   }
+  return Confirm(vf, type_id);
+}
+
+Status VgpuVfLifecycle::Confirm(const std::string& vf, int type_id) const {
   auto now = CurrentType(vf);
   if (!now.ok()) return now.error().Wrap("confirming " + Describe(vf, type_id));
   if (*now != type_id) {
@@ -113,6 +117,28 @@ Status VgpuVfLifecycle::Assign(const std::string& vf, int type_id, Held held, De
                          std::to_string(*now));
   }
   return Status::Ok();
+}
+
+Result<VgpuVfLifecycle::Creation> VgpuVfLifecycle::CreateOnFree(const std::string& vf, int type_id,
+                                                                Deadline deadline) {
+  auto current = CurrentType(vf);
+  if (!current.ok()) return current.error().Wrap("creating " + Describe(vf, type_id));
+  if (*current != 0) {
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     "creating " + Describe(vf, type_id) + ": the VF holds vGPU " +
+                         std::to_string(*current) + " already; it is left alone");
+  }
+  auto err = WriteType(vf, type_id, deadline);
+  if (!err.ok()) return err.error().Wrap("creating " + Describe(vf, type_id));
+  if (*err == ENODEV) return Creation::kGpuFull;
+  if (*err == EBUSY) return Creation::kVfBusy;
+  if (*err != 0) {
+    return MakeError(ErrorKind::kFailedPrecondition, "creating " + Describe(vf, type_id) +
+                                                         ": writing " + sysfs_.Path(File(vf)) +
+                                                         " failed: " + ErrnoText(*err));
+  }
+  if (Status s = Confirm(vf, type_id); !s.ok()) return s.error();
+  return Creation::kCreated;
 }
 
 Result<std::string> VgpuVfLifecycle::Clear(const std::string& vf, int type_id, Deadline deadline) {

@@ -24,6 +24,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/file_lock.h"
 #include "cmd/malloc_tuning.h"
 #include "discovery/admin_policy.h"
 #include "discovery/node_scan.h"
@@ -975,6 +976,85 @@ TEST_F(PrepareDaemonTest, SoakUnderApiFaultsLosesAndDoublesNothingAndSlicesConve
   // Generous for the same reason: the reconciler paces itself (5 QPS) and backs off after faults.
   EXPECT_TRUE(server_->WaitForSlices(converged, std::chrono::minutes(3)))
       << daemon_->Log() << "\nslices: " << json(server_->Slices()).dump(1);
+}
+
+class VgpuLayoutDaemonTest : public PrepareDaemonTest {
+ protected:
+  // The vgpu-vf fixture with a policy that declares the layout of GPU 0000:41:00.0.
+  void VgpuVfNodeWithLayout(const std::string& type, const std::string& count) {
+    fixture_ = "vgpu-vf";
+    FreshNode();
+    std::ofstream(dir_ + "/policy.yaml")
+        << "version: v1\nvgpuLayouts:\n  - match: {address: \"0000:41:00.0\"}\n    vgpuType: \""
+        << type << "\"\n    count: " << count << "\n";
+  }
+};
+
+// A declared vGPU layout (#53): the daemon makes its vGPUs at start, before the first publish, and
+// publishes each as an existing vGPU (no counters: allocatable once). Killed between two of its
+// writes, the restarted daemon tops the GPU up. A claim of one is handed it and gives it back in
+// place.
+TEST_F(VgpuLayoutDaemonTest, IsMadeAtStartToppedUpAfterAKillAndKeptByClaims) {
+  VgpuVfNodeWithLayout("NVIDIA H100-20C", "3");
+  // Killed before its second write.
+  LaunchInstance({"VFIO_DRA_SIM_CRASH_AT_STEP=2"}, "registry", {}, daemon_);
+  ASSERT_EQ(daemon_->WaitForExit(std::chrono::seconds(30)), 128 + SIGKILL) << daemon_->Log();
+  EXPECT_EQ(VgpuType("0000:41:00.4"), "1414\n");
+  EXPECT_EQ(VgpuType("0000:41:00.5"), "0\n");
+
+  StartDaemon();
+  const auto published = [](const std::vector<json>& slices) {
+    for (const char* name :
+         {"vgpu-0000-41-00-4-1414", "vgpu-0000-41-00-5-1414", "vgpu-0000-41-00-6-1414"}) {
+      const json device = PublishedDevice(slices, name);
+      if (device.is_null() || device.contains("consumesCounters")) return false;
+    }
+    return true;
+  };
+  ASSERT_TRUE(server_->WaitForSlices(published, std::chrono::seconds(30))) << daemon_->Log();
+  EXPECT_EQ(VgpuType("0000:41:00.6"), "1414\n");
+  EXPECT_EQ(VgpuType("0000:41:00.7"), "0\n") << "the count is 3";
+  EXPECT_EQ(VgpuType("0000:c1:00.5"), "0\n") << "no layout for that GPU";
+
+  const std::string uid = "22222222-0000-4000-8000-000000000053";
+  server_->PutClaim(Claim("vm", uid, {{"vgpu", "vgpu-0000-41-00-5-1414"}}));
+  auto prepared = sim_.Prepare(plugin_, {{"vms", "vm", uid}});
+  ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+  ASSERT_EQ(prepared->claims().at(uid).error(), "") << daemon_->Log();
+  auto unprepared = sim_.Unprepare(plugin_, {{"vms", "vm", uid}});
+  ASSERT_TRUE(unprepared.ok()) << unprepared.error().message;
+  ASSERT_EQ(unprepared->claims().at(uid).error(), "") << daemon_->Log();
+  EXPECT_EQ(VgpuType("0000:41:00.5"), "1414\n") << "left in place for the next claim";
+  EXPECT_TRUE(Checkpoint()["claims"].empty());
+  EXPECT_TRUE(CdiFiles().empty());
+}
+
+// A call that holds the GPU's device lock when the daemon starts: the layout waits, the devices are
+// published meanwhile, and once the lock is free a periodic check (although no device changed)
+// makes and publishes the vGPUs.
+TEST_F(VgpuLayoutDaemonTest, WhoseGpuIsLockedIsMadeOnceTheLockIsFree) {
+  VgpuVfNodeWithLayout("1416", "max");
+  fs::create_directories(dir_ + "/data/devices");
+  auto held = FileLock::TryAcquire(dir_ + "/data/devices/0000:41:00.0.lock", LockMode::kExclusive);
+  ASSERT_TRUE(held.ok() && held->has_value());
+  StartInstance({}, "registry", {"--rescan-interval", "1"}, daemon_, plugin_);
+  ASSERT_TRUE(server_->WaitForSlices(
+      [](const std::vector<json>& s) {
+        return !PublishedDevice(s, "vgpu-0000-c1-00-4-1415").is_null();
+      },
+      std::chrono::seconds(30)))
+      << daemon_->Log();
+  EXPECT_EQ(VgpuType("0000:41:00.4"), "0\n") << "the lock is held";
+  held->reset();
+  ASSERT_TRUE(server_->WaitForSlices(
+      [](const std::vector<json>& s) {
+        const json device = PublishedDevice(s, "vgpu-0000-41-00-4-1416");
+        return !device.is_null() && !device.contains("consumesCounters");
+      },
+      std::chrono::seconds(30)))
+      << daemon_->Log();
+  EXPECT_EQ(VgpuType("0000:41:00.4"), "1416\n");
+  EXPECT_EQ(VgpuType("0000:41:00.5"), "0\n") << "the GPU holds one 80C";
 }
 
 // Kills the daemon before each step (1-based) of preparing and then unpreparing a claim with a
