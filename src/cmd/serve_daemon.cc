@@ -6,6 +6,7 @@
 #include "cmd/metric_catalog.h"
 #include "discovery/change_probe.h"
 #include "discovery/node_scan.h"
+#include "discovery/vgpu_gpu_sizes_file.h"
 #include "prepare/device_health.h"
 
 namespace vfio_dra::cmd {
@@ -141,13 +142,27 @@ void ServeDaemon::BuildPublishing() {
     published_.Compact();
     reconciler_->Compact();
   };
+  const std::string sizes_path = options_.plugin_data_dir + "/" + discovery::kVgpuGpuSizesFile;
+  std::string sizes_warning;
+  vgpu_sizes_ = discovery::LoadVgpuGpuSizesOrMoveAside(sizes_path, sizes_warning);
+  if (!sizes_warning.empty()) log_.Warn(sizes_warning, {});
   watcher_.emplace(
-      [this] {
+      [this, sizes_path] {
         discovery::ScanContext context;
         preparer_->Refresh();
         context.managed = *preparer_->ManagedFunctions();
         context.vfio_drivers = vfio_drivers_.get();
+        context.vgpu_sizes = vgpu_sizes_;
         auto scan = discovery::ScanNode(*sysfs_, names_.get(), policy_, context);
+        if (scan->vgpu_sizes != vgpu_sizes_) {
+          vgpu_sizes_ = scan->vgpu_sizes;
+          if (Status s = discovery::SaveVgpuGpuSizes(sizes_path, vgpu_sizes_); !s.ok()) {
+            log_.Warn(
+                "cannot keep the GPUs' vGPU frame buffers; after a restart a GPU that runs a "
+                "vGPU type offers nothing new until it is idle again",
+                {{"error", s.error().message}});
+          }
+        }
         if (names_ != nullptr) names_->ReleaseDatabase();
         return scan;
       },

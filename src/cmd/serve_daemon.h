@@ -73,6 +73,7 @@ class ServeDaemon {
   discovery::AdminPolicy policy_;
   std::optional<sysfs::SysfsReader> sysfs_;
   std::unique_ptr<discovery::PciNames> names_;
+  discovery::VgpuGpuSizes vgpu_sizes_;  // only the scan callback reads and writes it
   std::shared_ptr<const discovery::VfioDriverChooser> vfio_drivers_;
   // The API clients: one for slices, one (with its own rate budget) for claim reads.
   std::optional<kube::ClientConfig> client_config_;
