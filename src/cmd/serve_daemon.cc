@@ -101,13 +101,27 @@ Status ServeDaemon::BuildPreparation() {
                                           options_.simulated_vf_network_dir));
   preparer_options.pods = pod_reader_ ? &*pod_reader_ : nullptr;
   preparer_options.claim_status = claim_status_queue_ ? &*claim_status_queue_ : nullptr;
+  // What a claim held is re-evaluated at once: a device kept only for it (lost) goes at the
+  // resync, and a taint that came from it being prepared (driver-changed: the scan marks functions
+  // prepared claims hold) needs a rescan, which the probe would not ask for when the unprepare
+  // left the function where it was. Both are events, not the 10-minute full rescan.
   preparer_options.after_unprepare = [this] {
     if (reconciler_) reconciler_->Resync();
+    if (watcher_) watcher_->Trigger();
   };
   auto preparer = prepare::VfioDevicePreparer::Open(preparer_options, *sysfs_, *sysfs_writer_,
                                                     published_, root_.WithComponent("prepare"));
   if (!preparer.ok()) return preparer.error().Wrap("cannot start device preparation");
   preparer_ = std::move(*preparer);
+  prepare::VgpuLayoutOptions layout_options;
+  layout_options.plugin_data_dir = options_.plugin_data_dir;
+  layout_options.write_timeout = preparer_options.unbind_timeout;
+  layout_options.before_step = environment_.before_prepare_step;
+  auto layouts =
+      prepare::VgpuLayoutApplier::Open(layout_options, policy_, *sysfs_, *sysfs_writer_,
+                                       preparer_->checkpoint(), root_.WithComponent("vgpu-layout"));
+  if (!layouts.ok()) return layouts.error();
+  if ((*layouts)->HasWork()) layouts_ = std::move(*layouts);
 
   // Recovery takes the preparer's locks itself: another instance (a rolling update) may be
   // working on the node.
@@ -142,39 +156,57 @@ void ServeDaemon::BuildPublishing() {
     published_.Compact();
     reconciler_->Compact();
   };
-  const std::string sizes_path = options_.plugin_data_dir + "/" + discovery::kVgpuGpuSizesFile;
   std::string sizes_warning;
-  vgpu_sizes_ = discovery::LoadVgpuGpuSizesOrMoveAside(sizes_path, sizes_warning);
+  vgpu_sizes_ = discovery::LoadVgpuGpuSizesOrMoveAside(
+      options_.plugin_data_dir + "/" + discovery::kVgpuGpuSizesFile, sizes_warning);
   if (!sizes_warning.empty()) log_.Warn(sizes_warning, {});
-  watcher_.emplace(
-      [this, sizes_path] {
-        discovery::ScanContext context;
-        preparer_->Refresh();
-        context.managed = *preparer_->ManagedFunctions();
-        context.vfio_drivers = vfio_drivers_.get();
-        context.vgpu_sizes = vgpu_sizes_;
-        auto scan = discovery::ScanNode(*sysfs_, names_.get(), policy_, context);
-        if (scan->vgpu_sizes != vgpu_sizes_) {
-          vgpu_sizes_ = scan->vgpu_sizes;
-          if (Status s = discovery::SaveVgpuGpuSizes(sizes_path, vgpu_sizes_); !s.ok()) {
-            log_.Warn(
-                "cannot keep the GPUs' vGPU frame buffers; after a restart a GPU that runs a "
-                "vGPU type offers nothing new until it is idle again",
-                {{"error", s.error().message}});
-          }
-        }
-        if (names_ != nullptr) names_->ReleaseDatabase();
-        return scan;
-      },
-      [this](const std::shared_ptr<const discovery::NodeScan>& scan) {
-        log_.Info("node devices",
-                  {{"pci_devices", std::to_string(scan->selection.devices.size())},
-                   {"mdev_types", std::to_string(scan->selection.mdev_types.size())},
-                   {"policy", policy_.source}});
-        reconciler_->SetScan(*scan);
-      },
-      watch_options, root_.WithComponent("discovery"),
-      [probe = std::make_shared<discovery::ChangeProbe>(*sysfs_)] { return probe->Probe(); });
+  watcher_.emplace([this] { return Scan(); },
+                   [this](const std::shared_ptr<const discovery::NodeScan>& scan) {
+                     log_.Info("node devices",
+                               {{"pci_devices", std::to_string(scan->selection.devices.size())},
+                                {"mdev_types", std::to_string(scan->selection.mdev_types.size())},
+                                {"policy", policy_.source}});
+                     reconciler_->SetScan(*scan);
+                   },
+                   watch_options, root_.WithComponent("discovery"),
+                   [this, probe = std::make_shared<discovery::ChangeProbe>(*sysfs_)] {
+                     // A digest that differs at every call while a layout waits: the periodic check
+                     // scans.
+                     return probe->Probe() + (layout_retry_ ? ++layout_retries_ : 0);
+                   });
+}
+
+std::shared_ptr<const discovery::NodeScan> ServeDaemon::Scan() {
+  const auto scan_once = [this] {
+    discovery::ScanContext context;
+    preparer_->Refresh();
+    context.managed = *preparer_->ManagedFunctions();
+    context.vfio_drivers = vfio_drivers_.get();
+    context.vgpu_sizes = vgpu_sizes_;
+    auto scan = discovery::ScanNode(*sysfs_, names_.get(), policy_, context);
+    if (names_ != nullptr) names_->ReleaseDatabase();
+    KeepVgpuSizes(*scan);
+    return scan;
+  };
+  auto scan = scan_once();
+  if (layouts_ == nullptr) return scan;
+  const prepare::VgpuLayoutPass pass = layouts_->Apply(scan->inventory);
+  layout_retry_ = pass.retry;
+  if (pass.created > 0) scan = scan_once();
+  return scan;
+}
+
+// The GPUs' whole frame buffers seen idle, for the next scan and the next start.
+void ServeDaemon::KeepVgpuSizes(const discovery::NodeScan& scan) {
+  if (scan.vgpu_sizes == vgpu_sizes_) return;
+  vgpu_sizes_ = scan.vgpu_sizes;
+  const std::string path = options_.plugin_data_dir + "/" + discovery::kVgpuGpuSizesFile;
+  if (Status s = discovery::SaveVgpuGpuSizes(path, vgpu_sizes_); !s.ok()) {
+    log_.Warn(
+        "cannot keep the GPUs' vGPU frame buffers; after a restart a GPU that runs a vGPU type "
+        "offers nothing new until it is idle again",
+        {{"error", s.error().message}});
+  }
 }
 
 void ServeDaemon::BuildKubeletServices() {

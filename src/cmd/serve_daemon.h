@@ -7,6 +7,7 @@
 // stays away).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <optional>
 
@@ -32,6 +33,7 @@
 #include "plugin/plugin_server.h"
 #include "plugin/registration_service.h"
 #include "prepare/vfio_device_preparer.h"
+#include "prepare/vgpu_layout_applier.h"
 #include "slicepublisher/published_devices.h"
 #include "slicepublisher/slice_reconciler.h"
 #include "sysfs/sysfs_reader.h"
@@ -62,6 +64,11 @@ class ServeDaemon {
   void BuildKubeletServices();
   void DeclareMetrics();
   HealthReport Health() const;
+  // One scan of the node for the watcher. The declared vGPU layouts are applied to what it finds
+  // first, and a scan that made vGPUs is taken again, so they are published with it.
+  std::shared_ptr<const discovery::NodeScan> Scan();
+  // Keeps the GPUs' whole frame buffers a scan saw (vgpu_gpu_sizes_file.h) when they changed.
+  void KeepVgpuSizes(const discovery::NodeScan& scan);
 
   const ServeOptions& options_;
   const ServeEnvironment& environment_;
@@ -93,6 +100,12 @@ class ServeDaemon {
   slicepublisher::PublishedDevices published_;
   MetricsRegistry metrics_;
   std::unique_ptr<prepare::VfioDevicePreparer> preparer_;
+  // Null without a `create: ahead` layout in the policy.
+  std::unique_ptr<prepare::VgpuLayoutApplier> layouts_;
+  // A layout's last pass was cut short by something that may pass (a lock, an open VF): the next
+  // periodic check scans in full although no device changed.
+  std::atomic<bool> layout_retry_{false};
+  std::atomic<uint64_t> layout_retries_{0};
   // Publishing.
   std::optional<slicepublisher::SliceReconciler> reconciler_;
   std::optional<discovery::DeviceWatcher> watcher_;

@@ -11,10 +11,14 @@ std::string ClaimName(const ClaimStatusTarget& claim) {
   return claim.namespace_ + "/" + claim.name;
 }
 
-// Refusals no retry can change: the entries are invalid, or the claim's API version is gone.
+// Refusals no retry can change: the entries are invalid, or no API version of claims is served.
 bool IsFinal(ErrorKind kind) {
   return kind == ErrorKind::kInvalidArgument || kind == ErrorKind::kFailedPrecondition;
 }
+
+// Readings an attempt takes at most: a conflict each time means another writer is busy with the
+// claim, and the back-off waits for it.
+constexpr int kReadings = 3;
 
 std::string Milliseconds(std::chrono::milliseconds delay) {
   return std::to_string(delay.count()) + "ms";
@@ -50,12 +54,14 @@ ClaimStatusQueue::ClaimStatusQueue(ClaimStatusWriter& writer, Clock& clock, Logg
 ClaimStatusQueue::~ClaimStatusQueue() { Stop(); }
 
 void ClaimStatusQueue::Submit(const ClaimStatusTarget& claim,
-                              std::vector<AllocatedDeviceStatus> devices) {
+                              std::vector<AllocatedDeviceStatus> devices,
+                              std::function<bool()> wanted) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return;
   auto [it, added] = pending_.try_emplace(
       claim.uid,
       Pending{claim,
+              {},
               {},
               0,
               {},
@@ -63,8 +69,11 @@ void ClaimStatusQueue::Submit(const ClaimStatusTarget& claim,
   Pending& pending = it->second;
   if (!added) {
     KeepTransitionTimes(devices, pending.devices);
-    // A claim read in another API version is the same claim: the newest reading names it.
+    // A claim read in another API version is the same claim: the newest reading names it. A
+    // clearing knows no version: the one the replaced write was read in still serves.
+    const std::string known = pending.claim.api_version;
     pending.claim = claim;
+    if (pending.claim.api_version.empty()) pending.claim.api_version = known;
   }
   // Stamped now, not when the write lands: the condition changed when the prepare finished.
   const std::string now = FormatRfc3339(std::chrono::system_clock::now());
@@ -80,6 +89,7 @@ void ClaimStatusQueue::Submit(const ClaimStatusTarget& claim,
     }
   }
   pending.devices = std::move(devices);
+  pending.wanted = std::move(wanted);
   pending.version = ++next_version_;
   // New content is tried at once, even while older content waited for its retry.
   pending.due = clock_.Now();
@@ -134,23 +144,73 @@ void ClaimStatusQueue::Run() {
     next->in_flight = true;
     const ClaimStatusTarget claim = next->claim;
     const std::vector<AllocatedDeviceStatus> devices = next->devices;
+    const std::function<bool()> wanted = next->wanted;
     const uint64_t version = next->version;
     lock.unlock();
-    const Status status = writer_.Apply(claim, devices, Deadline::After(options_.write_timeout));
+    const Outcome outcome = Attempt(claim, devices, wanted);
     lock.lock();
-    Finish(uid, version, status);
+    Finish(uid, version, outcome);
   }
   worker_running_ = false;
   settled_.notify_all();
 }
 
-void ClaimStatusQueue::Finish(const std::string& uid, uint64_t version, const Status& status) {
+ClaimStatusQueue::Outcome ClaimStatusQueue::Attempt(
+    ClaimStatusTarget claim, const std::vector<AllocatedDeviceStatus>& devices,
+    const std::function<bool()>& wanted) {
+  const Deadline deadline = Deadline::After(options_.write_timeout);
+  Outcome outcome;
+  for (int reading = 0; reading < kReadings; ++reading) {
+    if (claim.resource_version.empty()) {
+      auto now = writer_.Read(claim, deadline);
+      if (!now.ok()) {
+        outcome.status = now.error();
+        break;
+      }
+      claim.api_version = now->api_version;
+      claim.resource_version = now->resource_version;
+      // Already there (an earlier attempt landed though its answer was lost), or nothing of ours
+      // to clear: no write.
+      if (SameDeviceStatuses(now->ours, devices)) {
+        outcome.status = Status::Ok();
+        break;
+      }
+    }
+    // Asked last, just before the write: the other instance may have unprepared the claim while
+    // this one read it (and a change it makes to the claim after this fails the precondition).
+    if (wanted && !wanted()) {
+      outcome.unwanted = true;
+      break;
+    }
+    outcome.status = writer_.Apply(claim, devices, deadline);
+    if (outcome.status.ok()) break;
+    const ErrorKind kind = outcome.status.error().kind;
+    if (kind != ErrorKind::kConflict && kind != ErrorKind::kFailedPrecondition) break;
+    // Read again, in the newest version served when this one is not.
+    claim.resource_version.clear();
+    if (kind == ErrorKind::kFailedPrecondition) claim.api_version.clear();
+  }
+  outcome.claim = std::move(claim);
+  return outcome;
+}
+
+void ClaimStatusQueue::Finish(const std::string& uid, uint64_t version, const Outcome& outcome) {
   auto it = pending_.find(uid);
   if (it == pending_.end()) return;  // dropped by Stop
   Pending& pending = it->second;
   pending.in_flight = false;
   const bool stale = pending.version != version;
   const std::string claim = ClaimName(pending.claim);
+  if (outcome.unwanted) {
+    ++stats_.given_up;
+    log_.Info(
+        "claim status not written: the node no longer holds the claim as this write says (it "
+        "was prepared or unprepared since, by this instance or the other of a rolling update)",
+        {{"claim", claim}, {"uid", uid}});
+    if (!stale) pending_.erase(it);
+    return;
+  }
+  const Status& status = outcome.status;
   if (status.ok()) {
     ++stats_.written;
     if (pending.failures > 0) {
@@ -163,7 +223,7 @@ void ClaimStatusQueue::Finish(const std::string& uid, uint64_t version, const St
     if (pending.devices.empty()) {
       with_entries_.erase(uid);
     } else {
-      with_entries_[uid] = pending.claim.api_version;
+      with_entries_[uid] = outcome.claim.api_version;
     }
     pending_.erase(it);
     return;
@@ -185,6 +245,8 @@ void ClaimStatusQueue::Finish(const std::string& uid, uint64_t version, const St
   ++stats_.failed;
   // A newer write of the claim is due at once; this content is not tried again.
   if (stale) return;
+  // The retry starts from the last reading (a transient failure keeps its precondition).
+  pending.claim = outcome.claim;
   const std::chrono::milliseconds delay = pending.backoff.Next();
   pending.due = clock_.Now() + delay;
   if (pending.failures++ == 0) {

@@ -6,11 +6,23 @@
 // Per claim (by UID) only the newest content is kept: a Submit replaces a write still pending, and
 // a write in flight when a newer one arrives is neither retried nor allowed to follow the newer
 // one (writes of one claim never overlap, so a stale retry cannot overtake an unprepare's
-// clearing). A write ends when it lands, when the claim is gone (404, or the UID precondition
-// fails: re-created under the name), or when the server refuses it for good (invalid content, an
-// API version it does not serve). Transient failures (outage, 403 while RBAC is fixed, the
-// admission policy) are retried from 1 s, doubling to 5 min. The log has one line when a claim's
-// write starts failing and one when it lands after all, not one per retry.
+// clearing). A write keeps the API version the claim was read in, also when a clearing that knows
+// none replaces it; one that knows none reads the claim in the newest version served.
+//
+// Another process may write the same entries (the other instance of a rolling update, or this
+// one before a restart): every write is decided on a reading of the claim and carries that
+// reading's resourceVersion as a precondition, so it never lands over a newer decision. A write
+// without a reading yet (a clearing) reads the claim first, and writes nothing when the claim
+// already shows what it would write. A conflict (409) reads again and decides again. Before each
+// write the submitter's `wanted` is asked whether the content is still what the node holds (the
+// claim's record in the checkpoint both instances share): an older instance's write of a claim the
+// newer one unprepared since is dropped, not written.
+//
+// A write ends when it lands, when the claim is gone (404, or the UID differs: re-created under
+// the name), when it is no longer wanted, or when the server refuses it for good (invalid content,
+// no API version served). Transient failures (outage, 403 while RBAC is fixed, the admission
+// policy) are retried from 1 s, doubling to 5 min. The log has one line when a claim's write
+// starts failing and one when it lands after all, not one per retry.
 //
 // A worker thread runs only while writes are pending (an idle daemon keeps none); the owner joins
 // it in Stop. Writes still pending at Stop are dropped and logged: the next prepare of the claim
@@ -20,6 +32,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -46,7 +59,7 @@ struct ClaimStatusQueueStats {
   size_t pending = 0;     // claims whose status is not written yet
   uint64_t written = 0;   // writes that landed
   uint64_t failed = 0;    // attempts that failed and are retried
-  uint64_t given_up = 0;  // writes ended without landing: claim gone, or refused for good
+  uint64_t given_up = 0;  // writes ended without landing: claim gone, unwanted, refused for good
 };
 
 class ClaimStatusQueue {
@@ -58,9 +71,12 @@ class ClaimStatusQueue {
   ClaimStatusQueue& operator=(const ClaimStatusQueue&) = delete;
 
   // Makes `devices` this driver's entries of the claim (empty: removes ours), in the background.
+  // claim.resource_version is the reading the content was decided on (empty: read it first).
   // Conditions without a lastTransitionTime keep the time of the same condition (type and status)
-  // in the write this one replaces, else get the time of this call. Ignored after Stop.
-  void Submit(const ClaimStatusTarget& claim, std::vector<AllocatedDeviceStatus> devices);
+  // in the write this one replaces, else get the time of this call. `wanted` (none: always) is
+  // asked on the worker before each write: false drops the write. Ignored after Stop.
+  void Submit(const ClaimStatusTarget& claim, std::vector<AllocatedDeviceStatus> devices,
+              std::function<bool()> wanted = {});
   // Whether entries of this driver may be on the claim by this queue's doing: a write pending, in
   // flight, or landed with entries (and not cleared since).
   bool MayHaveWritten(const std::string& claim_uid) const;
@@ -77,6 +93,7 @@ class ClaimStatusQueue {
   struct Pending {
     ClaimStatusTarget claim;
     std::vector<AllocatedDeviceStatus> devices;
+    std::function<bool()> wanted;
     uint64_t version = 0;  // of the newest Submit: a write in flight of an older one is stale
     Clock::TimePoint due;
     Backoff backoff;
@@ -84,9 +101,20 @@ class ClaimStatusQueue {
     int failures = 0;  // since the last write that landed; > 0: "behind" was logged
   };
 
+  // What one attempt did, and the claim as it last read it.
+  struct Outcome {
+    Status status = Status::Ok();
+    ClaimStatusTarget claim;
+    bool unwanted = false;  // the submitter no longer wants it: nothing was written
+  };
+
   void Run();
-  // Takes the answer of the write of `version` for `uid`; mu_ is held.
-  void Finish(const std::string& uid, uint64_t version, const Status& status);
+  // Decides and writes (mu_ is not held): reads the claim when `claim` has no reading, and again
+  // after a conflict or an unserved version, a few times.
+  Outcome Attempt(ClaimStatusTarget claim, const std::vector<AllocatedDeviceStatus>& devices,
+                  const std::function<bool()>& wanted);
+  // Takes the outcome of the write of `version` for `uid`; mu_ is held.
+  void Finish(const std::string& uid, uint64_t version, const Outcome& outcome);
   // The pending write due first that is not in flight, or null; mu_ is held.
   Pending* NextDue(std::string& uid);
   void EnsureWorker();  // mu_ is held

@@ -1,5 +1,7 @@
 #include "kube/claim_status_writer.h"
 
+#include <algorithm>
+#include <array>
 #include <cctype>
 #include <ctime>
 #include <set>
@@ -20,6 +22,9 @@ constexpr size_t kMaxMessage = 32768;
 
 constexpr const char* kDefaultApiVersion = "resource.k8s.io/v1";
 constexpr const char* kGroupPrefix = "resource.k8s.io/";
+// Newest first: a claim whose version is not known (or no longer served) is read in these.
+constexpr std::array<const char*, 3> kServedVersions = {
+    "resource.k8s.io/v1", "resource.k8s.io/v1beta2", "resource.k8s.io/v1beta1"};
 
 std::string DeviceKey(const AllocatedDeviceStatus& device) {
   std::string key = device.driver + "/" + device.pool + "/" + device.device;
@@ -154,7 +159,38 @@ std::string ClaimName(const ClaimStatusTarget& claim) {
   return "ResourceClaim " + claim.namespace_ + "/" + claim.name;
 }
 
+std::string StringField(const nlohmann::json& object, const char* key) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// `driver`'s entries of a claim object's status.devices.
+std::vector<AllocatedDeviceStatus> EntriesOf(const nlohmann::json& claim,
+                                             const std::string& driver) {
+  std::vector<AllocatedDeviceStatus> out;
+  auto status = claim.find("status");
+  if (status == claim.end() || !status->is_object()) return out;
+  auto devices = status->find("devices");
+  if (devices == status->end() || !devices->is_array()) return out;
+  for (AllocatedDeviceStatus& entry : ParseDeviceStatuses(*devices)) {
+    if (entry.driver == driver) out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+std::vector<std::string> Canonical(const std::vector<AllocatedDeviceStatus>& devices) {
+  std::vector<std::string> out;
+  for (const AllocatedDeviceStatus& device : devices) out.push_back(DeviceJson(device, "").dump());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 }  // namespace
+
+bool SameDeviceStatuses(const std::vector<AllocatedDeviceStatus>& shown,
+                        const std::vector<AllocatedDeviceStatus>& want) {
+  return Canonical(shown) == Canonical(want);
+}
 
 std::string FormatRfc3339(std::chrono::system_clock::time_point time) {
   const std::time_t seconds = std::chrono::system_clock::to_time_t(time);
@@ -173,9 +209,13 @@ nlohmann::json ClaimStatusApplyBody(const ClaimStatusTarget& claim,
   for (const AllocatedDeviceStatus& device : devices) {
     entries.push_back(DeviceJson(device, now_text));
   }
+  nlohmann::json metadata = {
+      {"name", claim.name}, {"namespace", claim.namespace_}, {"uid", claim.uid}};
+  // In an apply body, as in an update, a resourceVersion is a precondition.
+  if (!claim.resource_version.empty()) metadata["resourceVersion"] = claim.resource_version;
   return {{"apiVersion", claim.api_version.empty() ? kDefaultApiVersion : claim.api_version},
           {"kind", "ResourceClaim"},
-          {"metadata", {{"name", claim.name}, {"namespace", claim.namespace_}, {"uid", claim.uid}}},
+          {"metadata", std::move(metadata)},
           {"status", {{"devices", std::move(entries)}}}};
 }
 
@@ -184,7 +224,7 @@ nlohmann::json ClaimStatusApplyBody(const ClaimStatusTarget& claim,
   return ClaimStatusApplyBody(claim, devices, std::chrono::system_clock::now());
 }
 
-Result<std::string> ClaimStatusPath(const ClaimStatusTarget& claim) {
+Result<std::string> ClaimPath(const ClaimStatusTarget& claim) {
   const std::string api_version =
       claim.api_version.empty() ? kDefaultApiVersion : claim.api_version;
   const std::string prefix = kGroupPrefix;
@@ -200,7 +240,13 @@ Result<std::string> ClaimStatusPath(const ClaimStatusTarget& claim) {
                          claim.namespace_ + "/" + claim.name + "\")");
   }
   return "/apis/" + api_version + "/namespaces/" + UrlEncode(claim.namespace_) +
-         "/resourceclaims/" + UrlEncode(claim.name) + "/status";
+         "/resourceclaims/" + UrlEncode(claim.name);
+}
+
+Result<std::string> ClaimStatusPath(const ClaimStatusTarget& claim) {
+  auto path = ClaimPath(claim);
+  if (!path.ok()) return path.error();
+  return *path + "/status";
 }
 
 Status ValidateAllocatedDeviceStatuses(const std::vector<AllocatedDeviceStatus>& devices) {
@@ -259,6 +305,12 @@ Status ApiClaimStatusWriter::ApplyResponseStatus(const ClaimStatusTarget& claim,
         ErrorKind::kFailedPrecondition,
         what + ": the API server does not serve " + path + " (HTTP 404: " + status.message + ")");
   }
+  if (response.status == 409 && !claim.resource_version.empty()) {
+    // The uid or the resourceVersion precondition failed: a new reading tells which.
+    return MakeError(ErrorKind::kConflict, what + ": the claim changed since resourceVersion " +
+                                               claim.resource_version + " (" + status.message +
+                                               "); read it again and decide again");
+  }
   if (response.status == 409) {
     return MakeError(ErrorKind::kNotFound, what +
                                                ": the claim was replaced (its uid is no longer " +
@@ -270,6 +322,48 @@ Status ApiClaimStatusWriter::ApplyResponseStatus(const ClaimStatusTarget& claim,
               "associated-node:patch on resourceclaims/driver for " +
                   driver_);
   return error;
+}
+
+Result<ClaimStatusReading> ApiClaimStatusWriter::Read(const ClaimStatusTarget& claim,
+                                                      Deadline deadline) {
+  const std::string what = "cannot read " + ClaimName(claim) + " for its status.devices";
+  std::vector<std::string> versions;
+  if (!claim.api_version.empty()) versions.push_back(claim.api_version);
+  for (const char* version : kServedVersions) {
+    if (version != claim.api_version) versions.emplace_back(version);
+  }
+  std::vector<std::string> unserved;
+  for (const std::string& version : versions) {
+    ClaimStatusTarget in_version = claim;
+    in_version.api_version = version;
+    auto path = ClaimPath(in_version);
+    if (!path.ok()) return path.error().Wrap(what);
+    auto response = client_.Call("GET", *path, nullptr, deadline);
+    if (!response.ok()) return response.error().Wrap(what);
+    if (response->status == 404 && ParseApiStatus(*response).reason != "NotFound") {
+      unserved.push_back(version);  // a bare 404 page: this version is not served
+      continue;
+    }
+    if (response->status == 404) {
+      return MakeError(ErrorKind::kNotFound, what + ": the claim no longer exists");
+    }
+    if (response->status != 200 || !response->body.is_object()) {
+      return ApiErrorFromResponse("GET", *path, *response).Wrap(what);
+    }
+    const nlohmann::json meta = response->body.value("metadata", nlohmann::json::object());
+    const std::string uid = meta.is_object() ? StringField(meta, "uid") : std::string();
+    if (uid != claim.uid) {
+      return MakeError(ErrorKind::kNotFound, what + ": the claim was replaced (its uid is " + uid +
+                                                 ", not " + claim.uid + ")");
+    }
+    return ClaimStatusReading{version, StringField(meta, "resourceVersion"),
+                              EntriesOf(response->body, driver_)};
+  }
+  std::string tried;
+  for (const std::string& version : unserved) tried += (tried.empty() ? "" : ", ") + version;
+  return MakeError(ErrorKind::kFailedPrecondition,
+                   what + ": the API server serves none of " + tried +
+                       " (HTTP 404 for each); its entries stay until a version is served");
 }
 
 }  // namespace vfio_dra::kube

@@ -6,7 +6,12 @@
 // it uses server-side apply on the status subresource with the driver name as field manager.
 // Applying a set of entries replaces exactly the entries this driver applied before for that claim
 // (entries it no longer lists are removed, others' are untouched); applying an empty set removes
-// all of ours.
+// all of ours. What makes entries "ours" is that field manager, not the process: a restarted
+// instance, or the next one of a rolling update, replaces and removes what an earlier one applied.
+//
+// Every apply can carry the claim's resourceVersion as a precondition (a 409 when the claim
+// changed since it was read), so that a decision taken on an older reading of the claim never
+// lands over a newer one; Read gives the reading to decide on.
 #pragma once
 
 #include <chrono>
@@ -25,10 +30,19 @@ namespace vfio_dra::kube {
 // The claim a status write is for: uid is sent as a precondition so that a claim deleted and
 // re-created under the same name is never written to.
 struct ClaimStatusTarget {
-  std::string api_version;  // as read, e.g. "resource.k8s.io/v1"
+  std::string api_version;  // as read, e.g. "resource.k8s.io/v1"; empty: not known
   std::string namespace_;
   std::string name;
   std::string uid;
+  // The claim as the write was decided on: sent as a precondition. Empty: none (the uid only).
+  std::string resource_version;
+};
+
+// The claim as a status write decides on it.
+struct ClaimStatusReading {
+  std::string api_version;       // the version that served it, e.g. "resource.k8s.io/v1beta2"
+  std::string resource_version;  // the precondition for a write decided on this reading
+  std::vector<AllocatedDeviceStatus> ours;  // this driver's status.devices entries
 };
 
 class ClaimStatusWriter {
@@ -37,9 +51,19 @@ class ClaimStatusWriter {
   // Replaces this driver's entries of the claim's status.devices with `devices` (empty: removes
   // them). kNotFound when the claim is gone (or was replaced: uid mismatch); other kinds for
   // server or transport failures, with the server's message (a 403 names the missing RBAC).
+  // kConflict when claim.resource_version is set and the claim changed since (read it again).
+  // kFailedPrecondition when the server does not serve claim.api_version.
   virtual Status Apply(const ClaimStatusTarget& claim,
                        const std::vector<AllocatedDeviceStatus>& devices, Deadline deadline) = 0;
+  // Reads the claim in claim.api_version, or when that is empty or not served, in the newest
+  // version the server serves. kNotFound when the claim is gone or was replaced (another uid).
+  virtual Result<ClaimStatusReading> Read(const ClaimStatusTarget& claim, Deadline deadline) = 0;
 };
+
+// Whether two sets of entries say the same (order aside): a write of `want` over `shown` would
+// change nothing.
+bool SameDeviceStatuses(const std::vector<AllocatedDeviceStatus>& shown,
+                        const std::vector<AllocatedDeviceStatus>& want);
 
 // Server-side apply: PATCH .../namespaces/<ns>/resourceclaims/<name>/status with
 // Content-Type application/apply-patch+yaml, ?fieldManager=<driver>&force=true.
@@ -49,10 +73,14 @@ class ApiClaimStatusWriter final : public ClaimStatusWriter {
       : client_(client), driver_(std::move(driver)) {}
   Status Apply(const ClaimStatusTarget& claim, const std::vector<AllocatedDeviceStatus>& devices,
                Deadline deadline) override;
+  // GET .../namespaces/<ns>/resourceclaims/<name>, trying v1, v1beta2 and v1beta1 after the
+  // claim's own version on a bare 404 (a version the server does not serve).
+  Result<ClaimStatusReading> Read(const ClaimStatusTarget& claim, Deadline deadline) override;
 
  private:
-  // Maps the server's answer: 404 and 409 (uid precondition) to kNotFound, the rest to errors
-  // carrying the server's message.
+  // Maps the server's answer: 404 to kNotFound, 409 to kConflict (a resourceVersion was sent) or
+  // kNotFound (only the uid was: the claim was replaced), the rest to errors carrying the
+  // server's message.
   Status ApplyResponseStatus(const ClaimStatusTarget& claim, const std::string& path,
                              const ApiResponse& response) const;
 
@@ -68,8 +96,10 @@ nlohmann::json ClaimStatusApplyBody(const ClaimStatusTarget& claim,
                                     const std::vector<AllocatedDeviceStatus>& devices,
                                     std::chrono::system_clock::time_point now);
 
-// The status subresource of the claim in its own API version (resource.k8s.io/v1 when
-// claim.api_version is empty), without query. kInvalidArgument for another group or no name.
+// The claim in its own API version (resource.k8s.io/v1 when claim.api_version is empty), without
+// query. kInvalidArgument for another group or no name.
+Result<std::string> ClaimPath(const ClaimStatusTarget& claim);
+// Its status subresource.
 Result<std::string> ClaimStatusPath(const ClaimStatusTarget& claim);
 
 // Checks entries against what the API server enforces for status.devices (driver, pool and

@@ -101,35 +101,31 @@ std::string StringOr(const nlohmann::json& object, const char* key) {
   return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
-std::vector<AllocatedDeviceStatus> ParseDeviceStatuses(const nlohmann::json& devices) {
-  std::vector<AllocatedDeviceStatus> out;
-  if (!devices.is_array()) return out;
-  for (const nlohmann::json& entry : devices) {
-    if (!entry.is_object()) continue;
-    AllocatedDeviceStatus device;
-    device.driver = StringOr(entry, "driver");
-    device.pool = StringOr(entry, "pool");
-    device.device = StringOr(entry, "device");
-    if (auto share = entry.find("shareID"); share != entry.end() && share->is_string()) {
-      device.share_id = share->get<std::string>();
-    }
-    if (device.driver.empty() || device.pool.empty() || device.device.empty()) continue;
-    if (auto conditions = entry.find("conditions");
-        conditions != entry.end() && conditions->is_array()) {
-      for (const nlohmann::json& condition : *conditions) {
-        if (!condition.is_object()) continue;
-        DeviceCondition parsed;
-        parsed.type = StringOr(condition, "type");
-        parsed.status = StringOr(condition, "status");
-        parsed.reason = StringOr(condition, "reason");
-        parsed.message = StringOr(condition, "message");
-        parsed.last_transition_time = StringOr(condition, "lastTransitionTime");
-        if (!parsed.type.empty()) device.conditions.push_back(std::move(parsed));
-      }
-    }
-    out.push_back(std::move(device));
+DeviceCondition ParseCondition(const nlohmann::json& condition) {
+  DeviceCondition parsed;
+  parsed.type = StringOr(condition, "type");
+  parsed.status = StringOr(condition, "status");
+  parsed.reason = StringOr(condition, "reason");
+  parsed.message = StringOr(condition, "message");
+  parsed.last_transition_time = StringOr(condition, "lastTransitionTime");
+  if (auto it = condition.find("observedGeneration"); it != condition.end() && it->is_number()) {
+    parsed.observed_generation = it->get<int64_t>();
   }
-  return out;
+  return parsed;
+}
+
+std::optional<NetworkDeviceData> ParseNetworkData(const nlohmann::json& entry) {
+  auto network = entry.find("networkData");
+  if (network == entry.end() || !network->is_object()) return std::nullopt;
+  NetworkDeviceData parsed;
+  parsed.interface_name = StringOr(*network, "interfaceName");
+  parsed.hardware_address = StringOr(*network, "hardwareAddress");
+  if (auto ips = network->find("ips"); ips != network->end() && ips->is_array()) {
+    for (const nlohmann::json& ip : *ips) {
+      if (ip.is_string()) parsed.ips.push_back(ip.get<std::string>());
+    }
+  }
+  return parsed;
 }
 
 // status.reservedFor: resource, name and uid identify the consumer, so each is required; apiGroup
@@ -159,6 +155,36 @@ Result<std::vector<ResourceClaimConsumerReference>> ParseReservedFor(const nlohm
 }
 
 }  // namespace
+
+std::vector<AllocatedDeviceStatus> ParseDeviceStatuses(const nlohmann::json& devices) {
+  std::vector<AllocatedDeviceStatus> out;
+  if (!devices.is_array()) return out;
+  for (const nlohmann::json& entry : devices) {
+    if (!entry.is_object()) continue;
+    AllocatedDeviceStatus device;
+    device.driver = StringOr(entry, "driver");
+    device.pool = StringOr(entry, "pool");
+    device.device = StringOr(entry, "device");
+    if (auto share = entry.find("shareID"); share != entry.end() && share->is_string()) {
+      device.share_id = share->get<std::string>();
+    }
+    if (device.driver.empty() || device.pool.empty() || device.device.empty()) continue;
+    if (auto conditions = entry.find("conditions");
+        conditions != entry.end() && conditions->is_array()) {
+      for (const nlohmann::json& condition : *conditions) {
+        if (!condition.is_object()) continue;
+        DeviceCondition parsed = ParseCondition(condition);
+        if (!parsed.type.empty()) device.conditions.push_back(std::move(parsed));
+      }
+    }
+    if (auto data = entry.find("data"); data != entry.end() && data->is_object()) {
+      device.data = *data;
+    }
+    device.network_data = ParseNetworkData(entry);
+    out.push_back(std::move(device));
+  }
+  return out;
+}
 
 std::string BaseRequestName(const std::string& request) {
   return request.substr(0, request.find('/'));

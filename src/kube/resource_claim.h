@@ -87,13 +87,16 @@ struct ResourceClaim {
   std::map<std::string, std::string> annotations;
   std::optional<AllocationResult> allocation;
   std::vector<ResourceClaimConsumerReference> reserved_for;
-  // status.devices[], as far as it is well-formed: key and conditions only (the writer's
-  // lastTransitionTime stays when a condition's status does not change). An entry that is not
-  // is left out rather than failing the claim: it is information, and may be another driver's.
+  // status.devices[], as far as it is well-formed (the writer's lastTransitionTime stays when a
+  // condition's status does not change). An entry that is not is left out rather than failing
+  // the claim: it is information, and may be another driver's.
   std::vector<AllocatedDeviceStatus> device_statuses;
 };
 
 Result<ResourceClaim> ParseResourceClaim(const nlohmann::json& object);
+// A status.devices list: the well-formed entries (driver, pool and device set), with all their
+// fields; malformed entries are left out.
+std::vector<AllocatedDeviceStatus> ParseDeviceStatuses(const nlohmann::json& devices);
 
 // The annotation the ResourceClaim controller puts on a claim generated from a pod's template:
 // the pod's name for the claim (spec.resourceClaims[].name).

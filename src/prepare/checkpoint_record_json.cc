@@ -98,6 +98,8 @@ OrderedJson VgpusJson(const std::vector<VgpuRecord>& vgpus) {
     entry["type"] = v.type_id;
     entry["createdByUs"] = v.created_by_us;
     entry["identity"] = IdentityJson(v.identity);
+    // Optional: a build that does not know it reads the record as before.
+    if (!v.pf.empty()) entry["pf"] = v.pf;
     out.push_back(std::move(entry));
   }
   return out;
@@ -105,7 +107,8 @@ OrderedJson VgpusJson(const std::vector<VgpuRecord>& vgpus) {
 
 VgpuRecord VgpuFromJson(const json& v) {
   return VgpuRecord{v.at("address").get<std::string>(), v.at("type").get<int>(),
-                    v.at("createdByUs").get<bool>(), IdentityFromJson(v.at("identity"))};
+                    v.at("createdByUs").get<bool>(), IdentityFromJson(v.at("identity")),
+                    OptionalString(v, "pf")};
 }
 
 // Only the fields that are set: an absent field is one the driver did not report (previous) or

@@ -62,6 +62,9 @@ struct VgpuRecord {
   int type_id = 0;
   bool created_by_us = false;  // the VF held no vGPU: only then unprepare writes 0
   PciIdentity identity;        // the VF, checked after a reboot
+  // The VF's PF: every call that changes a vGPU of the GPU locks it (PrepareLocks), unprepare and
+  // recovery too, when the VF may be gone. Empty in records written before it was kept.
+  std::string pf;
   bool operator==(const VgpuRecord&) const = default;
 };
 

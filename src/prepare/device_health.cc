@@ -126,7 +126,12 @@ std::vector<DeviceHealthStatus> CheckDeviceHealth(
                                           return t.effect != slicepublisher::kEffectNone;
                                         });
       status.healthy = status.healthy && !blocking;
-      if (reason != published.taint_reasons->end()) status.message = reason->second;
+      // Both: the device's own problem (a prepared vGPU that is gone) says what the VM lost, the
+      // taint's reason why the node stopped offering the device.
+      if (reason != published.taint_reasons->end() && reason->second != status.message) {
+        status.message =
+            status.message.empty() ? reason->second : status.message + "; " + reason->second;
+      }
     }
     reported.insert({published.pool, device.name});
     out.push_back(std::move(status));

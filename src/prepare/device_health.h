@@ -4,8 +4,9 @@
 // A device is UNHEALTHY when its PCI function (or an mdev's parent) has vanished, when the
 // function lost or changed its IOMMU group since it was published, when a prepared function is no
 // longer on the VFIO driver it was bound to, or when a prepared mdev is gone; HEALTHY otherwise.
-// Addresses and UUIDs come from our own slices and checkpoint, and are still checked for form
-// before they become paths.
+// A tainted device says the taint's reason after its own problem (both), and is UNHEALTHY when a
+// taint is NoSchedule. Addresses and UUIDs come from our own slices and checkpoint, and are still
+// checked for form before they become paths.
 #pragma once
 
 #include <string>

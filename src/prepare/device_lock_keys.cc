@@ -6,7 +6,12 @@ namespace vfio_dra::prepare {
 void AddDeviceKeys(const ClaimRecord& record, std::set<std::string>& keys) {
   for (const FunctionRecord& f : record.functions) keys.insert(f.address);
   for (const MdevRecord& m : record.mdevs) keys.insert(m.parent);
-  for (const VgpuRecord& v : record.vgpus) keys.insert(v.address);
+  // A vGPU's PF too, as prepare locks it (the published device's parent): a VF's type changes
+  // what every VF of its GPU can take.
+  for (const VgpuRecord& v : record.vgpus) {
+    keys.insert(v.address);
+    if (!v.pf.empty()) keys.insert(v.pf);
+  }
   for (const RecordedDevice& device : record.devices) {
     keys.insert(device.functions.begin(), device.functions.end());
     if (device.is_mdev) keys.insert(device.mdev.parent);

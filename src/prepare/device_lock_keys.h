@@ -1,5 +1,6 @@
 // The lock keys (PrepareLocks) of what a call changes: every PCI function it binds or restores,
-// the parent of every mdev, the VF of every vGPU. A call takes them all before it reads or
+// the parent of every mdev, the VF of every vGPU and its PF (two vGPUs of one GPU are never
+// changed at once: prepare, unprepare and recovery alike). A call takes them all before it reads or
 // changes any of those devices.
 #pragma once
 

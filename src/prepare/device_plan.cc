@@ -249,6 +249,38 @@ Result<PlannedDevice> PlanVgpu(PlannedDevice planned, const PublishedDeviceView&
   return planned;
 }
 
+// A replayed device's functions must still be in the IOMMU group its record names: the CDI spec
+// hands out /dev/vfio/<group>, and after VFs are re-created or a card is added (groups are
+// numbered as devices are found) that number can be another device's.
+Status CheckRecordedGroup(const sysfs::SysfsReader& sysfs, const PlannedDevice& planned) {
+  if (!planned.iommu_group) return Status::Ok();  // no-IOMMU mode: read when the spec is written
+  const std::vector<std::string> functions = planned.kind == PlannedKind::kPci
+                                                 ? planned.functions
+                                                 : std::vector<std::string>{planned.address};
+  const std::string recorded = std::to_string(*planned.iommu_group);
+  for (const std::string& address : functions) {
+    const std::string link = "bus/pci/devices/" + address + "/iommu_group";
+    auto group = sysfs.LinkBaseName(link);
+    if (!group.ok()) {
+      return group.error().Wrap("device " + planned.result.device + ": cannot check that PCI " +
+                                address + " is still in IOMMU group " + recorded +
+                                ", as recorded when the claim was prepared");
+    }
+    if (*group != recorded) {
+      return MakeError(ErrorKind::kFailedPrecondition,
+                       "device " + planned.result.device + ": PCI " + address +
+                           " is now in IOMMU group " + EscapeForDisplay(*group, 32) +
+                           ", not group " + recorded +
+                           " as recorded when the claim was prepared (the node's groups were "
+                           "renumbered: VFs re-created or a device added), so /dev/vfio/" +
+                           recorded +
+                           " may be another device's; it cannot be prepared again here: delete "
+                           "the pod so the claim is allocated again");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<std::vector<PlannedDevice>> PlanClaim(
@@ -354,7 +386,8 @@ RecordedDevice RecordOf(const PlannedDevice& device) {
 }
 
 Result<std::vector<PlannedDevice>> PlanFromRecord(
-    const ClaimRecord& record, const std::vector<kube::DeviceRequestAllocationResult>& ours) {
+    const ClaimRecord& record, const std::vector<kube::DeviceRequestAllocationResult>& ours,
+    const sysfs::SysfsReader& sysfs) {
   auto describe = [](const std::string& request, const std::string& pool,
                      const std::string& device) { return request + "=" + pool + "/" + device; };
   std::vector<std::string> allocated;
@@ -409,6 +442,7 @@ Result<std::vector<PlannedDevice>> PlanFromRecord(
                                                  " has an unknown iommuInterface \"" +
                                                  d.iommu_interface + "\"");
     }
+    if (Status s = CheckRecordedGroup(sysfs, planned); !s.ok()) return s.error();
     plan.push_back(std::move(planned));
   }
   return plan;

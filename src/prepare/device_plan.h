@@ -75,9 +75,11 @@ Result<std::vector<PlannedDevice>> PlanClaim(
 
 // The plan of a claim that was prepared before, rebuilt from its checkpoint record, so preparing
 // it again (the kubelet's retry, a shared claim, a reboot) never depends on the device still being
-// published. Fails when the claim's allocation is not the one that was prepared.
+// published. Fails when the claim's allocation is not the one that was prepared, and when a
+// recorded IOMMU group is not the one `sysfs` shows now (groups renumbered since).
 Result<std::vector<PlannedDevice>> PlanFromRecord(
-    const ClaimRecord& record, const std::vector<kube::DeviceRequestAllocationResult>& ours);
+    const ClaimRecord& record, const std::vector<kube::DeviceRequestAllocationResult>& ours,
+    const sysfs::SysfsReader& sysfs);
 
 // What the checkpoint keeps of a planned device (no answer yet).
 RecordedDevice RecordOf(const PlannedDevice& device);

@@ -250,8 +250,14 @@ void VfioDevicePreparer::WriteClaimStatus(const kube::ResourceClaim& claim,
     }
   }
   Step("claim-status:write");
-  options_.claim_status->Submit({claim.api_version, claim.namespace_, claim.name, claim.uid},
-                                std::move(devices));
+  // Decided on the claim as read for this prepare; wanted while the claim has its record (the
+  // other instance of a rolling update may unprepare it before the write lands).
+  options_.claim_status->Submit(
+      {claim.api_version, claim.namespace_, claim.name, claim.uid, claim.resource_version},
+      std::move(devices), [checkpoint = checkpoint_, uid = claim.uid] {
+        auto record = checkpoint.Find(uid);
+        return !record.ok() || record->has_value();
+      });
 }
 
 }  // namespace vfio_dra::prepare

@@ -147,7 +147,7 @@ Result<VfioDevicePreparer::PrepareDecision> VfioDevicePreparer::DecidePrepare(
       d.was_completed = planned_from && planned_from->state == PrepareState::kPrepareCompleted;
       plan =
           d.was_completed && planned_from->replayable
-              ? PlanFromRecord(*planned_from, ours)
+              ? PlanFromRecord(*planned_from, ours, sysfs_)
               : PlanClaim(claim, ours,
                           PlanContext{
                               options_.driver_name, options_.node_name, published_, sysfs_,
@@ -238,10 +238,12 @@ Status VfioDevicePreparer::RecordStart(const kube::ResourceClaim& claim,
       if (!recorded_vgpus.insert(device.address).second) continue;
       auto identity = ReadIdentity(device.address);
       if (!identity.ok()) return identity.error();
+      auto link = ReadVfLink(sysfs_, device.address);
+      if (!link.ok()) return link.error().Wrap("device " + device.result.device);
       // CheckNewVgpus found the VF as the plan needs it. Only a vGPU this claim makes is removed
       // at unprepare; one handed out as it was stays.
-      record.vgpus.push_back(
-          {device.address, device.vgpu_type, MakesVgpu(device), std::move(*identity)});
+      record.vgpus.push_back({device.address, device.vgpu_type, MakesVgpu(device),
+                              std::move(*identity), std::move(link->pf_device)});
       changed = true;
     } else if (device.kind == PlannedKind::kPci) {
       for (const std::string& address : device.functions) {

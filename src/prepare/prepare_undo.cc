@@ -108,6 +108,14 @@ Status VfioDevicePreparer::Undo(const ClaimRecord& record, Deadline deadline) {
     if (Status s = Timed(operation, remove); !s.ok()) note(s.error());
     return true;
   };
+  // A VF that is gone took its vGPU with it: done, as a function that is gone is
+  // (VfioPciBinder::Restore), with a warning that says what was not there.
+  const auto clear_vgpu = [&](const VgpuRecord& vgpu) -> Status {
+    auto warning = vgpus_.Clear(vgpu.address, vgpu.type_id, deadline);
+    if (!warning.ok()) return warning.error();
+    if (!warning->empty()) log_.Warn("vGPU not removed", {{"claim", who}, {"warning", *warning}});
+    return Status::Ok();
+  };
   for (auto it = record.mdevs.rbegin(); it != record.mdevs.rend(); ++it) {
     if (it->created_by_us &&
         !remove_created("mdev " + it->uuid, "mdev-remove:" + it->uuid, "mdev_remove",
@@ -118,7 +126,7 @@ Status VfioDevicePreparer::Undo(const ClaimRecord& record, Deadline deadline) {
   for (auto it = record.vgpus.rbegin(); it != record.vgpus.rend(); ++it) {
     if (it->created_by_us &&
         !remove_created("the vGPU on " + it->address, "vgpu-remove:" + it->address, "vgpu_remove",
-                        [&] { return vgpus_.Clear(it->address, it->type_id, deadline); })) {
+                        [&] { return clear_vgpu(*it); })) {
       break;
     }
   }
@@ -185,13 +193,16 @@ void VfioDevicePreparer::RestoreFunctions(
 
 void VfioDevicePreparer::ClearClaimStatus(const ClaimRecord& record) {
   if (options_.claim_status == nullptr) return;
-  // Entries exist only for network VFs that got settings or have a MAC: after a restart the
-  // record tells the first; the queue knows what this process wrote.
-  const bool configured_vf = std::any_of(
-      record.devices.begin(), record.devices.end(),
-      [](const RecordedDevice& d) { return d.vf_link.has_value() && !d.network.Empty(); });
-  if (!configured_vf && !options_.claim_status->MayHaveWritten(record.uid)) return;
-  options_.claim_status->Submit({"", record.namespace_, record.name, record.uid}, {});
+  // Entries exist only for network VFs (that got settings, or whose MAC was reported): after a
+  // restart the record tells which devices are VFs; the queue knows what this process wrote.
+  const bool vf = std::any_of(record.devices.begin(), record.devices.end(),
+                              [](const RecordedDevice& d) { return d.vf_link.has_value(); });
+  if (!vf && !options_.claim_status->MayHaveWritten(record.uid)) return;
+  options_.claim_status->Submit({"", record.namespace_, record.name, record.uid, ""}, {},
+                                [checkpoint = checkpoint_, uid = record.uid] {
+                                  auto prepared = checkpoint.Find(uid);
+                                  return !prepared.ok() || !prepared->has_value();
+                                });
 }
 
 }  // namespace vfio_dra::prepare

@@ -163,7 +163,6 @@ std::vector<SliceDevice> KeptDevices(const discovery::NodeScan& scan, const Tain
     }
     // Apply finds this very device among the published ones and keeps its taints' times.
     SliceDevice device = published;
-    device.consumes_counters.clear();
     device.taints.clear();
     Apply(device, causes, inputs, reasons);
     kept.push_back(std::move(device));

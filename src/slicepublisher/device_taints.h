@@ -42,6 +42,8 @@ struct TaintInputs {
   // What is published now (times of standing taints, devices to keep); null before the first
   // publish.
   const PackedDeviceTable* published = nullptr;
+  // The counter sets published now, by name: a kept device keeps consuming from them (null: none).
+  const std::map<std::string, CounterSet>* published_sets = nullptr;
   std::set<std::string> held = {};  // names of devices that prepared claims hold
   bool effect_none = true;          // the server takes effect None (1.35+); without it, such taints
                                     // are left out
@@ -53,8 +55,9 @@ void TaintDevice(SliceDevice& device, const discovery::NodeScan& scan, const Tai
 
 // Published devices that the scan no longer yields but that stay: tainted (lost while held,
 // group-unsafe), or as they were while a prepared claim holds them (a VF the kernel is removing,
-// a device the policy stopped selecting); all without their counter consumptions, as the counter
-// sets they used may be gone. `built` names the devices the builder made.
+// a device the policy stopped selecting). They keep their counter consumptions as published: the
+// builder keeps them where their counter sets stay published and drops them otherwise. `built`
+// names the devices the builder made.
 std::vector<SliceDevice> KeptDevices(const discovery::NodeScan& scan, const TaintInputs& inputs,
                                      const std::set<std::string>& built,
                                      std::map<std::string, std::string>& reasons);

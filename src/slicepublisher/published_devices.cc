@@ -22,6 +22,8 @@ void PublishedDevices::Set(const DesiredPool& pool) {
     devices_ = std::move(devices);
     count_by_type_ = std::move(counts);
     taint_reasons_ = std::make_shared<const std::map<std::string, std::string>>(pool.taint_reasons);
+    counter_sets_ =
+        std::make_shared<const std::map<std::string, CounterSet>>(CounterSetsOf(pool.slices));
   }
   known_.notify_all();
 }
@@ -54,9 +56,18 @@ PublishedDevices::Snapshot PublishedDevices::Current() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (devices_ == nullptr) {
     return Snapshot{"", std::make_shared<const PackedDeviceTable>(),
-                    std::make_shared<const std::map<std::string, std::string>>()};
+                    std::make_shared<const std::map<std::string, std::string>>(),
+                    std::make_shared<const std::map<std::string, CounterSet>>()};
   }
-  return Snapshot{pool_, devices_, taint_reasons_};
+  return Snapshot{pool_, devices_, taint_reasons_, counter_sets_};
+}
+
+std::map<std::string, CounterSet> CounterSetsOf(const std::vector<SliceContent>& slices) {
+  std::map<std::string, CounterSet> sets;
+  for (const SliceContent& slice : slices) {
+    for (const CounterSet& set : slice.shared_counters) sets[set.name] = set;
+  }
+  return sets;
 }
 
 }  // namespace vfio_dra::slicepublisher

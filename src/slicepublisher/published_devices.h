@@ -35,6 +35,8 @@ class PublishedDevices {
     std::shared_ptr<const PackedDeviceTable> devices;  // never null
     // Why each tainted device is tainted (DesiredPool::taint_reasons); never null.
     std::shared_ptr<const std::map<std::string, std::string>> taint_reasons;
+    // The published counter sets by name (a kept device consumes from them); never null.
+    std::shared_ptr<const std::map<std::string, CounterSet>> counter_sets;
   };
   Snapshot Current() const;
   // Copies the table anew and drops the old copy (readers holding a snapshot keep theirs). The
@@ -51,6 +53,10 @@ class PublishedDevices {
   std::shared_ptr<const PackedDeviceTable> devices_;
   std::map<std::string, int> count_by_type_;
   std::shared_ptr<const std::map<std::string, std::string>> taint_reasons_;
+  std::shared_ptr<const std::map<std::string, CounterSet>> counter_sets_;
 };
+
+// The counter sets of `slices` by name.
+std::map<std::string, CounterSet> CounterSetsOf(const std::vector<SliceContent>& slices);
 
 }  // namespace vfio_dra::slicepublisher

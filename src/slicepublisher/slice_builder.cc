@@ -238,6 +238,68 @@ void AddVgpuVfs(const discovery::NodeScan& scan, const BuildOptions& options,
   }
 }
 
+// The consumption a kept or held device is published with: as it was allocated
+// (kubernetes#140802: the scheduler subtracts an allocated device's consumption as the slices show
+// it now, so a republish that dropped or changed it would offer what the device still uses). A
+// kept device keeps what it was published with; a held device the builder now makes without the
+// consumption it was published with (a VF running the vGPU it was allocated for) takes that back
+// when the builder makes none of those counter sets any more (where it still makes one, its
+// capacity already counts what exists). Empty when the device consumes nothing.
+std::vector<CounterConsumption> AllocatedConsumption(const SliceDevice& device, bool kept,
+                                                     const TaintInputs& inputs,
+                                                     const std::set<std::string>& built_sets) {
+  if (kept || !device.consumes_counters.empty()) return device.consumes_counters;
+  if (inputs.held.count(device.name) == 0 || inputs.published == nullptr) return {};
+  const std::optional<SliceDevice> before = inputs.published->Find(device.name);
+  if (!before) return {};
+  for (const CounterConsumption& used : before->consumes_counters) {
+    if (built_sets.count(used.counter_set) != 0) return {};
+  }
+  return before->consumes_counters;
+}
+
+// Moves the devices of `plain` that keep a consumption (AllocatedConsumption) to the group of
+// their counter set: the set as built, or, when the builder no longer makes it, as last published
+// (then nothing but kept devices uses it: it stays exactly while they do). A device whose sets are
+// not all published any more, or a layout without counters, leaves it without counters.
+void KeepAllocatedConsumption(std::vector<SliceDevice>& plain, const std::set<std::string>& kept,
+                              const TaintInputs& inputs, CounterLayout layout,
+                              std::vector<ParentGroup>& groups) {
+  std::map<std::string, size_t> group_of;
+  for (size_t i = 0; i < groups.size(); ++i) group_of[groups[i].counter_set] = i;
+  std::set<std::string> built_sets;
+  for (const auto& [name, index] : group_of) built_sets.insert(name);
+  std::vector<SliceDevice> stays;
+  for (SliceDevice& device : plain) {
+    std::vector<CounterConsumption> used =
+        layout == CounterLayout::kNone
+            ? std::vector<CounterConsumption>{}
+            : AllocatedConsumption(device, kept.count(device.name) != 0, inputs, built_sets);
+    const auto published = [&](const CounterConsumption& c) {
+      return group_of.count(c.counter_set) != 0 ||
+             (inputs.published_sets != nullptr && inputs.published_sets->count(c.counter_set));
+    };
+    if (used.empty() || !std::all_of(used.begin(), used.end(), published)) {
+      device.consumes_counters.clear();
+      stays.push_back(std::move(device));
+      continue;
+    }
+    for (const CounterConsumption& c : used) {
+      if (group_of.count(c.counter_set) != 0) continue;
+      const CounterSet& set = inputs.published_sets->at(c.counter_set);
+      auto capacity = set.counters.find(kCapacityCounter);
+      groups.push_back({set.name, {}, capacity == set.counters.end() ? 0 : capacity->second});
+      group_of[set.name] = groups.size() - 1;
+    }
+    device.consumes_counters = std::move(used);
+    // First in its group: a group cut to the per-slice limit loses potential devices, never this.
+    std::vector<SliceDevice>& members =
+        groups[group_of.at(device.consumes_counters.front().counter_set)].devices;
+    members.insert(members.begin(), std::move(device));
+  }
+  plain = std::move(stays);
+}
+
 // Counter sets in slices of their own (1.35+): devices that consume counters and plain devices
 // follow in slices of their own limits.
 void LayOutOwnSlice(std::vector<ParentGroup>& groups, std::vector<SliceDevice> plain,
@@ -388,9 +450,12 @@ DesiredPool BuildDesiredPool(const discovery::NodeScan& scan, const BuildOptions
     for (ParentGroup& group : groups) {
       for (SliceDevice& device : group.devices) taint(device);
     }
+    std::set<std::string> kept;
     for (SliceDevice& device : KeptDevices(scan, *options.taints, built, pool.taint_reasons)) {
+      kept.insert(device.name);
       plain.push_back(std::move(device));
     }
+    KeepAllocatedConsumption(plain, kept, *options.taints, options.layout, groups);
   }
 
   switch (options.layout) {

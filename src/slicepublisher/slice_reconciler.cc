@@ -269,13 +269,31 @@ Status SliceReconciler::ListIntoCache(std::string& resource_version) {
   auto list = api_.Get(SlicesPath() + "?fieldSelector=" + Selector());
   if (!list.ok()) return list.error().Wrap("cannot list this node's ResourceSlices");
   std::map<std::string, CachedSlice> fresh;
+  std::vector<SliceContent> readable;  // kept only until the first publish
+  const bool keep_devices = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    return !published_once_;
+  }();
   if ((*list).contains("items") && (*list)["items"].is_array()) {
     for (const json& item : (*list)["items"]) {
-      fresh[ObjectName(item)] = ToCached(item, SliceContentFromJson(item));
+      Result<SliceContent> content = SliceContentFromJson(item);
+      fresh[ObjectName(item)] = ToCached(item, content);
+      if (keep_devices && content.ok()) readable.push_back(std::move(*content));
     }
+  }
+  PublishedDevices::Snapshot listed;
+  if (keep_devices) {
+    std::vector<const SliceDevice*> devices;
+    for (const SliceContent& slice : readable) {
+      for (const SliceDevice& device : slice.devices) devices.push_back(&device);
+    }
+    listed.devices = std::make_shared<const PackedDeviceTable>(devices);
+    listed.counter_sets =
+        std::make_shared<const std::map<std::string, CounterSet>>(CounterSetsOf(readable));
   }
   resource_version = (*list)["metadata"].value("resourceVersion", "");
   std::lock_guard<std::mutex> lock(mu_);
+  if (!published_once_) listed_before_publish_ = std::move(listed);
   cache_ = std::move(fresh);
   cache_ready_ = true;
   dirty_ = true;
@@ -403,13 +421,17 @@ Status SliceReconciler::Sync() {
                                                std::chrono::system_clock::now().time_since_epoch())
                                                .count());
   if (options_.held_devices) taints.held = options_.held_devices();
+  PublishedDevices::Snapshot standing;
+  if (options_.published != nullptr) standing = options_.published->Current();
   std::shared_ptr<const PackedDeviceTable> published;
-  if (options_.published != nullptr) {
-    published = options_.published->Current().devices;
-    taints.published = published.get();
-  }
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // Before this process first publishes, what stands is what the server holds: an earlier
+    // instance's taints keep their times instead of every restart resetting (and rewriting) them.
+    if (!published_once_) standing = listed_before_publish_;
+    published = standing.devices;
+    taints.published = published.get();
+    taints.published_sets = standing.counter_sets.get();
     cache = cache_;
     profile = profile_;
     meta.node_uid = node_uid_;
@@ -431,6 +453,11 @@ Status SliceReconciler::Sync() {
     return publishable.valid.error().Wrap("not publishing: the desired slices would be rejected");
   }
   if (options_.published != nullptr) options_.published->Set(pool);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    published_once_ = true;
+    listed_before_publish_ = {};
+  }
 
   const WritePlan plan = PlanWrites(pool, cache);
   ForgetAdoptionsOtherThan(plan.desired);

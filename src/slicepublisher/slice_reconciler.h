@@ -8,7 +8,9 @@
 // layout of its release, and a counter-free layout when the server drops counter fields (the
 // partitionable-devices gate is off), adopting whatever else the server stores so that no
 // update loop can start. A slice whose content it cannot read is never taken as up to date: it is
-// rewritten or deleted. Slices stay in place when the reconciler stops.
+// rewritten or deleted. Slices stay in place when the reconciler stops. Until it first
+// publishes, what the server's slices hold stands for what was published (by an earlier
+// instance): taints keep their times and devices prepared claims hold stay, across restarts.
 #pragma once
 
 #include <atomic>
@@ -179,6 +181,11 @@ class SliceReconciler {
   // What the server made of content we sent, so that stored-but-different content is not
   // rewritten forever: digest of the sent content -> digest of the stored content.
   std::map<Sha256, Sha256> adopted_;
+  // The devices of the server's slices as listed before this process first published: what an
+  // earlier instance published, so that a standing taint keeps its time (and a device a prepared
+  // claim holds stays) across a restart. Dropped at the first publish.
+  PublishedDevices::Snapshot listed_before_publish_;
+  bool published_once_ = false;
 
   std::atomic<bool> stopping_{false};
   std::stop_source stop_watch_;  // wakes the watch's idle stream at Stop

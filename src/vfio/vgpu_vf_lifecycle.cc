@@ -105,6 +105,10 @@ Status VgpuVfLifecycle::Assign(const std::string& vf, int type_id, Held held, De
                                                          ": writing " + sysfs_.Path(File(vf)) +
                                                          " failed: " + ErrnoText(*err));
   }
+  return Confirm(vf, type_id);
+}
+
+Status VgpuVfLifecycle::Confirm(const std::string& vf, int type_id) const {
   auto now = CurrentType(vf);
   if (!now.ok()) return now.error().Wrap("confirming " + Describe(vf, type_id));
   if (*now != type_id) {
@@ -115,10 +119,40 @@ Status VgpuVfLifecycle::Assign(const std::string& vf, int type_id, Held held, De
   return Status::Ok();
 }
 
-Status VgpuVfLifecycle::Clear(const std::string& vf, int type_id, Deadline deadline) {
+Result<VgpuVfLifecycle::Creation> VgpuVfLifecycle::CreateOnFree(const std::string& vf, int type_id,
+                                                                Deadline deadline) {
   auto current = CurrentType(vf);
-  if (!current.ok()) return current.error().Wrap("removing " + Describe(vf, type_id));
-  if (*current == 0) return Status::Ok();
+  if (!current.ok()) return current.error().Wrap("creating " + Describe(vf, type_id));
+  if (*current != 0) {
+    return MakeError(ErrorKind::kFailedPrecondition,
+                     "creating " + Describe(vf, type_id) + ": the VF holds vGPU " +
+                         std::to_string(*current) + " already; it is left alone");
+  }
+  auto err = WriteType(vf, type_id, deadline);
+  if (!err.ok()) return err.error().Wrap("creating " + Describe(vf, type_id));
+  if (*err == ENODEV) return Creation::kGpuFull;
+  if (*err == EBUSY) return Creation::kVfBusy;
+  if (*err != 0) {
+    return MakeError(ErrorKind::kFailedPrecondition, "creating " + Describe(vf, type_id) +
+                                                         ": writing " + sysfs_.Path(File(vf)) +
+                                                         " failed: " + ErrnoText(*err));
+  }
+  if (Status s = Confirm(vf, type_id); !s.ok()) return s.error();
+  return Creation::kCreated;
+}
+
+Result<std::string> VgpuVfLifecycle::Clear(const std::string& vf, int type_id, Deadline deadline) {
+  auto current = CurrentType(vf);
+  if (!current.ok()) {
+    // No VF, or no vGPU manager on it: either way its vGPU went with it, and the kernel
+    // re-creates a VF without one.
+    if (current.error().kind == ErrorKind::kNotFound) {
+      return "VF " + vf + " is gone (" + sysfs_.Path(File(vf)) + " does not exist), and " +
+             Describe(vf, type_id) + " with it; nothing to remove";
+    }
+    return current.error().Wrap("removing " + Describe(vf, type_id));
+  }
+  if (*current == 0) return std::string();
   if (*current != type_id) {
     return MakeError(ErrorKind::kFailedPrecondition, "removing " + Describe(vf, type_id) +
                                                          ": the VF holds vGPU " +
@@ -149,7 +183,7 @@ Status VgpuVfLifecycle::Clear(const std::string& vf, int type_id, Deadline deadl
                      "removing " + Describe(vf, type_id) +
                          ": the driver accepted 0 but the VF still reads " + std::to_string(*now));
   }
-  return Status::Ok();
+  return std::string();
 }
 
 }  // namespace vfio_dra::vfio

@@ -44,15 +44,26 @@ class VgpuVfLifecycle {
   // Gives the VF a vGPU of `type_id`. A VF that holds that type already is fine only when `held`
   // says so; otherwise, or when it holds another type, it is an error and the VF is left alone.
   Status Assign(const std::string& vf, int type_id, Held held, Deadline deadline = {});
+  // How a declared layout's write to a free VF ended when it did not fail: the layout applier
+  // needs the driver's refusals as answers (ENODEV: the GPU holds no more of the type; EBUSY: the
+  // VF is open), not as errors to hand to a claim.
+  enum class Creation { kCreated, kGpuFull, kVfBusy };
+  // Gives a VF that holds no vGPU one of `type_id`; a VF that holds one (of any type) is an error
+  // and is left alone. Other write errors and an unconfirmed type are errors too.
+  Result<Creation> CreateOnFree(const std::string& vf, int type_id, Deadline deadline = {});
   // Destroys the VF's vGPU of `type_id`. A VF that holds none is fine; one that holds another
-  // type (not the one vfio-dra made) is an error, and is left alone.
-  Status Clear(const std::string& vf, int type_id, Deadline deadline = {});
+  // type (not the one vfio-dra made) is an error, and is left alone. A VF that is gone (removed,
+  // its PF's VFs disabled, the vGPU manager unloaded) took its vGPU with it: that is done too,
+  // and the returned warning says what was not there (empty when nothing needs saying).
+  Result<std::string> Clear(const std::string& vf, int type_id, Deadline deadline = {});
 
  private:
   std::string File(const std::string& vf) const;
   Error NotOurs(const std::string& vf, int current) const;
   // Writes `value` to the VF's current_vgpu_type and returns the write's errno.
   Result<int> WriteType(const std::string& vf, int value, Deadline deadline);
+  // Fine when the VF reads `type_id` after a write the driver accepted.
+  Status Confirm(const std::string& vf, int type_id) const;
 
   const sysfs::SysfsReader& sysfs_;
   DeviceLockGate& gate_;

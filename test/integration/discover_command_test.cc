@@ -177,6 +177,27 @@ TEST(DiscoverCommand, AMissingSysfsRootIsReportedNotFatal) {
               HasSubstr("no PCI devices: cannot list /nonexistent-sysfs/bus/pci/devices"));
 }
 
+// discover only reads: a declared vGPU layout is what the daemon makes, never the command.
+TEST(DiscoverCommand, ADeclaredVgpuLayoutIsNotMadeByDiscover) {
+  char tmpl[] = "/tmp/vfio-dra-discover-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  ASSERT_TRUE(BuildFixture("vgpu-vf", dir + "/sys"));
+  std::ofstream(dir + "/policy.yaml")
+      << "vgpuLayouts:\n  - match: {address: \"0000:41:00.0\"}\n    vgpuType: \"1414\"\n"
+         "    count: 2\n";
+  CommandResult result = RunCommand({VFIO_DRA_PLUGIN_BINARY, "discover", "--sysfs-root",
+                                     dir + "/sys", "--config", dir + "/policy.yaml"},
+                                    std::chrono::seconds(30));
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  for (const char* vf : {"0000:41:00.4", "0000:41:00.5"}) {
+    std::ifstream in(dir + "/sys/bus/pci/devices/" + vf + "/nvidia/current_vgpu_type");
+    std::string type;
+    std::getline(in, type);
+    EXPECT_EQ(type, "0") << vf;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // Admins run discover when a device is stuck: another process (a daemon whose unbind waits for a
 // VM) holds the audio function's device lock. The command still answers, shows the overrides it
 // can read, and says which one it could not.

@@ -25,6 +25,7 @@
 #include "fake_apiserver.h"
 #include "kube/api_client.h"
 #include "kube/claim_reader.h"
+#include "kube/claim_status_queue.h"
 #include "kube/claim_status_writer.h"
 #include "kube/client_config.h"
 #include "kube/httplib_transport.h"
@@ -400,7 +401,7 @@ class ClaimStatusTest : public KubeClientTest {
 
   Status Apply(const std::vector<AllocatedDeviceStatus>& devices,
                const std::string& uid = "claim-uid-1") {
-    return writer_->Apply({"resource.k8s.io/v1", "vms", "nic-claim", uid}, devices,
+    return writer_->Apply({"resource.k8s.io/v1", "vms", "nic-claim", uid, ""}, devices,
                           Deadline::After(std::chrono::seconds(10)));
   }
 
@@ -430,6 +431,17 @@ class ClaimStatusTest : public KubeClientTest {
     return out;
   }
 
+  // A queue as one plugin instance has it, over `writer` (its retries wait on queue_clock_).
+  std::unique_ptr<ClaimStatusQueue> NewQueue(ClaimStatusWriter& writer) {
+    ClaimStatusQueueOptions options;
+    options.jitter_seed = 1;
+    return std::make_unique<ClaimStatusQueue>(writer, queue_clock_, Logger::Discard(), options);
+  }
+  static void Settle(ClaimStatusQueue& queue) {
+    ASSERT_TRUE(queue.WaitUntilSettled(std::chrono::seconds(60)));
+  }
+
+  testing::FakeClock queue_clock_;
   std::unique_ptr<ApiClaimStatusWriter> writer_;
 };
 
@@ -589,7 +601,7 @@ TEST_F(ClaimStatusTest, WritesInTheVersionTheClaimWasReadIn) {
   ResourceClaimReader reader(*client_);
   auto read = reader.Get("vms", "old");
   ASSERT_TRUE(read.ok()) << read.error().message;
-  Status status = writer_->Apply({read->api_version, read->namespace_, read->name, read->uid},
+  Status status = writer_->Apply({read->api_version, read->namespace_, read->name, read->uid, ""},
                                  {Ours("vf-a", "02:00:00:00:00:0a")}, Deadline());
   ASSERT_TRUE(status.ok()) << status.error().message;
   EXPECT_EQ(server_->CountRequests("PATCH",
@@ -597,6 +609,72 @@ TEST_F(ClaimStatusTest, WritesInTheVersionTheClaimWasReadIn) {
                                    "old/status"),
             1u);
   EXPECT_EQ(server_->Claim("vms", "old")["status"]["devices"].size(), 1u);
+}
+
+// A 1.32/1.33 server serves claims in v1beta1/v1beta2 only. The instance after a restart (or the
+// next one of a rolling update) clears what the one before wrote: its clearing knows no API
+// version and writes in the one the server serves, instead of ending at a 404 for
+// resource.k8s.io/v1 with the entries left behind.
+TEST_F(ClaimStatusTest, AClearingAfterARestartWritesInAVersionTheServerServes) {
+  FakeApiServerOptions options;
+  options.served_versions = {"v1beta1", "v1beta2"};
+  server_->Stop();
+  StartWithClaim(options);
+  {
+    auto before = NewQueue(*writer_);
+    before->Submit({"resource.k8s.io/v1beta2", "vms", "nic-claim", "claim-uid-1", ""},
+                   {Ours("vf-a", "02:00:00:00:00:0a")});
+    Settle(*before);
+    ASSERT_EQ(StoredDevices(), std::vector<std::string>{"vfio.dra.io/vf-a=02:00:00:00:00:0a"});
+  }
+  ApiClaimStatusWriter restarted(*client_, "vfio.dra.io");
+  auto after = NewQueue(restarted);
+  after->Submit({"", "vms", "nic-claim", "claim-uid-1", ""}, {});
+  Settle(*after);
+  EXPECT_TRUE(StoredDevices().empty());
+  EXPECT_EQ(after->Stats().given_up, 0u);
+  EXPECT_EQ(after->Stats().pending, 0u);
+}
+
+// A rolling update: the older instance decides a prepare's status on the claim as it read it;
+// before its write lands, the newer instance unprepares the claim and clears our entries. The
+// older write's precondition (the claim as read) fails; it reads the claim again, asks again,
+// finds the claim unprepared, and writes nothing: the cleared status stays cleared.
+TEST_F(ClaimStatusTest, AnOlderInstancesWriteNeverResurrectsAClearedStatus) {
+  auto older = NewQueue(*writer_);
+  ApiClaimStatusWriter newer_writer(*client_, "vfio.dra.io");
+  auto newer = NewQueue(newer_writer);
+  std::atomic<bool> prepared = true;  // the claim's record, in the checkpoint both instances share
+  older->Submit({"resource.k8s.io/v1", "vms", "nic-claim", "claim-uid-1", ""},
+                {Ours("vf-a", "02:00:00:00:00:0a")}, [&] { return prepared.load(); });
+  Settle(*older);
+  ASSERT_EQ(StoredDevices(), std::vector<std::string>{"vfio.dra.io/vf-a=02:00:00:00:00:0a"});
+
+  // The kubelet's retry of the prepare reaches the older instance, which reads the claim...
+  const std::string read_at =
+      server_->Claim("vms", "nic-claim")["metadata"]["resourceVersion"].get<std::string>();
+  std::atomic<int> asked = 0;
+  older->Submit({"resource.k8s.io/v1", "vms", "nic-claim", "claim-uid-1", read_at},
+                {Ours("vf-a", "02:00:00:00:00:aa")}, [&] {
+                  if (asked++ > 0) return prepared.load();
+                  // ...and, between its last look at the checkpoint and its write, the newer
+                  // instance unprepares the claim and clears its status.
+                  prepared = false;
+                  newer->Submit({"", "vms", "nic-claim", "claim-uid-1", ""}, {},
+                                [&] { return !prepared.load(); });
+                  EXPECT_TRUE(newer->WaitUntilSettled(std::chrono::seconds(60)));
+                  EXPECT_TRUE(StoredDevices().empty());
+                  return true;
+                });
+  Settle(*older);
+  EXPECT_TRUE(StoredDevices().empty());
+  EXPECT_EQ(asked.load(), 2);
+  EXPECT_EQ(older->Stats().given_up, 1u);
+  size_t conflicts = 0;
+  for (const testing::RecordedRequest& request : server_->Requests()) {
+    if (request.method == "PATCH" && request.status == 409) ++conflicts;
+  }
+  EXPECT_EQ(conflicts, 1u);
 }
 
 // RBAC: the fake API server authorizes every request as a cluster does under the plugin's

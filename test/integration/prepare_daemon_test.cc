@@ -24,6 +24,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/file_lock.h"
 #include "cmd/malloc_tuning.h"
 #include "discovery/admin_policy.h"
 #include "discovery/node_scan.h"
@@ -739,6 +740,56 @@ TEST_F(DeviceTaintTest, AHeldVfThatGoesStaysTaintedLostUntilItsClaimIsUnprepared
   EXPECT_TRUE(Checkpoint()["claims"].empty()) << Checkpoint().dump();
 }
 
+// Issue 53 item 9: a function a prepared claim holds is bound to a third driver (taint
+// unhealthy/driver-changed); the unprepare leaves it there, and so changes nothing the periodic
+// probe reads (no driver list, no mdev, no AER count). The unprepare itself must have the node
+// re-evaluated: the taint goes within seconds, not at the next full rescan (10 minutes).
+TEST_F(DeviceTaintTest, ADriverChangedTaintGoesWhenItsClaimIsUnprepared) {
+  const std::string uid = "44444444-0000-4000-8000-000000000003";
+  const std::string nvme = "0000:06:00.0";
+  server_->PutClaim(Claim("disk", uid, {{"disk", "hostdev-0000-06-00-0"}}));
+  StartDaemon();
+  ASSERT_EQ(sim_.Prepare(plugin_, {{"vms", "disk", uid}})->claims().at(uid).error(), "")
+      << daemon_->Log();
+  ASSERT_EQ(Driver(nvme), "vfio-pci");
+  const TaintCase changed{"hostdev-0000-06-00-0",
+                          "unhealthy",
+                          "driver-changed",
+                          "NoSchedule",
+                          "was bound to uio_pci_generic outside vfio-dra",
+                          {},
+                          {}};
+  ASSERT_TRUE(WaitForTaint(changed, false).has_value()) << daemon_->Log();
+  // Someone moves the function from vfio-pci to uio_pci_generic, which the simulated kernel does
+  // not bind by itself: the links are made as the kernel would make them.
+  {
+    SimulatedKernel kernel(dir_ + "/sys", dir_ + "/dev");
+    ASSERT_EQ(kernel.Write(dir_ + "/sys/bus/pci/drivers/vfio-pci/unbind", nvme), 0);
+  }
+  const std::string sys = dir_ + "/sys";
+  const std::string device_dir =
+      fs::relative(fs::canonical(sys + "/bus/pci/devices/" + nvme), fs::canonical(sys));
+  const SysfsFixture fixture(sys);
+  fixture.WriteFile("bus/pci/drivers/uio_pci_generic/bind", "");
+  fixture.Symlink(device_dir + "/driver", "bus/pci/drivers/uio_pci_generic");
+  fixture.Symlink("bus/pci/drivers/uio_pci_generic/" + nvme, device_dir);
+  ASSERT_EQ(Driver(nvme), "uio_pci_generic");
+  const std::optional<json> tainted = WaitForTaint(changed, true);
+  ASSERT_TRUE(tainted.has_value()) << daemon_->Log();
+  EXPECT_EQ(tainted->value("value", ""), "driver-changed");
+  ExpectHealth(changed, v1::UNHEALTHY, true);
+
+  auto unprepared = sim_.Unprepare(plugin_, {{"vms", "disk", uid}});
+  ASSERT_TRUE(unprepared.ok()) << unprepared.error().message;
+  EXPECT_EQ(unprepared->claims().at(uid).error(), "") << daemon_->Log();
+  EXPECT_TRUE(Checkpoint()["claims"].empty()) << Checkpoint().dump();
+  EXPECT_EQ(Driver(nvme), "uio_pci_generic") << "the unprepare left the function where it was";
+  // WaitForTaint waits up to 30 s, far below the 10 minutes of the full rescan.
+  ASSERT_TRUE(WaitForTaint(changed, false).has_value())
+      << PublishedDevice(server_->Slices(), changed.device).dump() << daemon_->Log();
+  ExpectHealth(changed, v1::HEALTHY, false);
+}
+
 // The GPU's IOMMU group holds a USB controller no driver had; once the host binds it, the
 // published GPU stays published, tainted group-unsafe, and a prepare of it is refused with the
 // reason; unbound again, the taint goes and the GPU can be prepared.
@@ -929,6 +980,85 @@ TEST_F(PrepareDaemonTest, SoakUnderApiFaultsLosesAndDoublesNothingAndSlicesConve
   // Generous for the same reason: the reconciler paces itself (5 QPS) and backs off after faults.
   EXPECT_TRUE(server_->WaitForSlices(converged, std::chrono::minutes(3)))
       << daemon_->Log() << "\nslices: " << json(server_->Slices()).dump(1);
+}
+
+class VgpuLayoutDaemonTest : public PrepareDaemonTest {
+ protected:
+  // The vgpu-vf fixture with a policy that declares the layout of GPU 0000:41:00.0.
+  void VgpuVfNodeWithLayout(const std::string& type, const std::string& count) {
+    fixture_ = "vgpu-vf";
+    FreshNode();
+    std::ofstream(dir_ + "/policy.yaml")
+        << "version: v1\nvgpuLayouts:\n  - match: {address: \"0000:41:00.0\"}\n    vgpuType: \""
+        << type << "\"\n    count: " << count << "\n";
+  }
+};
+
+// A declared vGPU layout (#53): the daemon makes its vGPUs at start, before the first publish, and
+// publishes each as an existing vGPU (no counters: allocatable once). Killed between two of its
+// writes, the restarted daemon tops the GPU up. A claim of one is handed it and gives it back in
+// place.
+TEST_F(VgpuLayoutDaemonTest, IsMadeAtStartToppedUpAfterAKillAndKeptByClaims) {
+  VgpuVfNodeWithLayout("NVIDIA H100-20C", "3");
+  // Killed before its second write.
+  LaunchInstance({"VFIO_DRA_SIM_CRASH_AT_STEP=2"}, "registry", {}, daemon_);
+  ASSERT_EQ(daemon_->WaitForExit(std::chrono::seconds(30)), 128 + SIGKILL) << daemon_->Log();
+  EXPECT_EQ(VgpuType("0000:41:00.4"), "1414\n");
+  EXPECT_EQ(VgpuType("0000:41:00.5"), "0\n");
+
+  StartDaemon();
+  const auto published = [](const std::vector<json>& slices) {
+    for (const char* name :
+         {"vgpu-0000-41-00-4-1414", "vgpu-0000-41-00-5-1414", "vgpu-0000-41-00-6-1414"}) {
+      const json device = PublishedDevice(slices, name);
+      if (device.is_null() || device.contains("consumesCounters")) return false;
+    }
+    return true;
+  };
+  ASSERT_TRUE(server_->WaitForSlices(published, std::chrono::seconds(30))) << daemon_->Log();
+  EXPECT_EQ(VgpuType("0000:41:00.6"), "1414\n");
+  EXPECT_EQ(VgpuType("0000:41:00.7"), "0\n") << "the count is 3";
+  EXPECT_EQ(VgpuType("0000:c1:00.5"), "0\n") << "no layout for that GPU";
+
+  const std::string uid = "22222222-0000-4000-8000-000000000053";
+  server_->PutClaim(Claim("vm", uid, {{"vgpu", "vgpu-0000-41-00-5-1414"}}));
+  auto prepared = sim_.Prepare(plugin_, {{"vms", "vm", uid}});
+  ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+  ASSERT_EQ(prepared->claims().at(uid).error(), "") << daemon_->Log();
+  auto unprepared = sim_.Unprepare(plugin_, {{"vms", "vm", uid}});
+  ASSERT_TRUE(unprepared.ok()) << unprepared.error().message;
+  ASSERT_EQ(unprepared->claims().at(uid).error(), "") << daemon_->Log();
+  EXPECT_EQ(VgpuType("0000:41:00.5"), "1414\n") << "left in place for the next claim";
+  EXPECT_TRUE(Checkpoint()["claims"].empty());
+  EXPECT_TRUE(CdiFiles().empty());
+}
+
+// A call that holds the GPU's device lock when the daemon starts: the layout waits, the devices are
+// published meanwhile, and once the lock is free a periodic check (although no device changed)
+// makes and publishes the vGPUs.
+TEST_F(VgpuLayoutDaemonTest, WhoseGpuIsLockedIsMadeOnceTheLockIsFree) {
+  VgpuVfNodeWithLayout("1416", "max");
+  fs::create_directories(dir_ + "/data/devices");
+  auto held = FileLock::TryAcquire(dir_ + "/data/devices/0000:41:00.0.lock", LockMode::kExclusive);
+  ASSERT_TRUE(held.ok() && held->has_value());
+  StartInstance({}, "registry", {"--rescan-interval", "1"}, daemon_, plugin_);
+  ASSERT_TRUE(server_->WaitForSlices(
+      [](const std::vector<json>& s) {
+        return !PublishedDevice(s, "vgpu-0000-c1-00-4-1415").is_null();
+      },
+      std::chrono::seconds(30)))
+      << daemon_->Log();
+  EXPECT_EQ(VgpuType("0000:41:00.4"), "0\n") << "the lock is held";
+  held->reset();
+  ASSERT_TRUE(server_->WaitForSlices(
+      [](const std::vector<json>& s) {
+        const json device = PublishedDevice(s, "vgpu-0000-41-00-4-1416");
+        return !device.is_null() && !device.contains("consumesCounters");
+      },
+      std::chrono::seconds(30)))
+      << daemon_->Log();
+  EXPECT_EQ(VgpuType("0000:41:00.4"), "1416\n");
+  EXPECT_EQ(VgpuType("0000:41:00.5"), "0\n") << "the GPU holds one 80C";
 }
 
 // Kills the daemon before each step (1-based) of preparing and then unpreparing a claim with a

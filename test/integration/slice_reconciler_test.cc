@@ -13,11 +13,13 @@
 #include <fstream>
 #include <iterator>
 
+#include "discovery/admin_policy.h"
 #include "discovery/node_scan.h"
 #include "fake_apiserver.h"
 #include "kube/client_config.h"
 #include "kube/httplib_transport.h"
 #include "slicepublisher/device_attributes.h"
+#include "slicepublisher/device_names.h"
 #include "slicepublisher/mdev_type_maxima.h"
 #include "sysfs_fixture.h"
 
@@ -80,6 +82,7 @@ class SliceReconcilerTest : public ::testing::Test {
     options.max_backoff = std::chrono::seconds(2);
     options.watch_timeout = std::chrono::seconds(5);
     options.mdev_maxima_path = maxima_path;
+    if (adjust_options_) adjust_options_(options);
     reconciler_ = std::make_unique<SliceReconciler>(*client_, options, std::move(log));
     reconciler_->SetScan(scan);
     reconciler_->Start();
@@ -101,6 +104,8 @@ class SliceReconcilerTest : public ::testing::Test {
   std::unique_ptr<kube::TokenSource> tokens_;
   std::unique_ptr<kube::ApiClient> client_;
   std::unique_ptr<SliceReconciler> reconciler_;
+  // Applied to the options of each reconciler StartReconcilerOn makes.
+  std::function<void(ReconcilerOptions&)> adjust_options_;
 };
 
 TEST_F(SliceReconcilerTest, PublishesTheNodeAndANoChangeResyncWritesNothing) {
@@ -134,6 +139,96 @@ TEST_F(SliceReconcilerTest, PublishesTheNodeAndANoChangeResyncWritesNothing) {
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// The taints of `device` as the server's slices hold it; null when no slice lists it.
+json ServerTaints(const std::vector<json>& slices, const std::string& device) {
+  for (const json& slice : slices) {
+    for (const json& d : slice["spec"].value("devices", json::array())) {
+      if (d.value("name", "") == device) return d.value("taints", json::array());
+    }
+  }
+  return nullptr;
+}
+
+// Issue 53 item 5: a restarted daemon (a new reconciler with nothing published yet) finds the
+// taint an earlier instance published on the server and keeps its time, so the slice is not
+// rewritten: a restart neither resets when the device went bad nor costs a write per slice.
+TEST_F(SliceReconcilerTest, ARestartedReconcilerKeepsAStandingTaintsTimeAndWritesNothing) {
+  StartServer();
+  discovery::NodeScan scan = *Scan("workstation");
+  ASSERT_FALSE(scan.selection.devices.empty());
+  const std::string gpu = scan.selection.devices.front().address;
+  scan.inventory.functions.at(gpu).aer_fatal_errors = 3;
+  auto first = std::make_unique<PublishedDevices>();
+  adjust_options_ = [&](ReconcilerOptions& options) {
+    options.published = first.get();
+    options.unix_now = [] { return int64_t{1'700'000'000}; };
+  };
+  StartReconcilerOn(scan);
+  ASSERT_TRUE(reconciler_->WaitInSync(kWait));
+  const std::string device = PciDeviceName(scan.selection.devices.front().kind, gpu);
+  const json before = ServerTaints(server_->Slices(), device);
+  ASSERT_TRUE(before.is_array() && before.size() == 1) << before.dump();
+  EXPECT_EQ(before[0]["timeAdded"], "2023-11-14T22:13:20Z");
+  reconciler_.reset();
+  const size_t writes = server_->SliceWrites();
+
+  auto second = std::make_unique<PublishedDevices>();
+  adjust_options_ = [&](ReconcilerOptions& options) {
+    options.published = second.get();
+    options.unix_now = [] { return int64_t{1'700'000'000 + 3600}; };
+  };
+  StartReconcilerOn(scan);
+  ASSERT_TRUE(reconciler_->WaitInSync(kWait));
+  EXPECT_EQ(server_->SliceWrites(), writes) << "a restart rewrote a slice";
+  EXPECT_EQ(ServerTaints(server_->Slices(), device), before);
+  const std::optional<SliceDevice> published = second->Find("node-1", device);
+  ASSERT_TRUE(published.has_value());
+  ASSERT_EQ(published->taints.size(), 1u);
+  EXPECT_EQ(published->taints[0].time_added, "2023-11-14T22:13:20Z");
+  reconciler_.reset();
+}
+
+// Issue 53 items 5 and 6 together: a claim holds a vGPU on a VF when the daemon restarts under a
+// policy that no longer offers vGPUs. The new reconciler has published nothing yet; it keeps the
+// held device from the server's slices as it was, consuming from its VF's counter set, and that
+// set stays published beside it.
+TEST_F(SliceReconcilerTest, ARestartedReconcilerKeepsAHeldDeviceAndItsCounterSetFromTheServer) {
+  StartServer();
+  const std::shared_ptr<const discovery::NodeScan> offered = Scan("vgpu-vf");
+  auto first = std::make_unique<PublishedDevices>();
+  adjust_options_ = [&](ReconcilerOptions& options) { options.published = first.get(); };
+  StartReconcilerOn(*offered);
+  ASSERT_TRUE(reconciler_->WaitInSync(kWait));
+  const std::string vf = offered->inventory.Find("0000:41:00.0")->sriov_pf->vfs.at(0);
+  const std::string device = VgpuDeviceName(vf, 1414);
+  const std::optional<SliceDevice> before = first->Find("node-1", device);
+  ASSERT_TRUE(before.has_value());
+  ASSERT_EQ(before->consumes_counters.size(), 1u);
+  const std::string set = before->consumes_counters[0].counter_set;
+  reconciler_.reset();
+
+  auto policy = discovery::ParseAdminPolicy("version: v1\nkinds:\n  vgpu: false\n", "policy");
+  ASSERT_TRUE(policy.ok()) << policy.error().message;
+  sysfs::SysfsReader sysfs(dir_ + "/vgpu-vf");
+  const auto without_vgpus = discovery::ScanNode(sysfs, nullptr, *policy);
+  auto second = std::make_unique<PublishedDevices>();
+  adjust_options_ = [&](ReconcilerOptions& options) {
+    options.published = second.get();
+    options.held_devices = [&] { return std::set<std::string>{device}; };
+  };
+  StartReconcilerOn(*without_vgpus);
+  ASSERT_TRUE(reconciler_->WaitInSync(kWait));
+  EXPECT_EQ(second->Find("node-1", device), before) << "the held vGPU changed or went";
+  bool set_published = false;
+  for (const json& slice : server_->Slices()) {
+    for (const json& counters : slice["spec"].value("sharedCounters", json::array())) {
+      set_published |= counters.value("name", "") == set;
+    }
+  }
+  EXPECT_TRUE(set_published) << set;
+  reconciler_.reset();
 }
 
 TEST_F(SliceReconcilerTest, WhatAnEmptyParentShowsIsKeptForTheNextStart) {

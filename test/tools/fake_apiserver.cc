@@ -828,6 +828,15 @@ void FakeApiServer::ServeClaimStatus(const httplib::Request& req, httplib::Respo
                            StringOr(meta, "uid") + ", UID in object meta: " + stored_uid,
                        "resourceclaims", name);
   }
+  // A resourceVersion in an apply body is a precondition, as in an update.
+  const std::string stored_rv = it->second["metadata"].value("resourceVersion", "");
+  if (meta.contains("resourceVersion") && StringOr(meta, "resourceVersion") != stored_rv) {
+    return ReplyStatus(res, 409, "Conflict",
+                       "Operation cannot be fulfilled on resourceclaims.resource.k8s.io \"" + name +
+                           "\": the object has been modified; please apply your changes to the "
+                           "latest version and try again",
+                       "resourceclaims", name);
+  }
   json applied;
   if (!DecodeAppliedDevices(body, res, applied)) return;
   const std::set<std::string> allocated = AllocatedDevices(it->second);

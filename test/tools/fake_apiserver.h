@@ -15,9 +15,9 @@
 // (an entry another manager also owns stays until nobody owns it). Field ownership inside an entry
 // is not tracked: whoever applies an entry last writes all of it (without force, changing an entry
 // that another manager owns is a 409 conflict). The apply is validated as the server does:
-// fieldManager is required (422), metadata.uid is a precondition (409), every entry must be an
-// allocated device of the claim, with at most 8 well-formed conditions, data a JSON object of at
-// most 10 KiB and networkData within its limits (422).
+// fieldManager is required (422), metadata.uid and metadata.resourceVersion are preconditions
+// (409), every entry must be an allocated device of the claim, with at most 8 well-formed
+// conditions, data a JSON object of at most 10 KiB and networkData within its limits (422).
 //
 // With an RBAC file (FakeApiServerOptions::rbac_file) every authenticated request is made by one
 // user, rbac_user, and is authorized as the real RBAC authorizer would authorize it under the

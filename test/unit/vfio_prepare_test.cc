@@ -67,7 +67,8 @@ class FakePods final : public kube::PodReader {
 };
 
 // Called from the claim status queue's worker: read `applied` once the queue settled, change
-// `fail` only then.
+// `fail` only then. Reads show the claim with what was applied last (across daemon restarts: the
+// claim is on the server).
 class RecordingClaimStatus final : public kube::ClaimStatusWriter {
  public:
   std::vector<std::vector<kube::AllocatedDeviceStatus>> applied;
@@ -79,6 +80,12 @@ class RecordingClaimStatus final : public kube::ClaimStatusWriter {
     if (fail) return *fail;
     applied.push_back(d);
     return Status::Ok();
+  }
+  // `fail` stands for a write the server refuses: reads succeed.
+  Result<kube::ClaimStatusReading> Read(const kube::ClaimStatusTarget&, Deadline) override {
+    return kube::ClaimStatusReading{
+        "resource.k8s.io/v1", "",
+        applied.empty() ? std::vector<kube::AllocatedDeviceStatus>() : applied.back()};
   }
 };
 
@@ -155,6 +162,21 @@ class PrepareTest : public ::testing::Test {
       }
     }
     pool.slices.push_back(std::move(extra));
+  }
+  // Publishes as the daemon does, with taints: a device a prepared claim holds stays published
+  // while it holds it (tainted lost when it is gone from the node).
+  void PublishWithTaints() {
+    discovery::ScanContext context;
+    context.vfio_drivers = vfio_drivers_.get();
+    auto scan = discovery::ScanNode(*sysfs_, nullptr, discovery::AdminPolicy{}, context);
+    const slicepublisher::PublishedDevices::Snapshot before = published_.Current();
+    slicepublisher::TaintInputs taints{kDriver, "2026-01-01T00:00:00Z", before.devices.get()};
+    for (const prepare::PreparedTarget& target : *preparer_->Prepared()) {
+      taints.held.insert(target.device);
+    }
+    capacity_.Observe(scan->inventory);
+    published_.Set(slicepublisher::BuildDesiredPool(
+        *scan, {"node1", slicepublisher::CounterLayout::kOwnSlice, &taints}, capacity_));
   }
   void Open() {
     preparer_.reset();
@@ -732,6 +754,25 @@ TEST_F(PrepareTest, AVfWithNothingToReportWritesNoStatusAndOneWithAMacDoes) {
   EXPECT_EQ(status_.applied[0][0].network_data->hardware_address, "02:00:00:00:00:33");
   ASSERT_TRUE(Unprepare().ok());
   EXPECT_EQ(VfState("0000:5e:00.0", 3)["mac"], "02:00:00:00:00:33");  // never changed, kept
+}
+
+// The status of a VF that carried only its MAC (no settings were asked) is ours as much as one
+// with settings: a restarted daemon, whose queue knows nothing of it, learns from the record that
+// the device is a VF and clears its entries at unprepare.
+TEST_F(PrepareTest, ARestartedDaemonClearsTheStatusOfAVfThatReportedOnlyItsMac) {
+  Use("sriov");
+  SeedVfs("0000:5e:00.0", 8);
+  std::ofstream(VfNetDir() + "/0000:5e:00.0/vf3.json", std::ios::trunc)
+      << R"({"mac":"02:00:00:00:00:33","vlan":0,"qos":0,"spoofchk":true,"trust":false})";
+  ASSERT_TRUE(Prepare(Claim({{"nic", "vf-0000-5e-02-3"}})).ok());
+  SettleStatus();
+  ASSERT_EQ(status_.applied.size(), 1u);
+  ASSERT_TRUE(status_.applied[0].at(0).network_data.has_value());
+  Open();  // the daemon restarts
+  ASSERT_TRUE(Unprepare().ok());
+  SettleStatus();
+  ASSERT_EQ(status_.applied.size(), 2u);
+  EXPECT_TRUE(status_.applied[1].empty());
 }
 
 // The kernel's module aliases give ConnectX-7 VFs to mlx5_vfio_pci: prepare binds the VF there
@@ -1622,6 +1663,16 @@ class StepGate {
   bool released_ = false;
 };
 
+// Lets the gate's call go on and joins its thread when a test ends, also at a failed assertion.
+struct ReleaseAndJoin {
+  StepGate& gate;
+  std::thread& thread;
+  ~ReleaseAndJoin() {
+    gate.Release();
+    if (thread.joinable()) thread.join();
+  }
+};
+
 // Claims on different devices no longer queue behind each other (32 VMs starting at once), while
 // two calls never change one device together: a claim on a device another call is changing
 // waits for it, an unprepare waits for the prepare in flight, and another instance's recovery
@@ -1637,14 +1688,7 @@ TEST_F(PrepareTest, ClaimsOnOtherDevicesGoOnWhileOneIsInFlightAndItsDeviceWaits)
   std::optional<Result<std::vector<PreparedDevice>>> a_result;
   std::thread in_flight(
       [&] { a_result.emplace(instance_a->Prepare(claim_a, claim_a.allocation->results, {})); });
-  struct Joiner {
-    StepGate& gate;
-    std::thread& thread;
-    ~Joiner() {
-      gate.Release();
-      if (thread.joinable()) thread.join();
-    }
-  } joiner{gate, in_flight};
+  ReleaseAndJoin joiner{gate, in_flight};
   gate.AwaitReached();
 
   const auto claim_b = Claim({{"gpu", "gpu-0000-02-00-0"}}, Uid(2), "other-gpu");
@@ -2036,6 +2080,149 @@ TEST_F(PrepareTest, AfterARebootAVgpuIsSetAgainOnlyOnTheSameDevice) {
   ASSERT_FALSE(refused.ok());
   EXPECT_THAT(refused.error().message, HasSubstr("not the device"));
   EXPECT_EQ(Slurp(current), "0\n");
+}
+
+// Issue 53 item 1: a vGPU whose VF is gone (its PF's sriov_numvfs lowered) went with it. Unprepare
+// takes that as done, as it does for a function that is gone: the record and the CDI specs go,
+// and the device, kept published (lost) while the claim held it, leaves the slices.
+TEST_F(PrepareTest, AVgpuWhoseVfIsGoneIsUnpreparedAndLeavesTheSlices) {
+  Use("vgpu-vf");
+  const std::string vf = "0000:41:00.4";
+  const std::string device = "vgpu-0000-41-00-4-1415";
+  ASSERT_TRUE(Prepare(Claim({{"vgpu", device}})).ok());
+  ASSERT_FALSE(CdiFiles().empty());
+  ASSERT_EQ(kernel_->Write(node_->sysfs_root() + "/bus/pci/devices/0000:41:00.0/sriov_numvfs", "0"),
+            0);
+  ASSERT_FALSE(fs::exists(node_->sysfs_root() + "/bus/pci/devices/" + vf));
+  PublishWithTaints();
+  const auto lost = published_.Find("node1", device);
+  ASSERT_TRUE(lost.has_value()) << "kept published while the claim holds it";
+  ASSERT_EQ(lost->taints.size(), 1u);
+  EXPECT_EQ(lost->taints[0].key, "vfio.dra.io/lost");
+
+  Status undone = Unprepare();
+  ASSERT_TRUE(undone.ok()) << undone.error().message;
+  EXPECT_EQ(Recorded(kUid), std::nullopt);
+  EXPECT_TRUE(CdiFiles().empty());
+  EXPECT_FALSE(fs::exists(DataDir() + "/dra-device-metadata/" + kUid + "_vgpu.json"));
+  EXPECT_TRUE(preparer_->Prepared()->empty());
+  PublishWithTaints();
+  EXPECT_FALSE(published_.Find("node1", device).has_value());
+  // The kubelet's retry finds nothing left to do.
+  EXPECT_TRUE(Unprepare().ok());
+}
+
+// Issue 53 item 1, at start: a prepare killed after it set the vGPU type, whose VF is gone before
+// the daemon starts again, is rolled back by recovery (before: every start failed the same way and
+// the record stayed).
+TEST_F(PrepareTest, APrepareStartedVgpuWhoseVfIsGoneIsRolledBackAtStart) {
+  Use("vgpu-vf");
+  struct Crash {};
+  step_hook_ = [](const std::string& step) {
+    if (step == "checkpoint:completed") throw Crash{};
+  };
+  Open();
+  EXPECT_THROW((void)Prepare(Claim({{"vgpu", "vgpu-0000-41-00-4-1415"}})), Crash);
+  ASSERT_TRUE(Recorded(kUid).has_value());
+  ASSERT_EQ(Recorded(kUid)->state, prepare::PrepareState::kPrepareStarted);
+  ASSERT_FALSE(CdiFiles().empty());
+  ASSERT_EQ(kernel_->Write(node_->sysfs_root() + "/bus/pci/devices/0000:41:00.0/sriov_numvfs", "0"),
+            0);
+
+  step_hook_ = nullptr;
+  Open();
+  Status recovered = preparer_->Recover();
+  ASSERT_TRUE(recovered.ok()) << recovered.error().message;
+  EXPECT_EQ(Recorded(kUid), std::nullopt);
+  EXPECT_TRUE(CdiFiles().empty());
+  EXPECT_FALSE(fs::exists(DataDir() + "/dra-device-metadata/" + kUid + "_vgpu.json"));
+}
+
+// Issue 53 item 3: two vGPUs of one GPU are never changed at once, also when one of the calls is
+// an unprepare. While the unprepare of a vGPU on VF 41:00.4 is about to write its 0, a prepare of
+// another type on VF 41:00.5 of the same GPU waits for it (the GPU still runs the first type, so
+// going on would fail with ENODEV); once the unprepare is done, the prepare finds the GPU idle.
+TEST_F(PrepareTest, AnUnprepareOfAVgpuAndAPrepareOnAnotherVfOfItsGpuNeverOverlap) {
+  using namespace std::chrono_literals;
+  Use("vgpu-vf");
+  const auto current = [&](const std::string& vf) {
+    return Slurp(node_->sysfs_root() + "/bus/pci/devices/" + vf + "/nvidia/current_vgpu_type");
+  };
+  StepGate removing("vgpu-remove:0000:41:00.4");
+  step_hook_ = [&removing](const std::string& step) { removing.Pass(step); };
+  Open();
+  ASSERT_TRUE(Prepare(Claim({{"vgpu", "vgpu-0000-41-00-4-1414"}}, Uid(1), "a")).ok());
+  std::optional<Status> undone;
+  std::thread unprepare([&] { undone.emplace(Unprepare(Uid(1), "a")); });
+  ReleaseAndJoin joiner{removing, unprepare};
+  removing.AwaitReached();
+  ASSERT_EQ(current("0000:41:00.4"), "1414\n");
+
+  const auto claim_b = Claim({{"vgpu", "vgpu-0000-41-00-5-1416"}}, Uid(2), "b");
+  auto waited = preparer_->Prepare(claim_b, claim_b.allocation->results, Deadline::After(200ms));
+  ASSERT_FALSE(waited.ok());
+  EXPECT_EQ(waited.error().kind, ErrorKind::kDeadlineExceeded) << waited.error().message;
+  EXPECT_THAT(waited.error().message, HasSubstr("device 0000:41:00.0, which another claim's call"));
+  EXPECT_EQ(current("0000:41:00.5"), "0\n");
+  EXPECT_EQ(Recorded(Uid(2)), std::nullopt);
+
+  removing.Release();
+  unprepare.join();
+  ASSERT_TRUE(undone->ok()) << undone->error().message;
+  EXPECT_EQ(current("0000:41:00.4"), "0\n");
+  auto prepared = Prepare(claim_b);
+  ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+  EXPECT_EQ(current("0000:41:00.5"), "1416\n");
+}
+
+// Issue 53 item 4: a prepared claim prepared again (the kubelet's retry, a shared claim) is
+// replayed from its record; if the VF's IOMMU group was renumbered since (VFs re-created, a card
+// added), the recorded group would name another device's /dev/vfio node in the CDI spec. The
+// group is read again and the replay refused, naming both.
+TEST_F(PrepareTest, AReplayWhoseIommuGroupWasRenumberedIsRefused) {
+  Use("vgpu-vf");
+  const auto claim = Claim({{"vgpu", "vgpu-0000-41-00-4-1415"}});
+  ASSERT_TRUE(Prepare(claim).ok());
+  const std::string devices = node_->sysfs_root() + "/bus/pci/devices/";
+  const fs::path link = devices + "0000:41:00.4/iommu_group";
+  const fs::path recorded = fs::read_symlink(link);
+  const fs::path other = fs::read_symlink(devices + "0000:41:00.5/iommu_group");
+  ASSERT_NE(recorded.filename(), other.filename());
+  fs::remove(link);
+  fs::create_symlink(other, link);
+  const size_t writes = kernel_->Writes().size();
+  auto refused = Prepare(claim);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().kind, ErrorKind::kFailedPrecondition);
+  EXPECT_THAT(refused.error().message,
+              HasSubstr("PCI 0000:41:00.4 is now in IOMMU group " + other.filename().string() +
+                        ", not group " + recorded.filename().string()));
+  EXPECT_EQ(kernel_->Writes().size(), writes);
+}
+
+// Issue 53 item 8: the health stream keeps a prepared device's own problem (its vGPU is gone) and
+// the reason of the taint the device carries (fatal PCIe errors on its VF), both.
+TEST_F(PrepareTest, TheHealthOfATaintedPreparedDeviceSaysItsOwnProblemAndTheTaintsReason) {
+  Use("vgpu-vf");
+  const std::string device = "vgpu-0000-41-00-4-1415";
+  ASSERT_TRUE(Prepare(Claim({{"vgpu", device}})).ok());
+  const std::string vf_dir = node_->sysfs_root() + "/bus/pci/devices/0000:41:00.4";
+  std::ofstream(vf_dir + "/aer_dev_fatal")
+      << "Undefined 0\nDLP 1\nSDES 0\nTLP 0\nTOTAL_ERR_FATAL 1\n";
+  ASSERT_EQ(kernel_->Write(vf_dir + "/nvidia/current_vgpu_type", "0"), 0);
+  PublishWithTaints();
+  ASSERT_TRUE(published_.Find("node1", device).has_value());
+  ASSERT_FALSE(published_.Find("node1", device)->taints.empty());
+  std::optional<prepare::DeviceHealthStatus> health;
+  for (const auto& status :
+       prepare::CheckDeviceHealth(*sysfs_, published_.Current(), *preparer_->Prepared())) {
+    if (status.device == device) health = status;
+  }
+  ASSERT_TRUE(health.has_value());
+  EXPECT_FALSE(health->healthy);
+  EXPECT_THAT(health->message,
+              HasSubstr("vGPU 1415 on VF 0000:41:00.4 prepared for claim vms/gpu-claim is gone"));
+  EXPECT_THAT(health->message, HasSubstr("aer_dev_fatal"));
 }
 
 }  // namespace

@@ -380,7 +380,8 @@ TEST(VgpuVfCheckpoint, RecordsWithVgpusAreVersion3AndRoundTrip) {
     return nlohmann::json::parse(in)["version"].get<int>();
   };
   EXPECT_EQ(version(), 2);
-  record.vgpus.push_back({"0000:41:00.4", 1414, true, {"10de", "2331", "10de", "2331"}});
+  record.vgpus.push_back(
+      {"0000:41:00.4", 1414, true, {"10de", "2331", "10de", "2331"}, "0000:41:00.0"});
   prepare::RecordedDevice device;
   device.request = "vgpu";
   device.pool = "node-1";
