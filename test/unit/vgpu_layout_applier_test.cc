@@ -203,7 +203,7 @@ TEST_F(VgpuLayoutTest, VfsAClaimsRecordNamesAndDeniedVfsAreSkipped) {
   record.uid = kUid;
   record.namespace_ = "vms";
   record.name = "vm";
-  record.vgpus.push_back({"0000:41:00.4", 1414, true, {}});
+  record.vgpus.push_back({"0000:41:00.4", 1414, true, {}, "0000:41:00.0"});
   ASSERT_TRUE(checkpoint_->Put(record).ok());
   EXPECT_EQ(Pass().created, 2);
   EXPECT_EQ(TypeWrites(), (std::vector<std::string>{"0000:41:00.6=1414:0", "0000:41:00.7=1414:0"}));
