@@ -6,6 +6,7 @@
 #include "cmd/metric_catalog.h"
 #include "discovery/change_probe.h"
 #include "discovery/node_scan.h"
+#include "discovery/vgpu_gpu_sizes_file.h"
 #include "prepare/device_health.h"
 
 namespace vfio_dra::cmd {
@@ -155,6 +156,10 @@ void ServeDaemon::BuildPublishing() {
     published_.Compact();
     reconciler_->Compact();
   };
+  std::string sizes_warning;
+  vgpu_sizes_ = discovery::LoadVgpuGpuSizesOrMoveAside(
+      options_.plugin_data_dir + "/" + discovery::kVgpuGpuSizesFile, sizes_warning);
+  if (!sizes_warning.empty()) log_.Warn(sizes_warning, {});
   watcher_.emplace([this] { return Scan(); },
                    [this](const std::shared_ptr<const discovery::NodeScan>& scan) {
                      log_.Info("node devices",
@@ -177,8 +182,10 @@ std::shared_ptr<const discovery::NodeScan> ServeDaemon::Scan() {
     preparer_->Refresh();
     context.managed = *preparer_->ManagedFunctions();
     context.vfio_drivers = vfio_drivers_.get();
+    context.vgpu_sizes = vgpu_sizes_;
     auto scan = discovery::ScanNode(*sysfs_, names_.get(), policy_, context);
     if (names_ != nullptr) names_->ReleaseDatabase();
+    KeepVgpuSizes(*scan);
     return scan;
   };
   auto scan = scan_once();
@@ -187,6 +194,19 @@ std::shared_ptr<const discovery::NodeScan> ServeDaemon::Scan() {
   layout_retry_ = pass.retry;
   if (pass.created > 0) scan = scan_once();
   return scan;
+}
+
+// The GPUs' whole frame buffers seen idle, for the next scan and the next start.
+void ServeDaemon::KeepVgpuSizes(const discovery::NodeScan& scan) {
+  if (scan.vgpu_sizes == vgpu_sizes_) return;
+  vgpu_sizes_ = scan.vgpu_sizes;
+  const std::string path = options_.plugin_data_dir + "/" + discovery::kVgpuGpuSizesFile;
+  if (Status s = discovery::SaveVgpuGpuSizes(path, vgpu_sizes_); !s.ok()) {
+    log_.Warn(
+        "cannot keep the GPUs' vGPU frame buffers; after a restart a GPU that runs a vGPU type "
+        "offers nothing new until it is idle again",
+        {{"error", s.error().message}});
+  }
 }
 
 void ServeDaemon::BuildKubeletServices() {

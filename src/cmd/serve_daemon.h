@@ -67,6 +67,8 @@ class ServeDaemon {
   // One scan of the node for the watcher. The declared vGPU layouts are applied to what it finds
   // first, and a scan that made vGPUs is taken again, so they are published with it.
   std::shared_ptr<const discovery::NodeScan> Scan();
+  // Keeps the GPUs' whole frame buffers a scan saw (vgpu_gpu_sizes_file.h) when they changed.
+  void KeepVgpuSizes(const discovery::NodeScan& scan);
 
   const ServeOptions& options_;
   const ServeEnvironment& environment_;
@@ -78,6 +80,7 @@ class ServeDaemon {
   discovery::AdminPolicy policy_;
   std::optional<sysfs::SysfsReader> sysfs_;
   std::unique_ptr<discovery::PciNames> names_;
+  discovery::VgpuGpuSizes vgpu_sizes_;  // only the scan callback reads and writes it
   std::shared_ptr<const discovery::VfioDriverChooser> vfio_drivers_;
   // The API clients: one for slices, one (with its own rate budget) for claim reads.
   std::optional<kube::ClientConfig> client_config_;

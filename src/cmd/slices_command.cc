@@ -12,6 +12,7 @@
 #include "cmd/device_sources.h"
 #include "discovery/admin_policy.h"
 #include "discovery/node_scan.h"
+#include "discovery/vgpu_gpu_sizes_file.h"
 #include "slicepublisher/publishable_pool.h"
 #include "slicepublisher/server_profile.h"
 #include "slicepublisher/slice_json.h"
@@ -77,15 +78,23 @@ int RunSlices(SlicesOptions options) {
     std::cerr << "warning: " << warning << std::endl;
   }
   sysfs::SysfsReader sysfs(options.sysfs_root);
+  const std::string data_dir = options.plugin_data_dir.empty()
+                                   ? "/var/lib/kubelet/plugins/" + options.driver_name
+                                   : options.plugin_data_dir;
   discovery::ScanContext scan_context;
   scan_context.vfio_drivers = sources->vfio_drivers.get();
+  // Read only: the daemon keeps the file.
+  auto sizes = discovery::LoadVgpuGpuSizes(data_dir + "/" + discovery::kVgpuGpuSizesFile);
+  if (sizes.ok()) {
+    scan_context.vgpu_sizes = std::move(*sizes);
+  } else {
+    std::cerr << "warning: " << sizes.error().message
+              << " (a GPU that runs a vGPU type offers nothing new)" << std::endl;
+  }
   auto scan = discovery::ScanNode(sysfs, sources->names.get(), sources->policy, scan_context);
   for (const std::string& warning : scan->inventory.warnings) {
     std::cerr << "warning: " << warning << std::endl;
   }
-  const std::string data_dir = options.plugin_data_dir.empty()
-                                   ? "/var/lib/kubelet/plugins/" + options.driver_name
-                                   : options.plugin_data_dir;
   const std::string maxima_path = data_dir + "/" + slicepublisher::kMdevTypeMaximaFile;
   auto maxima = slicepublisher::MdevTypeMaxima::Load(maxima_path);
   if (!maxima.ok()) {

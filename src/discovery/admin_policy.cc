@@ -143,6 +143,12 @@ Result<DeviceSelector> ParseSelector(const std::string& path, const YAML::Node& 
       *selector.kind != DeviceKind::kMdev) {
     return PolicyError(path, node, where + ".mdevType", "only applies to kind mdev");
   }
+  // Nothing is both an mdev type and a vGPU type: such an entry would silently do nothing.
+  if (!selector.mdev_types.empty() && !selector.vgpu_types.empty()) {
+    return PolicyError(path, node, where,
+                       "names both mdevType and vgpuType and so can never match anything; split "
+                       "it into one entry per kind");
+  }
   return selector;
 }
 

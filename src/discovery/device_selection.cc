@@ -6,6 +6,7 @@
 #include <set>
 
 #include "discovery/vfio_driver_choice.h"
+#include "discovery/vgpu_selection.h"
 
 namespace vfio_dra::discovery {
 namespace {
@@ -55,7 +56,7 @@ bool JudgeFunction(const Inventory& inventory, const AdminPolicy& policy, const 
   }
   const DeviceKind kind = KindOf(fn, policy);
   decision.kind = kind;
-  if (kind == DeviceKind::kVgpu) return false;  // SelectVgpuVfs judges it
+  if (kind == DeviceKind::kVgpu) return false;  // SelectVgpus judges it
   const char* kind_name = DeviceKindName(kind);
   if (!policy.KindEnabled(kind)) {
     decision.reason =
@@ -261,109 +262,6 @@ void SelectMdevTypes(const Inventory& inventory, const AdminPolicy& policy,
   }
 }
 
-std::string VgpuTypeText(int id, const std::string& name) {
-  return name.empty() ? std::to_string(id) : fmt::format("{} ({})", id, name);
-}
-
-std::string VgpuTypeList(const std::vector<sysfs::CreatableVgpuType>& types) {
-  std::string text;
-  for (const auto& type : types) {
-    text += (text.empty() ? "" : ", ") + VgpuTypeText(type.id, type.name);
-  }
-  return text;
-}
-
-// Why the NVIDIA vGPU VF `fn` cannot be published at all (empty: it can).
-std::string VgpuVfBlocker(const Inventory& inventory, const AdminPolicy& policy,
-                          const PciFunction& fn) {
-  if (!policy.KindEnabled(DeviceKind::kVgpu)) {
-    return "kind vgpu is turned off by the policy (" + policy.source + ")";
-  }
-  if (const DeviceSelector* denied = FirstMatch(policy.deny, fn, std::nullopt)) {
-    return "denied by the policy (" + denied->where + ")";
-  }
-  const PciFunction* pf = fn.sriov_vf ? inventory.Find(fn.sriov_vf->pf) : nullptr;
-  if (pf == nullptr || pf->vendor_id != 0x10de || pf->driver != "nvidia" || fn.driver != "nvidia") {
-    return "has nvidia/current_vgpu_type but is not a VF on nvidia of an NVIDIA PF on nvidia; "
-           "not a vGPU VF vfio-dra knows";
-  }
-  if (!fn.iommu_group.has_value()) return "no IOMMU group: its vGPU could not be handed out";
-  const IommuGroup& group = inventory.iommu_groups.at(*fn.iommu_group);
-  for (const std::string& member : group.members) {
-    const PciFunction* other = inventory.Find(member);
-    if (member != fn.address && other != nullptr && !other->IsBridge()) {
-      return fmt::format("IOMMU group {} also holds {}: a vGPU VF is handed out alone",
-                         *fn.iommu_group, member);
-    }
-  }
-  if (!group.unreadable_members.empty()) {
-    return fmt::format("IOMMU group {} also holds {}, whose sysfs entry could not be read",
-                       *fn.iommu_group, group.unreadable_members.front());
-  }
-  return "";
-}
-
-// Phase 5: NVIDIA vGPU VFs. The vGPU a VF holds is published as it is; a VF without one offers
-// the types its creatable_vgpu_types lists now, filtered by the policy's vgpu selectors.
-void SelectVgpuVfs(const Inventory& inventory, const AdminPolicy& policy,
-                   DeviceSelection& selection) {
-  // Names of the types by ID, from every VF's list: a VF that holds a vGPU lists nothing.
-  std::map<int, std::string> names;
-  for (const auto& [address, fn] : inventory.functions) {
-    if (!fn.vgpu_vf) continue;
-    for (const auto& type : fn.vgpu_vf->creatable) names[type.id] = type.name;
-  }
-  const bool pinned = policy.HasSelectorsFor(DeviceKind::kVgpu);
-  for (const auto& [address, fn] : inventory.functions) {
-    if (!fn.vgpu_vf) continue;
-    FunctionDecision& decision = selection.functions[address];
-    decision.kind = DeviceKind::kVgpu;
-    const std::string pf = fn.sriov_vf ? fn.sriov_vf->pf : "";
-    if (std::string blocker = VgpuVfBlocker(inventory, policy, fn); !blocker.empty()) {
-      decision.reason = "vGPU VF of " + pf + ": " + blocker;
-      continue;
-    }
-    SelectedVgpuVf vf{address, fn.vgpu_vf->current_type, "", {}};
-    if (vf.current_type != 0) {
-      auto it = names.find(vf.current_type);
-      if (it != names.end()) vf.current_name = it->second;
-      decision.published = true;
-      decision.reason = "vGPU VF of " + pf + ": holds vGPU " +
-                        VgpuTypeText(vf.current_type, vf.current_name) +
-                        ", published as it is; never offered another type";
-      selection.vgpu_vfs.push_back(std::move(vf));
-      continue;
-    }
-    std::vector<sysfs::CreatableVgpuType> unmatched;
-    const PciFunction& function = fn;  // a lambda may not capture a structured binding (C++17)
-    for (const auto& type : fn.vgpu_vf->creatable) {
-      const bool matches =
-          !pinned ||
-          std::any_of(policy.select.begin(), policy.select.end(), [&](const DeviceSelector& s) {
-            return s.kind == DeviceKind::kVgpu && s.MatchesVgpu(type, function);
-          });
-      (matches ? vf.offered : unmatched).push_back(type);
-    }
-    if (fn.vgpu_vf->creatable.empty()) {
-      decision.reason = "vGPU VF of " + pf +
-                        ": holds no vGPU and can take none now (creatable_vgpu_types lists no "
-                        "type: the GPU is full, or runs a type that is used up)";
-      continue;
-    }
-    if (vf.offered.empty()) {
-      decision.reason = "vGPU VF of " + pf + ": can take " + VgpuTypeList(unmatched) +
-                        ", but no vgpu selector of the policy matches them";
-      continue;
-    }
-    decision.published = true;
-    decision.reason = "vGPU VF of " + pf + ": holds no vGPU; offered " + VgpuTypeList(vf.offered);
-    if (!unmatched.empty()) {
-      decision.reason += "; not offered (no selector): " + VgpuTypeList(unmatched);
-    }
-    selection.vgpu_vfs.push_back(std::move(vf));
-  }
-}
-
 }  // namespace
 
 bool IsKnownNicVendor(uint32_t vendor_id) {
@@ -382,7 +280,8 @@ bool IsKnownNicVendor(uint32_t vendor_id) {
   return kVendors.count(vendor_id) > 0;
 }
 
-DeviceSelection SelectDevices(const Inventory& inventory, const AdminPolicy& policy) {
+DeviceSelection SelectDevices(const Inventory& inventory, const AdminPolicy& policy,
+                              const VgpuGpuSizes& vgpu_sizes) {
   DeviceSelection selection;
   std::set<std::string> candidates;
   for (const auto& [address, fn] : inventory.functions) {
@@ -393,7 +292,7 @@ DeviceSelection SelectDevices(const Inventory& inventory, const AdminPolicy& pol
   auto companions = AttachCompanions(inventory, policy, candidates, selection);
   SelectPerGroup(inventory, candidates, companions, selection);
   SelectMdevTypes(inventory, policy, selection);
-  SelectVgpuVfs(inventory, policy, selection);
+  SelectVgpus(inventory, policy, vgpu_sizes, selection);
   return selection;
 }
 

@@ -12,7 +12,9 @@
 //  - a function without an IOMMU group is not managed unless the policy sets unsafeNoIommu;
 //  - an NVIDIA vGPU VF (nvidia/current_vgpu_type) is never bound to a VFIO driver: it stays on
 //    nvidia, its VFIO provider, and is published only as vGPUs (kind vgpu), one type per VF; a VF
-//    that holds a vGPU is published as that vGPU and offered nothing else.
+//    that holds a vGPU is published as that vGPU and offered nothing else;
+//  - a GPU with vGPU VFs offers new vGPUs (created at prepare) of one type only, and only with a
+//    bound on how many of it the GPU holds (vgpu_selection.h); otherwise only what exists.
 #pragma once
 
 #include <map>
@@ -53,25 +55,54 @@ struct MdevTypeDecision {
   std::string reason;
 };
 
-// An NVIDIA vGPU VF to publish: the vGPU it holds, or the types it can take now.
+// An NVIDIA vGPU VF to publish: the vGPU it holds, or the one type prepare may create on it.
 struct SelectedVgpuVf {
   std::string address;
   int current_type = 0;      // non-zero: the VF holds this vGPU, published as it is
   std::string current_name;  // the type's name when a sibling's list names it
-  std::vector<sysfs::CreatableVgpuType> offered;  // when it holds none: what it may get
+  std::vector<sysfs::CreatableVgpuType> offered;  // when it holds none: its GPU's offered type
 };
+
+// One GPU (an SR-IOV PF) with NVIDIA vGPU VFs: the type its free VFs offer, to be created at
+// prepare, and how many vGPUs of that type the GPU holds (the capacity of its counter set, which
+// every vGPU of the type on the GPU consumes 1 of, offered or existing).
+struct SelectedVgpuGpu {
+  std::string pf;
+  int type_id = 0;  // 0: nothing new offered; only the vGPUs that exist are published
+  std::string type_name;
+  int bound = 0;             // > 0 whenever type_id is set
+  std::string bound_source;  // where `bound` comes from, in words
+  std::string state;         // the GPU's state and, when it offers nothing new, why and the fix
+};
+
+// A GPU's whole frame buffer as its largest vGPU type gives it. The largest type is listed only
+// while the GPU is idle (once a type runs, the VFs list only that type), so what an idle scan
+// showed is kept per PF, with the PF's model (vendor:device): a PF that is now another card
+// starts afresh. The daemon keeps these in a file (vgpu_gpu_sizes_file.h).
+struct VgpuGpuSize {
+  std::string model;  // "10de:2331"
+  int largest_gb = 0;
+  std::string largest_name;
+  // Every type the idle GPU listed, by ID: a full GPU lists none, not even the one it runs.
+  std::map<int, std::string> types;
+  bool operator==(const VgpuGpuSize&) const = default;
+};
+using VgpuGpuSizes = std::map<std::string, VgpuGpuSize>;  // by PF address
 
 struct DeviceSelection {
   std::vector<SelectedDevice> devices;  // sorted by address
   std::map<std::string, FunctionDecision> functions;
   std::vector<SelectedMdevType> mdev_types;
   std::vector<MdevTypeDecision> mdev_decisions;
-  std::vector<SelectedVgpuVf> vgpu_vfs;  // sorted by address
+  std::vector<SelectedVgpuVf> vgpu_vfs;    // sorted by address
+  std::vector<SelectedVgpuGpu> vgpu_gpus;  // sorted by PF
 };
 
 // PCI vendors whose SR-IOV network VFs are published without a selector.
 bool IsKnownNicVendor(uint32_t vendor_id);
 
-DeviceSelection SelectDevices(const Inventory& inventory, const AdminPolicy& policy);
+// `vgpu_sizes`: the GPUs' whole frame buffers seen while they were idle.
+DeviceSelection SelectDevices(const Inventory& inventory, const AdminPolicy& policy,
+                              const VgpuGpuSizes& vgpu_sizes = {});
 
 }  // namespace vfio_dra::discovery

@@ -112,6 +112,12 @@ std::string DiscoverTable(const Inventory& inventory, const DeviceSelection& sel
       }
     }
   }
+  if (!selection.vgpu_gpus.empty()) {
+    out += "\nGPUs with vGPU VFs (what their free VFs offer, created at prepare)\n";
+    for (const SelectedVgpuGpu& gpu : selection.vgpu_gpus) {
+      out += fmt::format("{:<13} {}\n", gpu.pf, gpu.state);
+    }
+  }
   std::string summary;
   for (const auto& [kind, n] : counts) {
     summary += fmt::format("{}{} {}", summary.empty() ? "" : ", ", n, kind);
@@ -222,12 +228,23 @@ nlohmann::json DiscoverJson(const Inventory& inventory, const DeviceSelection& s
                        {"types", types},
                        {"instances", instances}});
   }
+  json vgpu_gpus = json::array();
+  for (const SelectedVgpuGpu& gpu : selection.vgpu_gpus) {
+    json entry = {{"pf", gpu.pf}, {"state", gpu.state}};
+    if (gpu.type_id != 0) {
+      entry["offeredType"] = {{"id", gpu.type_id}, {"name", gpu.type_name}};
+      entry["bound"] = gpu.bound;
+      entry["boundSource"] = gpu.bound_source;
+    }
+    vgpu_gpus.push_back(std::move(entry));
+  }
   return {{"sysfsRoot", context.sysfs_root},
           {"policy", context.policy_source},
           {"iommuEnabled", inventory.iommu_enabled},
           {"functions", functions},
           {"iommuGroups", groups},
           {"mdevParents", parents},
+          {"vgpuGpus", vgpu_gpus},
           {"warnings", inventory.warnings}};
 }
 

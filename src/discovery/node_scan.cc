@@ -4,6 +4,7 @@
 
 #include "discovery/discover_report.h"
 #include "discovery/inventory_scanner.h"
+#include "discovery/vgpu_selection.h"
 
 namespace vfio_dra::discovery {
 
@@ -32,7 +33,8 @@ std::shared_ptr<const NodeScan> ScanNode(const sysfs::SysfsReader& sysfs, PciNam
     fn.driver = managed.original_driver;
     fn.bound_by_vfio_dra = true;
   }
-  scan->selection = SelectDevices(scan->inventory, policy);
+  scan->vgpu_sizes = ObserveVgpuGpuSizes(scan->inventory, context.vgpu_sizes);
+  scan->selection = SelectDevices(scan->inventory, policy, scan->vgpu_sizes);
   return scan;
 }
 

@@ -20,6 +20,9 @@ namespace vfio_dra::discovery {
 struct NodeScan {
   Inventory inventory;
   DeviceSelection selection;
+  // The GPUs' whole frame buffers: the context's, updated with what idle GPUs show now; the
+  // daemon keeps them for the next scan (vgpu_gpu_sizes_file.h).
+  VgpuGpuSizes vgpu_sizes;
 };
 
 // A function vfio-dra has bound for a prepared claim.
@@ -35,6 +38,8 @@ struct ScanContext {
   std::map<std::string, ManagedFunction> managed;
   // Picks each function's VFIO driver; null: vfio-pci for every function.
   const VfioDriverChooser* vfio_drivers = nullptr;
+  // The GPUs' whole frame buffers seen by earlier scans while they were idle.
+  VgpuGpuSizes vgpu_sizes;
 };
 
 // Scans the node under `policy`; `names` may be null.

@@ -69,7 +69,7 @@ std::string VgpuDeviceName(const std::string& vf, int type_id) {
   return PciDeviceName(discovery::DeviceKind::kVgpu, vf) + "-" + std::to_string(type_id);
 }
 
-std::string VgpuVfCounterSetName(const std::string& vf) { return "vgpu-vf-" + AddressPart(vf); }
+std::string VgpuGpuCounterSetName(const std::string& pf) { return "vgpu-gpu-" + AddressPart(pf); }
 
 std::string CounterSetName(const std::string& parent, bool parent_is_pci) {
   return parent_is_pci ? "gpu-" + AddressPart(parent) : ToDnsLabel("mdev-parent-" + parent);

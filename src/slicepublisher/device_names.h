@@ -23,8 +23,9 @@ std::string ForeignMdevDeviceName(const std::string& uuid);
 // A vGPU of type `type_id` on the NVIDIA vGPU VF `vf`: "vgpu-0000-41-00-4-1414". The name is
 // the same whether the vGPU is only offered or exists, so an allocated device keeps it.
 std::string VgpuDeviceName(const std::string& vf, int type_id);
-// The counter set of one NVIDIA vGPU VF (one vGPU at a time): "vgpu-vf-0000-41-00-4".
-std::string VgpuVfCounterSetName(const std::string& vf);
+// The counter set of one GPU with NVIDIA vGPU VFs (how many vGPUs of its offered type it
+// holds): "vgpu-gpu-0000-41-00-0".
+std::string VgpuGpuCounterSetName(const std::string& pf);
 // The counter set of a partitionable parent: "gpu-0000-3b-00-0" or "mdev-parent-mtty".
 std::string CounterSetName(const std::string& parent, bool parent_is_pci);
 

@@ -195,27 +195,46 @@ ParentGroup BuildParentGroup(const MdevParent& parent, const PciFunction* parent
   return group;
 }
 
-// An NVIDIA vGPU VF takes one vGPU: each type it offers consumes its VF's whole counter set
-// (capacity 1), so the scheduler gives it one type at most. A vGPU it holds is published without
-// counters (there is no choice left) and nothing else is offered on it. Without counters nothing
-// is offered, since nothing would stop two types being allocated on one VF.
+// NVIDIA vGPU VFs. A GPU that offers a type created at prepare (SelectedVgpuGpu) gets one
+// counter set with its bound as capacity, and every vGPU of that type on it consumes 1: the
+// offered ones and the existing ones alike, so a device consumes the same whether its vGPU exists
+// or not, and a republish never changes an allocated device's consumption. Other existing vGPUs
+// are published without counters (there is no choice left). Without counters nothing new is
+// offered, since nothing would bound the GPU.
 void AddVgpuVfs(const discovery::NodeScan& scan, const BuildOptions& options,
                 std::vector<ParentGroup>& groups, std::vector<SliceDevice>& plain) {
+  const bool counters = options.layout != CounterLayout::kNone;
+  std::map<std::string, size_t> group_of;  // PF -> index in `groups`
+  std::map<std::string, int> type_of;      // PF -> its offered type
+  for (const discovery::SelectedVgpuGpu& gpu : scan.selection.vgpu_gpus) {
+    if (!counters || gpu.type_id == 0 || gpu.bound <= 0) continue;
+    group_of[gpu.pf] = groups.size();
+    type_of[gpu.pf] = gpu.type_id;
+    groups.push_back(ParentGroup{VgpuGpuCounterSetName(gpu.pf), {}, gpu.bound});
+  }
   for (const discovery::SelectedVgpuVf& selected : scan.selection.vgpu_vfs) {
     const PciFunction* vf = scan.inventory.Find(selected.address);
-    if (vf == nullptr) continue;
+    if (vf == nullptr || !vf->sriov_vf) continue;
+    const auto group = group_of.find(vf->sriov_vf->pf);
+    const int counted = group == group_of.end() ? 0 : type_of.at(vf->sriov_vf->pf);
+    std::vector<SliceDevice> devices;
     if (selected.current_type != 0) {
-      plain.push_back(VgpuDevice(*vf, selected.current_type, selected.current_name));
-      continue;
+      devices.push_back(VgpuDevice(*vf, selected.current_type, selected.current_name));
+    } else if (counters) {
+      for (const auto& type : selected.offered)
+        devices.push_back(VgpuDevice(*vf, type.id, type.name));
     }
-    if (options.layout == CounterLayout::kNone || selected.offered.empty()) continue;
-    ParentGroup group{VgpuVfCounterSetName(vf->address), {}, 1};
-    for (const auto& type : selected.offered) {
-      SliceDevice device = VgpuDevice(*vf, type.id, type.name);
-      device.consumes_counters.push_back({group.counter_set, {{kCapacityCounter, 1}}});
-      group.devices.push_back(std::move(device));
+    for (SliceDevice& device : devices) {
+      const int type =
+          selected.current_type != 0 ? selected.current_type : selected.offered.front().id;
+      if (counted == 0 || type != counted) {
+        if (selected.current_type != 0) plain.push_back(std::move(device));
+        continue;  // an offer needs its GPU's counter set
+      }
+      ParentGroup& parent = groups[group->second];
+      device.consumes_counters.push_back({parent.counter_set, {{kCapacityCounter, 1}}});
+      parent.devices.push_back(std::move(device));
     }
-    groups.push_back(std::move(group));
   }
 }
 
@@ -377,6 +396,7 @@ discovery::NodeScan BuilderInput(const discovery::NodeScan& scan) {
   kept.selection.devices = scan.selection.devices;
   kept.selection.mdev_types = scan.selection.mdev_types;
   kept.selection.vgpu_vfs = scan.selection.vgpu_vfs;
+  kept.selection.vgpu_gpus = scan.selection.vgpu_gpus;
   return kept;
 }
 

@@ -7,8 +7,9 @@
 // of MdevTypeMaxima. The whole-device entry and every instance of a parent are mutually exclusive
 // for the scheduler, and a type is offered only as often as the kernel can still create it.
 //
-// NVIDIA vGPU VFs get a counter set each (capacity 1): every type a VF offers consumes all of
-// it, so a VF gets one vGPU. A vGPU that exists is published as it is, without counters.
+// A GPU with NVIDIA vGPU VFs that offers a type created at prepare gets one counter set
+// (`vgpu-gpu-<PF>`) whose capacity is how many of that type it holds; every vGPU of the type on
+// it, offered or existing, consumes 1. Other existing vGPUs are published without counters.
 #pragma once
 
 #include <map>

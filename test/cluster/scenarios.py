@@ -489,44 +489,55 @@ def vm_pod_with_vf(name, mac, node=None):
 
 
 def scenario_vgpu_vf(env):
-    """NVIDIA vGPUs on SR-IOV VFs through the real scheduler: a claim by type gets a VF that can
-    take it and is prepared; a VF with a vGPU claimed is not given out again (its counter set);
-    the class selects only this kind."""
+    """NVIDIA vGPUs on SR-IOV VFs through the real scheduler, created at prepare: the policy pins
+    H100-40C on an idle H100 with 4 VFs, of which the GPU holds 2. The GPU's counter set admits
+    two claims; the third pod stays Pending with the scheduler's reason instead of failing on the
+    node, and is allocated once one of the two is gone. The vGPUs that come to exist keep their
+    names and consumption. The class selects only this kind."""
     env.install()
-    node = env.add_node("node1", "vgpu-vf")
+    gpu = "0000:41:00.0"
+    node = env.add_node("node1", "vgpu-vf", start_plugin=False)
+    with open(os.path.join(node.dir, "policy.yaml"), "w") as f:
+        f.write(f'version: v1\nselect:\n  - {{kind: vgpu, pf: "{gpu}", vgpuType: "NVIDIA H100-40C"}}\n')
+    node.start_plugin()
     slices = env.wait_slices_match(node)
     vgpus = devices_by_type(slices).get("vgpu", [])
     offered = [d for d in vgpus if d.get("consumesCounters")]
-    vf = device_attribute(slices, offered[0]["name"], "resource.kubernetes.io/pciBusID")
-    type_name = device_attribute(slices, offered[0]["name"], "vgpuTypeName")
-    print(f"{len(vgpus)} vGPU devices ({len(offered)} offered); first VF {vf}, type {type_name}")
+    sets = {c["name"]: c["counters"]["capacity"]["value"]
+            for s in slices for c in s["spec"].get("sharedCounters", [])}
+    print(f"{len(vgpus)} vGPU devices ({len(offered)} offered); counter sets {sets}")
+    if len(offered) != 2 or sets != {"vgpu-gpu-0000-41-00-0": "2"}:
+        raise ClusterError(f"expected 2 offered 40C on {gpu} bounded by one counter set of 2: "
+                           f"{[d['name'] for d in offered]}, {sets}")
     attr = 'device.attributes["vfio.dra.io"]'
-    on_vf = f'device.attributes["resource.kubernetes.io"].pciBusID == "{vf}"'
     env.apply_objects([
-        claim_template("vgpu-on-vf", "vgpu.vfio.dra.io", [on_vf]),
-        claim_template("vgpu-by-type", "vgpu.vfio.dra.io", [f'{attr}.vgpuTypeName == "{type_name}"']),
+        claim_template("vgpu-40c", "vgpu.vfio.dra.io",
+                       [f'{attr}.vgpuTypeName == "NVIDIA H100-40C"',
+                        f'{attr}.parentPciAddress == "{gpu}"']),
         claim_template("vgpu-not-vgpu", "vgpu.vfio.dra.io", [f'{attr}.type != "vgpu"']),
     ])
-    env.apply_objects([pod_with_claim("first", "vgpu-on-vf")])
-    wait_scheduled(env, "first")
-    (_, _, device), = wait_prepared_devices(env, node, "first")
-    if device_attribute(slices, device, "resource.kubernetes.io/pciBusID") != vf:
-        raise ClusterError(f"the claim for a vGPU on {vf} got {device}")
-    print(f"vGPU on {vf} allocated and prepared: {device}")
-    env.apply_objects([pod_with_claim("second", "vgpu-on-vf"),
+    env.apply_objects([pod_with_claim("first", "vgpu-40c"), pod_with_claim("second", "vgpu-40c")])
+    got = []
+    for pod in ("first", "second"):
+        wait_scheduled(env, pod)
+        (_, _, device), = wait_prepared_devices(env, node, pod)
+        got.append(device)
+    if len(set(got)) != 2:
+        raise ClusterError(f"two claims got {got}")
+    print(f"the GPU's count of 40C allocated and prepared: {got}")
+    env.apply_objects([pod_with_claim("third", "vgpu-40c"),
                        pod_with_claim("not-vgpu", "vgpu-not-vgpu")])
-    expect_pending(env, "second", "not-vgpu")
-    env.apply_objects([pod_with_claim("by-type", "vgpu-by-type")])
-    wait_scheduled(env, "by-type")
-    (_, _, other), = wait_prepared_devices(env, node, "by-type")
-    if device_attribute(slices, other, "vgpuTypeName") != type_name or \
-            device_attribute(slices, other, "resource.kubernetes.io/pciBusID") == vf:
-        raise ClusterError(f"the claim by type {type_name} got {other}")
-    print(f"vGPU by type allocated and prepared on another VF: {other}")
+    expect_pending(env, "third", "not-vgpu")
+    # Both vGPUs exist now: the same devices, each still consuming 1 of the GPU's 2.
+    after = env.wait_slices_match(node)
+    held = {d["name"]: d.get("consumesCounters") for d in devices_by_type(after).get("vgpu", [])
+            if d["name"] in got}
+    if held != {d["name"]: d.get("consumesCounters") for d in offered}:
+        raise ClusterError(f"the allocated devices changed when their vGPUs came to exist: {held}")
     delete_pod_and_wait_gone(env, node, "first")
-    wait_scheduled(env, "second", timeout=180)
-    wait_prepared_devices(env, node, "second")
-    print("the VF's second claim was allocated once the first was gone")
+    wait_scheduled(env, "third", timeout=180)
+    wait_prepared_devices(env, node, "third")
+    print("the third claim was allocated once the first was gone")
     if node.kubelet.errors:
         raise ClusterError(f"kubelet calls failed: {node.kubelet.errors}")
 

@@ -48,7 +48,11 @@ constexpr const char* kPolicy =
     "version: v1\n"
     "select:\n"
     "  - kind: hostdev\n"
-    "    address: \"0000:06:00.0\"\n";
+    "    address: \"0000:06:00.0\"\n"
+    // The vgpu-vf fixture's idle H100 offers 40C (2 per GPU) on VFs 4 and 5.
+    "  - kind: vgpu\n"
+    "    pf: \"0000:41:00.0\"\n"
+    "    vgpuType: \"1415\"\n";
 
 // Host drivers of the vm-host fixture's managed functions.
 const std::map<std::string, std::string>& HostDrivers() {

@@ -130,8 +130,38 @@ class PrepareTest : public ::testing::Test {
     context.vfio_drivers = vfio_drivers_.get();
     auto scan = discovery::ScanNode(*sysfs_, nullptr, discovery::AdminPolicy{}, context);
     capacity_.Observe(scan->inventory);
-    published_.Set(slicepublisher::BuildDesiredPool(
-        *scan, {"node1", slicepublisher::CounterLayout::kOwnSlice}, capacity_));
+    slicepublisher::DesiredPool pool = slicepublisher::BuildDesiredPool(
+        *scan, {"node1", slicepublisher::CounterLayout::kOwnSlice}, capacity_);
+    if (!scan->selection.vgpu_gpus.empty()) AddVgpusOfEveryType(context, pool);
+    published_.Set(pool);
+  }
+  // A GPU offers one type at a time; prepare must still cope with allocations made from slices
+  // published before the GPU's state or the policy changed (stale ones), so every type the idle
+  // GPUs list is published on every VF, as a layout created on demand would offer it.
+  void AddVgpusOfEveryType(const discovery::ScanContext& context,
+                           slicepublisher::DesiredPool& pool) {
+    std::set<std::string> names;
+    for (const auto& slice : pool.slices) {
+      for (const auto& device : slice.devices) names.insert(device.name);
+    }
+    slicepublisher::SliceContent extra;
+    for (const char* type : {"1414", "1415", "1416"}) {
+      auto policy = discovery::ParseAdminPolicy(
+          std::string("vgpuLayouts:\n  - {match: {vendor: \"10de\"}, vgpuType: \"") + type +
+              "\", count: 4, create: onDemand}\n",
+          "stale.yaml");
+      ASSERT_TRUE(policy.ok()) << policy.error().message;
+      auto scan = discovery::ScanNode(*sysfs_, nullptr, *policy, context);
+      for (const auto& slice :
+           slicepublisher::BuildDesiredPool(
+               *scan, {"node1", slicepublisher::CounterLayout::kOwnSlice}, capacity_)
+               .slices) {
+        for (const auto& device : slice.devices) {
+          if (names.insert(device.name).second) extra.devices.push_back(device);
+        }
+      }
+    }
+    pool.slices.push_back(std::move(extra));
   }
   // Publishes as the daemon does, with taints: a device a prepared claim holds stays published
   // while it holds it (tainted lost when it is gone from the node).

@@ -11,6 +11,8 @@
 #include "discovery/admin_policy.h"
 #include "discovery/discover_report.h"
 #include "discovery/node_scan.h"
+#include "discovery/vgpu_gpu_sizes_file.h"
+#include "discovery/vgpu_selection.h"
 #include "prepare/prepare_checkpoint.h"
 #include "simulated_kernel.h"
 #include "slicepublisher/device_attributes.h"
@@ -110,16 +112,30 @@ TEST_F(VgpuVfNode, DiscoveryReadsEachVfsCurrentAndCreatableTypes) {
   // The PFs are not published whole: their VFs are enabled.
   EXPECT_FALSE(scan->selection.functions.at("0000:41:00.0").published);
   EXPECT_TRUE(scan->selection.devices.empty());
-  ASSERT_EQ(scan->selection.vgpu_vfs.size(), 6u);
+  // The idle GPU has several types and nothing chosen; the busy one runs 40C, but this scan has
+  // never seen it idle, so nothing bounds how many more it holds: only its vGPU is published.
+  ASSERT_EQ(scan->selection.vgpu_vfs.size(), 1u);
+  ASSERT_EQ(scan->selection.vgpu_gpus.size(), 2u);
+  EXPECT_EQ(scan->selection.vgpu_gpus[0].type_id, 0);
+  EXPECT_EQ(scan->selection.vgpu_gpus[1].type_id, 0);
 }
 
-TEST_F(VgpuVfNode, SlicesOfferEachTypePerVfWithOneVgpuPerVfAndPublishAHeldVgpuAsItIs) {
-  auto scan = Scan();
+// A pin for the idle GPU and an on-demand layout for the busy one.
+constexpr const char* kPinAndLayout =
+    "select:\n"
+    "  - {kind: vgpu, pf: \"0000:41:00.0\", vgpuType: \"NVIDIA H100-20C\"}\n"
+    "vgpuLayouts:\n"
+    "  - {match: {address: \"0000:c1:00.0\"}, vgpuType: \"1415\", count: 2, create: onDemand}\n";
+
+TEST_F(VgpuVfNode, SlicesOfferOneTypePerGpuBoundedByAGpuCounterSet) {
+  auto scan = Scan(kPinAndLayout);
   for (CounterLayout layout : {CounterLayout::kInDeviceSlice, CounterLayout::kOwnSlice}) {
     const DesiredPool pool = Build(*scan, layout);
     const auto devices = Devices(pool);
-    // 4 idle VFs x 3 types, plus the held 40C, plus the 40C the other VF of that GPU can take.
-    EXPECT_EQ(devices.size(), 14u);
+    // 4 idle VFs x 20C; the held 40C and the one more the layout's count leaves room for.
+    EXPECT_THAT(Names(pool), ElementsAre("vgpu-0000-41-00-4-1414", "vgpu-0000-41-00-5-1414",
+                                         "vgpu-0000-41-00-6-1414", "vgpu-0000-41-00-7-1414",
+                                         "vgpu-0000-c1-00-4-1415", "vgpu-0000-c1-00-5-1415"));
     const SliceDevice& offered = devices.at("vgpu-0000-41-00-4-1414");
     const auto view = slicepublisher::DecodePublishedDevice(offered);
     EXPECT_TRUE(view.IsVgpu());
@@ -131,58 +147,74 @@ TEST_F(VgpuVfNode, SlicesOfferEachTypePerVfWithOneVgpuPerVfAndPublishAHeldVgpuAs
               "pci0000:40");
     EXPECT_EQ(std::get<int64_t>(offered.attributes.at("resource.kubernetes.io/numaNode")), 0);
     ASSERT_EQ(offered.consumes_counters.size(), 1u);
-    EXPECT_EQ(offered.consumes_counters[0].counter_set, "vgpu-vf-0000-41-00-4");
+    EXPECT_EQ(offered.consumes_counters[0].counter_set, "vgpu-gpu-0000-41-00-0");
     EXPECT_EQ(offered.consumes_counters[0].counters.at("capacity"), 1);
-    // Every type of a VF draws on the same counter set of capacity 1.
-    EXPECT_EQ(devices.at("vgpu-0000-41-00-4-1416").consumes_counters, offered.consumes_counters);
-    size_t sets = 0;
+    std::map<std::string, int64_t> sets;
     for (const auto& slice : pool.slices) {
-      for (const auto& set : slice.shared_counters) {
-        ++sets;
-        EXPECT_EQ(set.counters.at("capacity"), 1) << set.name;
-      }
+      for (const auto& set : slice.shared_counters) sets[set.name] = set.counters.at("capacity");
     }
-    EXPECT_EQ(sets, 5u);  // the idle VFs; not the one that holds a vGPU
-    // The held vGPU: as it is, nothing else offered on its VF.
+    // 20C: 80 GB / 20 GB = 4 on the idle GPU; the layout's count on the busy one.
+    EXPECT_THAT(sets,
+                ElementsAre(std::pair<const std::string, int64_t>("vgpu-gpu-0000-41-00-0", 4),
+                            std::pair<const std::string, int64_t>("vgpu-gpu-0000-c1-00-0", 2)));
+    // The held vGPU consumes from its GPU's set like an offered one.
     const SliceDevice& held = devices.at("vgpu-0000-c1-00-4-1415");
-    EXPECT_TRUE(held.consumes_counters.empty());
+    ASSERT_EQ(held.consumes_counters.size(), 1u);
+    EXPECT_EQ(held.consumes_counters[0].counter_set, "vgpu-gpu-0000-c1-00-0");
     EXPECT_EQ(std::get<std::string>(held.attributes.at("vgpuTypeName")), "NVIDIA H100-40C");
-    EXPECT_EQ(devices.count("vgpu-0000-c1-00-4-1414"), 0u);
-    EXPECT_EQ(devices.count("vgpu-0000-c1-00-5-1414"), 0u);  // the GPU runs 40C
-    EXPECT_EQ(devices.count("vgpu-0000-c1-00-5-1415"), 1u);
     EXPECT_EQ(devices.count("gpu-0000-41-00-0"), 0u);  // never the whole PF with VFs on
   }
-  // Without counters nothing would keep two types off one VF: only the held vGPU.
+  // Without counters nothing would bound a GPU: only the held vGPU.
   EXPECT_THAT(Names(Build(*scan, CounterLayout::kNone)), ElementsAre("vgpu-0000-c1-00-4-1415"));
 }
 
-TEST_F(VgpuVfNode, TwoVgpusOfOneTypeMakeTheOtherTypesVanishAndFillTheGpu) {
+// As vGPUs come to exist, what each device consumes stays the same; the GPU's count is what the
+// driver allows, and the largest type, no longer listed, is remembered from the idle scan.
+TEST_F(VgpuVfNode, AsVgpusOfThePinnedTypeAreCreatedTheirConsumptionStaysAndTheCountHolds) {
   SimulatedKernel kernel(node_->sysfs_root(), node_->dir() + "/dev");
+  const std::string pin = "select:\n  - {kind: vgpu, pf: \"0000:41:00.0\", vgpuType: \"1415\"}\n";
+  sysfs::SysfsReader sysfs(node_->sysfs_root());
+  auto policy = discovery::ParseAdminPolicy(pin, "policy.yaml");
+  ASSERT_TRUE(policy.ok());
+  auto idle = discovery::ScanNode(sysfs, nullptr, *policy);
+  EXPECT_EQ(
+      idle->vgpu_sizes.at("0000:41:00.0"),
+      (discovery::VgpuGpuSize{
+          "10de:2331",
+          80,
+          "NVIDIA H100-80C",
+          {{1414, "NVIDIA H100-20C"}, {1415, "NVIDIA H100-40C"}, {1416, "NVIDIA H100-80C"}}}));
+  auto on_gpu = [](const DesiredPool& pool) {
+    std::map<std::string, SliceDevice> out;
+    for (const auto& [name, device] : Devices(pool)) {
+      if (name.rfind("vgpu-0000-41", 0) == 0) out[name] = device;
+    }
+    return out;
+  };
+  const auto before = on_gpu(Build(*idle, CounterLayout::kOwnSlice));
+  // 40C: 2 of them fit, offered on the first two free VFs.
+  ASSERT_EQ(before.size(), 2u);
   ASSERT_EQ(SetType(kernel, "0000:41:00.4", 1415), 0);
-  auto one = Scan();
-  auto names = Names(Build(*one, CounterLayout::kOwnSlice));
-  // The GPU runs 40C now: its other types vanish from the siblings, one more 40C fits.
-  for (const char* vf : {"0000-41-00-5", "0000-41-00-6", "0000-41-00-7"}) {
-    EXPECT_THAT(names, ::testing::Contains(std::string("vgpu-") + vf + "-1415"));
-    EXPECT_THAT(names, ::testing::Not(::testing::Contains(std::string("vgpu-") + vf + "-1414")));
-    EXPECT_THAT(names, ::testing::Not(::testing::Contains(std::string("vgpu-") + vf + "-1416")));
-  }
-  EXPECT_THAT(names, ::testing::Contains("vgpu-0000-41-00-4-1415"));
+  discovery::ScanContext context;
+  context.vgpu_sizes = idle->vgpu_sizes;
+  auto one = discovery::ScanNode(sysfs, nullptr, *policy, context);
+  const auto during = on_gpu(Build(*one, CounterLayout::kOwnSlice));
   ASSERT_EQ(SetType(kernel, "0000:41:00.5", 1415), 0);
-  auto full = Scan();
-  const DesiredPool pool = Build(*full, CounterLayout::kOwnSlice);
-  std::vector<std::string> on_gpu;
-  for (const std::string& name : Names(pool)) {
-    if (name.rfind("vgpu-0000-41", 0) == 0) on_gpu.push_back(name);
-  }
-  EXPECT_THAT(on_gpu, ElementsAre("vgpu-0000-41-00-4-1415", "vgpu-0000-41-00-5-1415"));
-  for (const auto& [name, device] : Devices(pool)) {
-    if (name.rfind("vgpu-0000-41", 0) == 0) {
-      EXPECT_TRUE(device.consumes_counters.empty()) << name;
+  auto full = discovery::ScanNode(sysfs, nullptr, *policy, context);
+  const auto after = on_gpu(Build(*full, CounterLayout::kOwnSlice));
+  for (const auto* devices : {&during, &after}) {
+    ASSERT_EQ(devices->size(), 2u);
+    for (const auto& [name, device] : before) {
+      ASSERT_EQ(devices->count(name), 1u) << name;
+      EXPECT_EQ(devices->at(name).consumes_counters, device.consumes_counters) << name;
     }
   }
-  EXPECT_THAT(full->selection.functions.at("0000:41:00.6").reason, HasSubstr("can take none now"));
+  EXPECT_THAT(full->selection.functions.at("0000:41:00.6").reason,
+              HasSubstr("can take 1415 (NVIDIA H100-40C) no more now"));
   EXPECT_FALSE(full->selection.functions.at("0000:41:00.6").published);
+  // Without the remembered size the running GPU has no bound: nothing new, and why.
+  auto forgot = discovery::ScanNode(sysfs, nullptr, *policy);
+  EXPECT_THAT(forgot->selection.vgpu_gpus[0].state, HasSubstr("has not seen it idle"));
 }
 
 TEST_F(VgpuVfNode, ThePolicyTurnsTheKindOffOrPinsTypes) {
@@ -193,32 +225,112 @@ TEST_F(VgpuVfNode, ThePolicyTurnsTheKindOffOrPinsTypes) {
   auto pinned = Scan(
       "select:\n  - {kind: vgpu, pf: \"0000:41:00.0\", vgpuType: \"NVIDIA H100-20C\"}\n"
       "  - {kind: vgpu, pf: \"0000:c1:00.0\", vgpuType: \"1415\"}\n");
-  const auto names = Names(Build(*pinned, CounterLayout::kOwnSlice));
-  EXPECT_THAT(names, ElementsAre("vgpu-0000-41-00-4-1414", "vgpu-0000-41-00-5-1414",
-                                 "vgpu-0000-41-00-6-1414", "vgpu-0000-41-00-7-1414",
-                                 "vgpu-0000-c1-00-4-1415", "vgpu-0000-c1-00-5-1415"));
+  EXPECT_THAT(
+      Names(Build(*pinned, CounterLayout::kOwnSlice)),
+      ElementsAre("vgpu-0000-41-00-4-1414", "vgpu-0000-41-00-5-1414", "vgpu-0000-41-00-6-1414",
+                  "vgpu-0000-41-00-7-1414", "vgpu-0000-c1-00-4-1415"));
   EXPECT_THAT(pinned->selection.functions.at("0000:41:00.4").reason,
-              HasSubstr("not offered (no selector): 1415 (NVIDIA H100-40C)"));
+              HasSubstr("offered 1414 (NVIDIA H100-20C); the GPU offers 1414 (NVIDIA H100-20C) "
+                        "created at prepare, at most 4 on it (frame buffer: 20 GB of the GPU's 80 "
+                        "GB (NVIDIA H100-80C), capped at its VF count)"));
   auto other = Scan("select:\n  - {kind: vgpu, vgpuType: \"9999\"}\n");
   EXPECT_THAT(other->selection.functions.at("0000:41:00.4").reason,
-              HasSubstr("no vgpu selector of the policy matches them"));
+              HasSubstr("no vgpu selector of the policy matches a type its VFs list"));
 }
 
-TEST_F(VgpuVfNode, DiscoverExplainsEachVf) {
+TEST_F(VgpuVfNode, DiscoverExplainsEachVfAndEachGpu) {
   auto scan = Scan();
   const std::string table = discovery::DiscoverTable(scan->inventory, scan->selection, {});
   EXPECT_THAT(table, HasSubstr("vgpu: vGPU VF of 0000:c1:00.0: holds vGPU 1415 (NVIDIA H100-40C), "
                                "published as it is; never offered another type"));
-  EXPECT_THAT(table,
-              HasSubstr("vgpu: vGPU VF of 0000:41:00.0: holds no vGPU; offered 1414 "
-                        "(NVIDIA H100-20C), 1415 (NVIDIA H100-40C), 1416 (NVIDIA H100-80C)"));
-  EXPECT_THAT(table, HasSubstr("6 vGPU VFs"));
+  EXPECT_THAT(table, HasSubstr("- vGPU VF of 0000:41:00.0: holds no vGPU; nothing offered: idle, "
+                               "with several types (1414 (NVIDIA H100-20C), 1415 (NVIDIA "
+                               "H100-40C), 1416 (NVIDIA H100-80C)) and none chosen"));
+  EXPECT_THAT(table, HasSubstr("GPUs with vGPU VFs"));
+  EXPECT_THAT(table, HasSubstr("1 vGPU VF"));
   const nlohmann::json json = discovery::DiscoverJson(scan->inventory, scan->selection, {});
-  for (const auto& fn : json["functions"]) {
+  ASSERT_EQ(json["vgpuGpus"].size(), 2u);
+  EXPECT_EQ(json["vgpuGpus"][0]["pf"], "0000:41:00.0");
+  EXPECT_FALSE(json["vgpuGpus"][0].contains("offeredType"));
+  auto pinned = Scan(kPinAndLayout);
+  const nlohmann::json with = discovery::DiscoverJson(pinned->inventory, pinned->selection, {});
+  EXPECT_EQ(with["vgpuGpus"][1]["offeredType"]["id"], 1415);
+  EXPECT_EQ(with["vgpuGpus"][1]["bound"], 2);
+  EXPECT_EQ(with["vgpuGpus"][1]["boundSource"], "vgpuLayouts[0].count");
+  for (const auto& fn : with["functions"]) {
     if (fn["address"] != "0000:c1:00.5") continue;
     EXPECT_EQ(fn["vgpuVf"]["currentType"], 0);
     EXPECT_EQ(fn["vgpuVf"]["offered"], nlohmann::json::array({1415}));
   }
+}
+
+// #53 item 2: a denied vGPU type is not offered, and an existing vGPU of it is not published.
+TEST_F(VgpuVfNode, ADeniedTypeIsNeitherOfferedNorPublished) {
+  auto scan = Scan(
+      "select:\n  - {kind: vgpu, vgpuType: [\"1414\", \"1415\"]}\n"
+      "deny:\n  - {kind: vgpu, vgpuType: \"NVIDIA H100-40C\"}\n");
+  EXPECT_THAT(Names(Build(*scan, CounterLayout::kOwnSlice)),
+              ElementsAre("vgpu-0000-41-00-4-1414", "vgpu-0000-41-00-5-1414",
+                          "vgpu-0000-41-00-6-1414", "vgpu-0000-41-00-7-1414"));
+  EXPECT_FALSE(scan->selection.functions.at("0000:c1:00.4").published);
+  EXPECT_THAT(scan->selection.functions.at("0000:c1:00.4").reason,
+              HasSubstr("holds vGPU 1415 (NVIDIA H100-40C), not published: denied by the policy "
+                        "(deny[0])"));
+  EXPECT_THAT(scan->selection.vgpu_gpus[1].state,
+              HasSubstr("which the policy denies (deny[0]): nothing new is offered"));
+  const std::string table = discovery::DiscoverTable(scan->inventory, scan->selection, {});
+  EXPECT_THAT(table, ::testing::Not(HasSubstr("offered 1415")));
+  // The same without a kind, and for a layout's type.
+  auto layout = Scan(
+      "deny:\n  - {vgpuType: \"1414\"}\n"
+      "vgpuLayouts:\n"
+      "  - {match: {address: \"0000:41:00.0\"}, vgpuType: \"1414\", count: 4, create: onDemand}\n");
+  EXPECT_TRUE(Names(Build(*layout, CounterLayout::kOwnSlice)).size() == 1u);  // c1's 40C only
+  EXPECT_THAT(layout->selection.vgpu_gpus[0].state, HasSubstr("which the policy denies (deny[0])"));
+}
+
+TEST(VgpuFrameBuffer, ComesFromTheTypeNameOrNotAtAll) {
+  EXPECT_EQ(discovery::VgpuFrameBufferGb("NVIDIA H100-20C"), 20);
+  EXPECT_EQ(discovery::VgpuFrameBufferGb("NVIDIA L40S-48Q"), 48);
+  EXPECT_EQ(discovery::VgpuFrameBufferGb("GRID RTX6000-4Q"), 4);
+  EXPECT_EQ(discovery::VgpuFrameBufferGb("NVIDIA H200X-1-18C"), std::nullopt);  // MIG-backed
+  EXPECT_EQ(discovery::VgpuFrameBufferGb("NVIDIA H100-C"), std::nullopt);
+  EXPECT_EQ(discovery::VgpuFrameBufferGb("NVIDIA H100-20c"), std::nullopt);
+  EXPECT_EQ(discovery::VgpuFrameBufferGb("H100"), std::nullopt);
+}
+
+TEST(VgpuGpuSizesFile, RoundTripsAndABadFileIsMovedAsideWithAWarning) {
+  FixtureNode node("");
+  const std::string path = node.dir() + "/" + discovery::kVgpuGpuSizesFile;
+  std::string warning;
+  EXPECT_TRUE(discovery::LoadVgpuGpuSizesOrMoveAside(path, warning).empty());  // none yet
+  EXPECT_EQ(warning, "");
+  const discovery::VgpuGpuSizes sizes = {
+      {"0000:41:00.0", {"10de:2331", 80, "NVIDIA H100-80C", {{1416, "NVIDIA H100-80C"}}}}};
+  ASSERT_TRUE(discovery::SaveVgpuGpuSizes(path, sizes).ok());
+  auto back = discovery::LoadVgpuGpuSizes(path);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(*back, sizes);
+  std::ofstream(path) << R"({"kind": "VgpuGpuSizes", "version": 1, "gpus": {"x": {"model": 1}}})";
+  EXPECT_THAT(discovery::LoadVgpuGpuSizes(path).error().message,
+              HasSubstr("gpus.x: expected {model, largestGB, largestType}"));
+  EXPECT_TRUE(discovery::LoadVgpuGpuSizesOrMoveAside(path, warning).empty());
+  EXPECT_THAT(warning, HasSubstr("moved aside to " + path + ".bad"));
+  EXPECT_TRUE(std::filesystem::exists(path + ".bad"));
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+TEST(VgpuVfPolicy, AnEntryThatCanNeverMatchIsRefusedWithItsName) {
+  auto both = discovery::ParseAdminPolicy(
+      "deny:\n  - {address: \"0000:41:00.4\"}\n  - {mdevType: nvidia-222, vgpuType: \"1414\"}\n",
+      "p.yaml");
+  ASSERT_FALSE(both.ok());
+  EXPECT_THAT(both.error().message, HasSubstr("p.yaml:3: deny[1]: names both mdevType and "
+                                              "vgpuType and so can never match anything"));
+  auto select = discovery::ParseAdminPolicy(
+      "select:\n  - {kind: vgpu, mdevType: nvidia-222, vgpuType: \"1414\"}\n", "p.yaml");
+  ASSERT_FALSE(select.ok());
+  EXPECT_THAT(select.error().message, HasSubstr("select[0]"));
 }
 
 // A type the VF holds already is taken as the caller's only when the caller says its record set
