@@ -5,6 +5,22 @@
 namespace vfio_dra::discovery {
 namespace {
 
+// A policy text and a part of the error it must be refused with.
+struct PolicyErrorCase {
+  const char* yaml;
+  const char* expected;
+};
+
+template <size_t N>
+void ExpectErrors(const PolicyErrorCase (&cases)[N]) {
+  for (const PolicyErrorCase& c : cases) {
+    auto policy = ParseAdminPolicy(c.yaml, "p.yaml");
+    ASSERT_FALSE(policy.ok()) << c.yaml;
+    EXPECT_NE(policy.error().message.find(c.expected), std::string::npos)
+        << "yaml: " << c.yaml << "\nerror: " << policy.error().message;
+  }
+}
+
 TEST(AdminPolicy, EmptyFileIsTheDefaultPolicy) {
   auto policy = ParseAdminPolicy("", "/etc/vfio-dra/policy.yaml");
   ASSERT_TRUE(policy.ok());
@@ -46,10 +62,7 @@ unsafeNoIommu: true
 }
 
 TEST(AdminPolicy, ErrorsNameTheFileLineAndKey) {
-  struct Case {
-    const char* yaml;
-    const char* expected;
-  } cases[] = {
+  const PolicyErrorCase cases[] = {
       {"kinds:\n  gpu: maybe\n", "p.yaml:2: kinds.gpu: must be true or false"},
       {"select:\n  - kind: hostdev\n    vendor: 10de0\n",
        "p.yaml:3: select[0].vendor: \"10de0\" "
@@ -67,12 +80,7 @@ TEST(AdminPolicy, ErrorsNameTheFileLineAndKey) {
       {"select: [\n", "invalid policy p.yaml:"},
       {"- a\n- b\n", "(document): must be a mapping"},
   };
-  for (const Case& c : cases) {
-    auto policy = ParseAdminPolicy(c.yaml, "p.yaml");
-    ASSERT_FALSE(policy.ok()) << c.yaml;
-    EXPECT_NE(policy.error().message.find(c.expected), std::string::npos)
-        << "yaml: " << c.yaml << "\nerror: " << policy.error().message;
-  }
+  ExpectErrors(cases);
 }
 
 TEST(AdminPolicy, ParsesVgpuLayoutsAndMatchesTheFirstForAGpu) {
@@ -113,10 +121,7 @@ TEST(AdminPolicy, ParsesVgpuLayoutsAndMatchesTheFirstForAGpu) {
 }
 
 TEST(AdminPolicy, VgpuLayoutErrorsNameTheEntryAndKey) {
-  struct Case {
-    const char* yaml;
-    const char* expected;
-  } cases[] = {
+  const PolicyErrorCase cases[] = {
       {"vgpuLayouts:\n  - vgpuType: \"1\"\n    count: 1\n", "vgpuLayouts[0].match: is required"},
       {"vgpuLayouts:\n  - match: {address: \"0000:41:00.0\"}\n    count: 1\n",
        "vgpuLayouts[0].vgpuType: is required"},
@@ -143,12 +148,7 @@ TEST(AdminPolicy, VgpuLayoutErrorsNameTheEntryAndKey) {
        "vgpuLayouts[0].instances: unknown key (known: match, vgpuType, count, create)"},
       {"vgpuLayouts: {}\n", "p.yaml:1: vgpuLayouts: must be a list"},
   };
-  for (const Case& c : cases) {
-    auto policy = ParseAdminPolicy(c.yaml, "p.yaml");
-    ASSERT_FALSE(policy.ok()) << c.yaml;
-    EXPECT_NE(policy.error().message.find(c.expected), std::string::npos)
-        << "yaml: " << c.yaml << "\nerror: " << policy.error().message;
-  }
+  ExpectErrors(cases);
 }
 
 TEST(AdminPolicy, MissingFileIsAnErrorNamingIt) {
