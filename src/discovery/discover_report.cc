@@ -137,68 +137,68 @@ std::string DiscoverTable(const Inventory& inventory, const DeviceSelection& sel
   return out;
 }
 
-nlohmann::json DiscoverJson(const Inventory& inventory, const DeviceSelection& selection,
-                            const DiscoverContext& context) {
-  using nlohmann::json;
-  json functions = json::array();
-  for (const auto& [address, fn] : inventory.functions) {
-    const FunctionDecision& decision = selection.functions.at(address);
-    json entry = {{"address", address},
-                  {"class", fmt::format("0x{:06x}", fn.class_code)},
-                  {"vendorID", fmt::format("{:04x}", fn.vendor_id)},
-                  {"deviceID", fmt::format("{:04x}", fn.device_id)},
-                  {"subsystemVendorID", fmt::format("{:04x}", fn.subsystem_vendor_id)},
-                  {"subsystemDeviceID", fmt::format("{:04x}", fn.subsystem_device_id)},
-                  {"revision", fmt::format("0x{:02x}", fn.revision)},
-                  {"vendorName", fn.vendor_name},
-                  {"deviceName", fn.device_name},
-                  {"driver", fn.driver},
-                  {"boundByVfioDra", fn.bound_by_vfio_dra},
-                  {"driverOverride", fn.driver_override},
-                  {"pcieRoot", fn.pcie_root},
-                  {"netdevs", fn.netdevs},
-                  {"published", decision.published}};
-    entry["iommuGroup"] = fn.iommu_group ? json(*fn.iommu_group) : json(nullptr);
-    entry["numaNode"] = fn.numa_node ? json(*fn.numa_node) : json(nullptr);
-    if (decision.kind) entry["kind"] = DeviceKindName(*decision.kind);
-    if (!decision.reason.empty()) entry["reason"] = decision.reason;
-    if (!fn.IsBridge()) {
-      entry["vfioDriver"] = {{"name", fn.vfio_driver.driver},
-                             {"source", VfioSourceName(fn.vfio_driver.source)},
-                             {"loaded", fn.vfio_driver.loaded}};
-      if (!fn.vfio_driver.why.empty()) entry["vfioDriver"]["why"] = fn.vfio_driver.why;
-    }
-    if (fn.sriov_pf) {
-      entry["sriov"] = {{"totalVFs", fn.sriov_pf->total_vfs},
-                        {"numVFs", fn.sriov_pf->num_vfs},
-                        {"vfs", fn.sriov_pf->vfs}};
-    }
-    if (fn.sriov_vf) entry["vf"] = {{"pf", fn.sriov_vf->pf}, {"index", fn.sriov_vf->index}};
-    if (fn.vgpu_vf) {
-      json creatable = json::array();
-      for (const auto& type : fn.vgpu_vf->creatable) {
-        creatable.push_back({{"id", type.id}, {"name", type.name}});
-      }
-      entry["vgpuVf"] = {{"currentType", fn.vgpu_vf->current_type}, {"creatable", creatable}};
-      for (const SelectedVgpuVf& vf : selection.vgpu_vfs) {
-        if (vf.address != address) continue;
-        json offered = json::array();
-        for (const auto& type : vf.offered) offered.push_back(type.id);
-        entry["vgpuVf"]["offered"] = offered;
-      }
-    }
-    for (const SelectedDevice& device : selection.devices) {
-      if (device.address == address) {
-        entry["companions"] = device.companions;
-        if (device.unsafe_no_iommu) entry["unsafeNoIommu"] = true;
-      }
-    }
-    functions.push_back(entry);
+namespace {
+
+using nlohmann::json;
+
+// One PCI function as `discover -o json` shows it, with what was decided for it.
+json FunctionJson(const std::string& address, const PciFunction& fn,
+                  const DeviceSelection& selection) {
+  const FunctionDecision& decision = selection.functions.at(address);
+  json entry = {{"address", address},
+                {"class", fmt::format("0x{:06x}", fn.class_code)},
+                {"vendorID", fmt::format("{:04x}", fn.vendor_id)},
+                {"deviceID", fmt::format("{:04x}", fn.device_id)},
+                {"subsystemVendorID", fmt::format("{:04x}", fn.subsystem_vendor_id)},
+                {"subsystemDeviceID", fmt::format("{:04x}", fn.subsystem_device_id)},
+                {"revision", fmt::format("0x{:02x}", fn.revision)},
+                {"vendorName", fn.vendor_name},
+                {"deviceName", fn.device_name},
+                {"driver", fn.driver},
+                {"boundByVfioDra", fn.bound_by_vfio_dra},
+                {"driverOverride", fn.driver_override},
+                {"pcieRoot", fn.pcie_root},
+                {"netdevs", fn.netdevs},
+                {"published", decision.published}};
+  entry["iommuGroup"] = fn.iommu_group ? json(*fn.iommu_group) : json(nullptr);
+  entry["numaNode"] = fn.numa_node ? json(*fn.numa_node) : json(nullptr);
+  if (decision.kind) entry["kind"] = DeviceKindName(*decision.kind);
+  if (!decision.reason.empty()) entry["reason"] = decision.reason;
+  if (!fn.IsBridge()) {
+    entry["vfioDriver"] = {{"name", fn.vfio_driver.driver},
+                           {"source", VfioSourceName(fn.vfio_driver.source)},
+                           {"loaded", fn.vfio_driver.loaded}};
+    if (!fn.vfio_driver.why.empty()) entry["vfioDriver"]["why"] = fn.vfio_driver.why;
   }
-  json groups = json::array();
-  for (const auto& [id, group] : inventory.iommu_groups) {
-    groups.push_back({{"id", id}, {"members", group.members}});
+  if (fn.sriov_pf) {
+    entry["sriov"] = {{"totalVFs", fn.sriov_pf->total_vfs},
+                      {"numVFs", fn.sriov_pf->num_vfs},
+                      {"vfs", fn.sriov_pf->vfs}};
   }
+  if (fn.sriov_vf) entry["vf"] = {{"pf", fn.sriov_vf->pf}, {"index", fn.sriov_vf->index}};
+  if (fn.vgpu_vf) {
+    json creatable = json::array();
+    for (const auto& type : fn.vgpu_vf->creatable) {
+      creatable.push_back({{"id", type.id}, {"name", type.name}});
+    }
+    entry["vgpuVf"] = {{"currentType", fn.vgpu_vf->current_type}, {"creatable", creatable}};
+    for (const SelectedVgpuVf& vf : selection.vgpu_vfs) {
+      if (vf.address != address) continue;
+      json offered = json::array();
+      for (const auto& type : vf.offered) offered.push_back(type.id);
+      entry["vgpuVf"]["offered"] = offered;
+    }
+  }
+  for (const SelectedDevice& device : selection.devices) {
+    if (device.address == address) {
+      entry["companions"] = device.companions;
+      if (device.unsafe_no_iommu) entry["unsafeNoIommu"] = true;
+    }
+  }
+  return entry;
+}
+
+json MdevParentsJson(const Inventory& inventory, const DeviceSelection& selection) {
   json parents = json::array();
   for (const MdevParent& parent : inventory.mdev_parents) {
     json types = json::array();
@@ -228,6 +228,10 @@ nlohmann::json DiscoverJson(const Inventory& inventory, const DeviceSelection& s
                        {"types", types},
                        {"instances", instances}});
   }
+  return parents;
+}
+
+json VgpuGpusJson(const DeviceSelection& selection) {
   json vgpu_gpus = json::array();
   for (const SelectedVgpuGpu& gpu : selection.vgpu_gpus) {
     json entry = {{"pf", gpu.pf}, {"state", gpu.state}};
@@ -238,13 +242,28 @@ nlohmann::json DiscoverJson(const Inventory& inventory, const DeviceSelection& s
     }
     vgpu_gpus.push_back(std::move(entry));
   }
+  return vgpu_gpus;
+}
+
+}  // namespace
+
+nlohmann::json DiscoverJson(const Inventory& inventory, const DeviceSelection& selection,
+                            const DiscoverContext& context) {
+  json functions = json::array();
+  for (const auto& [address, fn] : inventory.functions) {
+    functions.push_back(FunctionJson(address, fn, selection));
+  }
+  json groups = json::array();
+  for (const auto& [id, group] : inventory.iommu_groups) {
+    groups.push_back({{"id", id}, {"members", group.members}});
+  }
   return {{"sysfsRoot", context.sysfs_root},
           {"policy", context.policy_source},
           {"iommuEnabled", inventory.iommu_enabled},
           {"functions", functions},
           {"iommuGroups", groups},
-          {"mdevParents", parents},
-          {"vgpuGpus", vgpu_gpus},
+          {"mdevParents", MdevParentsJson(inventory, selection)},
+          {"vgpuGpus", VgpuGpusJson(selection)},
           {"warnings", inventory.warnings}};
 }
 
