@@ -180,6 +180,7 @@ std::vector<AllocatedDeviceStatus> EntriesOf(const nlohmann::json& claim,
 
 std::vector<std::string> Canonical(const std::vector<AllocatedDeviceStatus>& devices) {
   std::vector<std::string> out;
+  out.reserve(devices.size());
   for (const AllocatedDeviceStatus& device : devices) out.push_back(DeviceJson(device, "").dump());
   std::sort(out.begin(), out.end());
   return out;

@@ -19,8 +19,9 @@ namespace {
 
 // The claim uid a file name in the directory is the record of, if any (not temporary files).
 std::optional<std::string> UidOfRecordFile(const std::string& name) {
-  if (name.size() <= 5 || name.compare(name.size() - 5, 5, kRecordFileSuffix) != 0)
+  if (name.size() <= 5 || name.compare(name.size() - 5, 5, kRecordFileSuffix) != 0) {
     return std::nullopt;
+  }
   std::string uid = name.substr(0, name.size() - 5);
   if (!IsObjectUid(uid)) return std::nullopt;
   return uid;

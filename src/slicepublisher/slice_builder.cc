@@ -221,8 +221,9 @@ void AddVgpuVfs(const discovery::NodeScan& scan, const BuildOptions& options,
     if (selected.current_type != 0) {
       devices.push_back(VgpuDevice(*vf, selected.current_type, selected.current_name));
     } else if (counters) {
-      for (const auto& type : selected.offered)
+      for (const auto& type : selected.offered) {
         devices.push_back(VgpuDevice(*vf, type.id, type.name));
+      }
     }
     for (SliceDevice& device : devices) {
       const int type =

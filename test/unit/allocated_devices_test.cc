@@ -1,10 +1,11 @@
 // A republish never drops or changes a device a prepared claim holds (issue 53 item 6;
 // kubernetes#140802: the scheduler subtracts an allocated device's counter consumption as the
 // slices show it now, so a slice without the device, or with its consumption changed, offers what
-// the device still uses). On the vgpu-vf fixture (an idle H100 0000:41:00.0 with 4 VFs, each VF a
-// counter set of capacity 1 that every vGPU type it offers consumes whole), claims hold vGPUs on
-// two of its VFs; the node then changes in each way that makes a republish, and each held device
-// must be published as it was (taints aside), its counter sets published beside it.
+// the device still uses). On the vgpu-vf fixture (an idle H100 0000:41:00.0 with 4 VFs) under a
+// policy that pins H100-40C, of which the GPU holds 2: the GPU's counter set has capacity 2 and
+// every 40C on it consumes 1. Claims hold the 40Cs offered on two of its VFs; the node then changes
+// in each way that makes a republish, and each held device must be published as it was (taints
+// aside), its counter sets published beside it.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -25,6 +26,14 @@ namespace {
 
 constexpr char kDriver[] = "vfio.dra.io";
 constexpr char kPf[] = "0000:41:00.0";
+
+// The admin's policy before any cause: 40C (1415) pinned on the idle H100.
+discovery::AdminPolicy Pinned40C() {
+  auto policy = discovery::ParseAdminPolicy(
+      "select:\n  - {kind: vgpu, pf: \"0000:41:00.0\", vgpuType: \"1415\"}\n", "p");
+  EXPECT_TRUE(policy.ok()) << policy.error().message;
+  return *policy;
+}
 
 struct Built {
   DesiredPool pool;
@@ -98,20 +107,25 @@ TEST_P(AllocatedDevicesTest, NoRepublishDropsOrChangesAHeldDeviceOrItsCounterUse
        }},
       {"the held vGPU is created on its VF (the type is set)",
        [&](const testing::FixtureNode& node, const std::vector<std::string>& vfs) {
-         write(node, "bus/pci/devices/" + vfs[0] + "/nvidia/current_vgpu_type", "1414\n");
+         // As the driver shows it: the VF lists nothing, its siblings only the type that runs.
+         write(node, "bus/pci/devices/" + vfs[0] + "/nvidia/current_vgpu_type", "1415\n");
          write(node, "bus/pci/devices/" + vfs[0] + "/nvidia/creatable_vgpu_types",
-               "ID    : vGPU Name\n1414  : NVIDIA H100-20C\n");
-         return discovery::AdminPolicy{};
+               "ID    : vGPU Name\n");
+         for (size_t i = 1; i < vfs.size(); ++i) {
+           write(node, "bus/pci/devices/" + vfs[i] + "/nvidia/creatable_vgpu_types",
+                 "ID    : vGPU Name\n1415  : NVIDIA H100-40C\n");
+         }
+         return Pinned40C();
        }},
       {"another type is set on a held VF behind the plugin's back",
        [&](const testing::FixtureNode& node, const std::vector<std::string>& vfs) {
          write(node, "bus/pci/devices/" + vfs[1] + "/nvidia/current_vgpu_type", "1416\n");
-         return discovery::AdminPolicy{};
+         return Pinned40C();
        }},
       {"a held VF counts fatal PCIe errors (taint)",
        [&](const testing::FixtureNode& node, const std::vector<std::string>& vfs) {
          write(node, "bus/pci/devices/" + vfs[0] + "/aer_dev_fatal", "TOTAL_ERR_FATAL 2\n");
-         return discovery::AdminPolicy{};
+         return Pinned40C();
        }},
       {"sriov_numvfs is lowered: a held VF goes",
        [&](const testing::FixtureNode& node, const std::vector<std::string>& vfs) {
@@ -119,19 +133,19 @@ TEST_P(AllocatedDevicesTest, NoRepublishDropsOrChangesAHeldDeviceOrItsCounterUse
          std::filesystem::remove(pf + "/virtfn1");
          std::filesystem::remove_all(node.sysfs_root() + "/bus/pci/devices/" + vfs[1]);
          write(node, std::string("bus/pci/devices/") + kPf + "/sriov_numvfs", "1\n");
-         return discovery::AdminPolicy{};
+         return Pinned40C();
        }},
-      {"nothing changes", [](const testing::FixtureNode&,
-                             const std::vector<std::string>&) { return discovery::AdminPolicy{}; }},
+      {"nothing changes",
+       [](const testing::FixtureNode&, const std::vector<std::string>&) { return Pinned40C(); }},
   };
   for (const Cause& cause : causes) {
     SCOPED_TRACE(cause.name + " (Kubernetes 1." + std::to_string(minor) + ")");
     testing::FixtureNode node("vgpu-vf");
-    const Built first = Build(node, {}, minor, nullptr, {});
+    const Built first = Build(node, Pinned40C(), minor, nullptr, {});
     const std::vector<std::string> vfs = first.scan->inventory.Find(kPf)->sriov_pf->vfs;
     ASSERT_GE(vfs.size(), 2u);
-    // Claims were allocated a 20C on VF 0 and a 40C on VF 1, and prepared.
-    const std::set<std::string> held = {VgpuDeviceName(vfs[0], 1414), VgpuDeviceName(vfs[1], 1415)};
+    // Claims were allocated the 40Cs offered on VF 0 and VF 1, and prepared.
+    const std::set<std::string> held = {VgpuDeviceName(vfs[0], 1415), VgpuDeviceName(vfs[1], 1415)};
     for (const std::string& name : held) {
       const SliceDevice* device = Find(first.pool, name).second;
       ASSERT_NE(device, nullptr) << name;
