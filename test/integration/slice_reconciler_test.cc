@@ -53,12 +53,13 @@ class SliceReconcilerTest : public ::testing::Test {
     ASSERT_TRUE(server_->Start());
     server_->PutNode("node-1", "node-uid-1");
   }
-  std::shared_ptr<const discovery::NodeScan> Scan(const std::string& fixture) {
+  std::shared_ptr<const discovery::NodeScan> Scan(const std::string& fixture,
+                                                  const discovery::AdminPolicy& policy = {}) {
     const std::string root = dir_ + "/" + fixture;
     if (!std::filesystem::exists(root)) vfio_dra::testing::BuildFixture(fixture, root);
     sysfs::SysfsReader sysfs(root);
     auto names = discovery::PciNames::Open({root, dir_ + "/pci.ids", false});
-    return discovery::ScanNode(sysfs, names.ok() ? names->get() : nullptr, {});
+    return discovery::ScanNode(sysfs, names.ok() ? names->get() : nullptr, policy);
   }
   void StartReconciler(const std::string& fixture, const std::string& maxima_path = "") {
     StartReconcilerOn(*Scan(fixture), maxima_path);
@@ -196,13 +197,17 @@ TEST_F(SliceReconcilerTest, ARestartedReconcilerKeepsAStandingTaintsTimeAndWrite
 // set stays published beside it.
 TEST_F(SliceReconcilerTest, ARestartedReconcilerKeepsAHeldDeviceAndItsCounterSetFromTheServer) {
   StartServer();
-  const std::shared_ptr<const discovery::NodeScan> offered = Scan("vgpu-vf");
+  // 40C (1415) pinned on the idle H100: one type per GPU, offered with the GPU's counter set.
+  auto pinned = discovery::ParseAdminPolicy(
+      "select:\n  - {kind: vgpu, pf: \"0000:41:00.0\", vgpuType: \"1415\"}\n", "policy");
+  ASSERT_TRUE(pinned.ok()) << pinned.error().message;
+  const std::shared_ptr<const discovery::NodeScan> offered = Scan("vgpu-vf", *pinned);
   auto first = std::make_unique<PublishedDevices>();
   adjust_options_ = [&](ReconcilerOptions& options) { options.published = first.get(); };
   StartReconcilerOn(*offered);
   ASSERT_TRUE(reconciler_->WaitInSync(kWait));
   const std::string vf = offered->inventory.Find("0000:41:00.0")->sriov_pf->vfs.at(0);
-  const std::string device = VgpuDeviceName(vf, 1414);
+  const std::string device = VgpuDeviceName(vf, 1415);
   const std::optional<SliceDevice> before = first->Find("node-1", device);
   ASSERT_TRUE(before.has_value());
   ASSERT_EQ(before->consumes_counters.size(), 1u);
