@@ -120,9 +120,10 @@ TEST_F(PluginDaemonTest, GetInfoAnswersAsTheKubeletExpects) {
   // The DRA socket must already be there when the registration socket appears.
   EXPECT_TRUE(IsSocket(data_dir_ + "/dra.sock"));
   std::string bytes;
-  // A deadline, not a wait: generous, so that a busy machine does not fail the call.
+  // The socket is bound at its final name an instant before it listens: the call waits for it to
+  // accept, as the kubelet's blocking dial does (it failed once, refused, 44 ms into the test).
   ASSERT_TRUE(sim.CallRaw(*socket, "/pluginregistration.Registration/GetInfo", "", &bytes,
-                          std::chrono::seconds(20))
+                          std::chrono::seconds(20), /*wait_for_ready=*/true)
                   .ok());
   pluginregistration::PluginInfo info;
   ASSERT_TRUE(info.ParseFromString(bytes));
