@@ -134,16 +134,22 @@ class Process:
 
 
 class ControlPlane:
-    def __init__(self, bin_dir, run_dir, release):
+    """extra_args: more flags per component name (the fleet benchmark's client rates and its
+    nodes without kubelets); audit_policy: the audit policy's text instead of AUDIT_POLICY."""
+
+    def __init__(self, bin_dir, run_dir, release, extra_args=None, audit_policy=AUDIT_POLICY):
         if release not in RELEASE_SETTINGS:
             raise ClusterError(f"no settings for Kubernetes {release} in control_plane.py")
         self.bin = bin_dir
         self.dir = run_dir
         self.release = release
         self.settings = RELEASE_SETTINGS[release]
+        self.extra_args = extra_args or {}
+        self.audit_policy = audit_policy
         self.pki = os.path.join(run_dir, "pki")
         self.processes = {}
         self.tokens = {}
+        self.ports = {}
         self.api_port = None
         self.server = None
 
@@ -189,8 +195,10 @@ class ControlPlane:
 
     def kubeconfig(self, key, token_file=None):
         """Writes (once) and returns a kubeconfig for identity `key`, or for a token file."""
-        name = key if token_file is None else os.path.basename(token_file) + ".kubeconfig"
-        path = os.path.join(self.dir, f"{name}.kubeconfig" if token_file is None else name)
+        if token_file is None:
+            path = os.path.join(self.dir, f"{key}.kubeconfig")
+        else:  # beside the token: one per node, however many run at once
+            path = token_file + ".kubeconfig"
         user = {"tokenFile": token_file} if token_file else {"token": self.tokens[key]}
         config = {
             "apiVersion": "v1", "kind": "Config", "current-context": "test",
@@ -206,6 +214,7 @@ class ControlPlane:
     # ---- processes ----
 
     def _start(self, name, args):
+        args = [*args, *self.extra_args.get(name, ())]
         self.processes[name] = Process(name, args, os.path.join(self.dir, f"{name}.log"))
         return self.processes[name]
 
@@ -267,7 +276,7 @@ class ControlPlane:
             self.server = f"https://127.0.0.1:{self.api_port}"
         audit_policy = os.path.join(self.dir, "audit-policy.yaml")
         with open(audit_policy, "w") as f:
-            f.write(AUDIT_POLICY)
+            f.write(self.audit_policy)
         args = [
             os.path.join(self.bin, "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
@@ -306,6 +315,7 @@ class ControlPlane:
 
     def start_controllers(self):
         kcm_port, sched_port = free_port(), free_port()
+        self.ports.update({"kube-controller-manager": kcm_port, "kube-scheduler": sched_port})
         gates = ([f"--feature-gates={self.settings['feature_gates']}"]
                  if self.settings["feature_gates"] else [])
         kcm_config = self.kubeconfig("kcm")
@@ -366,6 +376,17 @@ class ControlPlane:
 
     def get_json(self, *args, kubeconfig=None):
         return json.loads(self.kubectl("get", *args, "-o", "json", kubeconfig=kubeconfig).stdout)
+
+    def metrics_text(self, component="kube-apiserver"):
+        """The component's /metrics, read with the admin identity."""
+        port = self.api_port if component == "kube-apiserver" else self.ports[component]
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        request = urllib.request.Request(f"https://127.0.0.1:{port}/metrics")
+        request.add_header("Authorization", f"Bearer {self.tokens['admin']}")
+        with urllib.request.urlopen(request, context=ctx, timeout=30) as response:
+            return response.read().decode()
 
     def version(self):
         return json.loads(self.kubectl("version", "-o", "json").stdout)["serverVersion"]

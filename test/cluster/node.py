@@ -392,9 +392,16 @@ class Node:
 
     def start_plugin(self, extra_args=(), env=None):
         pod = self.plugin_pod()
-        token_file = self.plugin_token(pod)
+        self.launch_plugin(pod, self.plugin_token(pod), extra_args, env)
+        # The kubelet's plugin watcher registers a plugin as soon as its socket appears.
+        self.kubelet.register_plugin()
+        self.report_ready(pod, self.metrics_port)
+        return self.plugin
+
+    def launch_plugin(self, pod, token_file, extra_args=(), env=None):
+        """Starts the plugin process as the DaemonSet's pod `pod` with its token; no waiting."""
         kubeconfig = self.cluster.kubeconfig(None, token_file=token_file)
-        metrics_port = free_port()
+        metrics_port = self.metrics_port = free_port()
         admin_policy = os.path.join(self.dir, "policy.yaml")
         if not os.path.exists(admin_policy):
             with open(admin_policy, "w") as f:
@@ -411,12 +418,9 @@ class Node:
                 "--metrics-address", f"127.0.0.1:{metrics_port}", *extra_args]
         self.plugin = Process(f"plugin-{self.name}", args, os.path.join(self.dir, "plugin.log"),
                               env={**os.environ, **(env or {})})
-        # The kubelet's plugin watcher registers a plugin as soon as its socket appears.
-        self.kubelet.register_plugin()
-        self._report_ready(pod, metrics_port)
         return self.plugin
 
-    def _report_ready(self, pod, metrics_port):
+    def report_ready(self, pod, metrics_port):
         """What the kubelet reports once the container's readiness probe (/healthz) passes: the
         DaemonSet's pod Running and Ready, so the DaemonSet controller sees it available."""
         def healthy():
