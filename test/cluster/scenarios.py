@@ -167,10 +167,12 @@ def claim_template(name, device_class, selectors=(), count=None):
             "spec": {"spec": {"devices": {"requests": [{"name": "dev", "exactly": request}]}}}}
 
 
-def pod_with_claim(name, template, node=None):
+def pod_with_claim(name, template, node=None, claim=None):
+    """A pod with one claim "dev": made from `template`, or the named ResourceClaim `claim`."""
+    source = {"resourceClaimName": claim} if claim else {"resourceClaimTemplateName": template}
     spec = {"containers": [{"name": "vm", "image": "registry.k8s.io/pause:3.10",
                             "resources": {"claims": [{"name": "dev"}]}}],
-            "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": template}],
+            "resourceClaims": [{"name": "dev", **source}],
             "terminationGracePeriodSeconds": 1}
     if node:
         spec["nodeSelector"] = {"kubernetes.io/hostname": node}
@@ -182,10 +184,11 @@ def get_pod(env, name, namespace="default"):
 
 
 def pod_claim(env, pod, namespace="default"):
+    named = pod["spec"].get("resourceClaims", [{}])[0].get("resourceClaimName")
     statuses = pod.get("status", {}).get("resourceClaimStatuses", [])
-    if not statuses:
+    if not named and not statuses:
         return None
-    return env.cluster.get_json("resourceclaim", statuses[0]["resourceClaimName"], "-n",
+    return env.cluster.get_json("resourceclaim", named or statuses[0]["resourceClaimName"], "-n",
                                 namespace)
 
 
@@ -539,6 +542,74 @@ def scenario_vgpu_vf(env):
     wait_scheduled(env, "third", timeout=180)
     wait_prepared_devices(env, node, "third")
     print("the third claim was allocated once the first was gone")
+    if node.kubelet.errors:
+        raise ClusterError(f"kubelet calls failed: {node.kubelet.errors}")
+
+
+def example_claims(env, name):
+    """The resource.k8s.io objects of deploy/daemonset/examples/`name`, as shipped."""
+    with open(os.path.join(env.source, "deploy", "daemonset", "examples", name)) as f:
+        return [d for d in yaml.safe_load_all(f)
+                if d and d.get("apiVersion", "").startswith("resource.k8s.io/")]
+
+
+def scenario_hostdev_vf(env):
+    """The DeviceClasses hostdev.vfio.dra.io and vf.vfio.dra.io and the examples that use them,
+    as shipped, through the real scheduler on a vm-host node whose NVMe drive 0000:04:00.0 is
+    opted in (its twin 0000:06:00.0 is not): hostdev-nvme.yaml's named claim gets the drive and
+    sriov-network.yaml's template a VF of the Intel PF 0000:5e:00.0 (with the pod's KubeVirt MAC),
+    both prepared. Each class's claim for anything but its kind, a host device the policy did not
+    opt in and a VF of a vendor the node lacks stay Pending with the scheduler's reason."""
+    env.install()
+    node = env.add_node("node1", "vm-host", start_plugin=False)
+    with open(os.path.join(node.dir, "policy.yaml"), "w") as f:
+        f.write('version: v1\nselect:\n  - {kind: hostdev, address: "0000:04:00.0"}\n')
+    node.start_plugin(seed_vf_settings(node))
+    slices = env.wait_slices_match(node)
+    attr = 'device.attributes["vfio.dra.io"]'
+    env.apply_objects(example_claims(env, "hostdev-nvme.yaml") +
+                      example_claims(env, "sriov-network.yaml") + [
+        claim_template("hostdev-not-hostdev", "hostdev.vfio.dra.io", [f'{attr}.type != "hostdev"']),
+        claim_template("vf-not-vf", "vf.vfio.dra.io", [f'{attr}.type != "vf"']),
+        claim_template("nvme-not-opted-in", "hostdev.vfio.dra.io",
+                       on_bus_id("0000:06:00.0")),
+        claim_template("mellanox-vf", "vf.vfio.dra.io", [f'{attr}.vendorID == "15b3"'])])
+
+    env.apply_objects([pod_with_claim("vm-with-nvme", None, claim="nvme-drive")])
+    wait_scheduled(env, "vm-with-nvme")
+    (_, pool, device), = wait_prepared_devices(env, node, "vm-with-nvme")
+    if (pool, device) != ("node1", "hostdev-0000-04-00-0"):
+        raise ClusterError(f"the hostdev-nvme example's claim got {pool}/{device}, not the "
+                           "opted-in drive node1/hostdev-0000-04-00-0")
+    print(f"hostdev-nvme.yaml's claim allocated and prepared: {device}")
+
+    pod = pod_with_claim("vm-with-vf", "intel-vf")
+    pod["metadata"]["annotations"] = {"kubevirt.io/dra-networks": json.dumps(
+        [{"claimName": "dev", "requestName": "vf", "mac": "02:00:00:00:be:ef"}])}
+    env.apply_objects([pod])
+    wait_scheduled(env, "vm-with-vf")
+    (_, pool, device), = wait_prepared_devices(env, node, "vm-with-vf")
+    if device_attribute(slices, device, "type") != "vf" or \
+            device_attribute(slices, device, "pfPciAddress") != "0000:5e:00.0":
+        raise ClusterError(f"the sriov-network example's claim got {pool}/{device}, not a VF of "
+                           "0000:5e:00.0")
+    # The example's VfioConfig (VLAN 100, spoof checking) and the pod's MAC, set through the PF.
+    bdf = device_attribute(slices, device, "resource.kubernetes.io/pciBusID")
+    pf_dir = function_path(node, "0000:5e:00.0")
+    index = next(n[len("virtfn"):] for n in os.listdir(pf_dir) if n.startswith("virtfn") and
+                 os.path.basename(os.path.realpath(os.path.join(pf_dir, n))) == bdf)
+    with open(os.path.join(node.dir, "vfnet", "0000:5e:00.0", f"vf{index}.json")) as f:
+        settings = json.load(f)
+    if (settings["mac"], settings["vlan"], settings["spoofchk"]) != ("02:00:00:00:be:ef", 100, True):
+        raise ClusterError(f"VF {bdf} (vf{index}) after prepare: {settings}, not the example's "
+                           "VLAN 100 with spoof checking and the pod's MAC")
+    print(f"sriov-network.yaml's template allocated and prepared: {device}, VF settings {settings}")
+
+    negatives = ["hostdev-not-hostdev", "vf-not-vf", "nvme-not-opted-in", "mellanox-vf"]
+    env.apply_objects([pod_with_claim(name, name) for name in negatives])
+    expect_pending(env, *negatives)
+    for name in ["vm-with-nvme", "vm-with-vf"] + negatives:
+        delete_pod_and_wait_gone(env, node, name)
     if node.kubelet.errors:
         raise ClusterError(f"kubelet calls failed: {node.kubelet.errors}")
 
@@ -1164,6 +1235,7 @@ SCENARIOS = {
     "helm": scenario_helm,
     "taints": scenario_taints,
     "taint-causes": scenario_taint_causes,
+    "hostdev-vf": scenario_hostdev_vf,
 }
 
 
