@@ -600,7 +600,8 @@ def scenario_hostdev_vf(env):
                  os.path.basename(os.path.realpath(os.path.join(pf_dir, n))) == bdf)
     with open(os.path.join(node.dir, "vfnet", "0000:5e:00.0", f"vf{index}.json")) as f:
         settings = json.load(f)
-    if (settings["mac"], settings["vlan"], settings["spoofchk"]) != ("02:00:00:00:be:ef", 100, True):
+    wanted = ("02:00:00:00:be:ef", 100, True)
+    if (settings["mac"], settings["vlan"], settings["spoofchk"]) != wanted:
         raise ClusterError(f"VF {bdf} (vf{index}) after prepare: {settings}, not the example's "
                            "VLAN 100 with spoof checking and the pod's MAC")
     print(f"sriov-network.yaml's template allocated and prepared: {device}, VF settings {settings}")
