@@ -1,6 +1,6 @@
 # vfio-dra-plugin image for people with Docker: built on Debian 12 from this repository, run on
 # Debian 12 slim with only the shared libraries the binary links. Without Docker, hack/image.sh
-# builds the image from Debian packages (and CI runs it with podman). The runtime-packages block
+# builds the image from Debian packages (CI runs it in containerd on its VM node). The runtime-packages block
 # below is the one package list of both: image.sh reads it, and
 # test/image/check_runtime_packages.py keeps it in step with `ldd`.
 #

@@ -106,6 +106,7 @@ class KubeletStandIn:
         self.calls = []        # ("prepare"|"unprepare", pod uid, [claims]) in order
         self.pending = {}      # pod uid -> newest version not yet acted on
         self.held = set()      # names of pods whose prepare waits for release()
+        self.held_unprepare = set()  # names of pods whose unprepare waits for release()
         self.work = threading.Condition(self.lock)
         self.threads = []
 
@@ -230,6 +231,8 @@ class KubeletStandIn:
         uid = pod["metadata"]["uid"]
         with self.lock:
             entry = self.prepared.get(uid)
+            if entry is not None and pod["metadata"]["name"] in self.held_unprepare:
+                return False
         if entry is not None:
             response, error = self._call("unprepare", uid, entry["claims"])
             with self.lock:
@@ -307,9 +310,16 @@ class KubeletStandIn:
         with self.lock:
             self.held.add(pod_name)
 
+    def hold_unprepare(self, pod_name):
+        """Tests: a kubelet that has not yet unprepared this pod's claims (down, or slow) when the
+        pod is gone from the API server: its devices stay prepared until release()."""
+        with self.lock:
+            self.held_unprepare.add(pod_name)
+
     def release(self, pod_name):
         with self.lock:
             self.held.discard(pod_name)
+            self.held_unprepare.discard(pod_name)
             self.work.notify_all()
 
     def start(self, labels):

@@ -8,6 +8,7 @@ import datetime
 import json
 import os
 import re
+import shutil
 import subprocess
 
 import yaml
@@ -166,10 +167,12 @@ def claim_template(name, device_class, selectors=(), count=None):
             "spec": {"spec": {"devices": {"requests": [{"name": "dev", "exactly": request}]}}}}
 
 
-def pod_with_claim(name, template, node=None):
+def pod_with_claim(name, template, node=None, claim=None):
+    """A pod with one claim "dev": made from `template`, or the named ResourceClaim `claim`."""
+    source = {"resourceClaimName": claim} if claim else {"resourceClaimTemplateName": template}
     spec = {"containers": [{"name": "vm", "image": "registry.k8s.io/pause:3.10",
                             "resources": {"claims": [{"name": "dev"}]}}],
-            "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": template}],
+            "resourceClaims": [{"name": "dev", **source}],
             "terminationGracePeriodSeconds": 1}
     if node:
         spec["nodeSelector"] = {"kubernetes.io/hostname": node}
@@ -181,10 +184,11 @@ def get_pod(env, name, namespace="default"):
 
 
 def pod_claim(env, pod, namespace="default"):
+    named = pod["spec"].get("resourceClaims", [{}])[0].get("resourceClaimName")
     statuses = pod.get("status", {}).get("resourceClaimStatuses", [])
-    if not statuses:
+    if not named and not statuses:
         return None
-    return env.cluster.get_json("resourceclaim", statuses[0]["resourceClaimName"], "-n",
+    return env.cluster.get_json("resourceclaim", named or statuses[0]["resourceClaimName"], "-n",
                                 namespace)
 
 
@@ -538,6 +542,75 @@ def scenario_vgpu_vf(env):
     wait_scheduled(env, "third", timeout=180)
     wait_prepared_devices(env, node, "third")
     print("the third claim was allocated once the first was gone")
+    if node.kubelet.errors:
+        raise ClusterError(f"kubelet calls failed: {node.kubelet.errors}")
+
+
+def example_claims(env, name):
+    """The resource.k8s.io objects of deploy/daemonset/examples/`name`, as shipped."""
+    with open(os.path.join(env.source, "deploy", "daemonset", "examples", name)) as f:
+        return [d for d in yaml.safe_load_all(f)
+                if d and d.get("apiVersion", "").startswith("resource.k8s.io/")]
+
+
+def scenario_hostdev_vf(env):
+    """The DeviceClasses hostdev.vfio.dra.io and vf.vfio.dra.io and the examples that use them,
+    as shipped, through the real scheduler on a vm-host node whose NVMe drive 0000:04:00.0 is
+    opted in (its twin 0000:06:00.0 is not): hostdev-nvme.yaml's named claim gets the drive and
+    sriov-network.yaml's template a VF of the Intel PF 0000:5e:00.0 (with the pod's KubeVirt MAC),
+    both prepared. Each class's claim for anything but its kind, a host device the policy did not
+    opt in and a VF of a vendor the node lacks stay Pending with the scheduler's reason."""
+    env.install()
+    node = env.add_node("node1", "vm-host", start_plugin=False)
+    with open(os.path.join(node.dir, "policy.yaml"), "w") as f:
+        f.write('version: v1\nselect:\n  - {kind: hostdev, address: "0000:04:00.0"}\n')
+    node.start_plugin(seed_vf_settings(node))
+    slices = env.wait_slices_match(node)
+    attr = 'device.attributes["vfio.dra.io"]'
+    env.apply_objects(example_claims(env, "hostdev-nvme.yaml") +
+                      example_claims(env, "sriov-network.yaml") + [
+        claim_template("hostdev-not-hostdev", "hostdev.vfio.dra.io", [f'{attr}.type != "hostdev"']),
+        claim_template("vf-not-vf", "vf.vfio.dra.io", [f'{attr}.type != "vf"']),
+        claim_template("nvme-not-opted-in", "hostdev.vfio.dra.io",
+                       on_bus_id("0000:06:00.0")),
+        claim_template("mellanox-vf", "vf.vfio.dra.io", [f'{attr}.vendorID == "15b3"'])])
+
+    env.apply_objects([pod_with_claim("vm-with-nvme", None, claim="nvme-drive")])
+    wait_scheduled(env, "vm-with-nvme")
+    (_, pool, device), = wait_prepared_devices(env, node, "vm-with-nvme")
+    if (pool, device) != ("node1", "hostdev-0000-04-00-0"):
+        raise ClusterError(f"the hostdev-nvme example's claim got {pool}/{device}, not the "
+                           "opted-in drive node1/hostdev-0000-04-00-0")
+    print(f"hostdev-nvme.yaml's claim allocated and prepared: {device}")
+
+    pod = pod_with_claim("vm-with-vf", "intel-vf")
+    pod["metadata"]["annotations"] = {"kubevirt.io/dra-networks": json.dumps(
+        [{"claimName": "dev", "requestName": "vf", "mac": "02:00:00:00:be:ef"}])}
+    env.apply_objects([pod])
+    wait_scheduled(env, "vm-with-vf")
+    (_, pool, device), = wait_prepared_devices(env, node, "vm-with-vf")
+    if device_attribute(slices, device, "type") != "vf" or \
+            device_attribute(slices, device, "pfPciAddress") != "0000:5e:00.0":
+        raise ClusterError(f"the sriov-network example's claim got {pool}/{device}, not a VF of "
+                           "0000:5e:00.0")
+    # The example's VfioConfig (VLAN 100, spoof checking) and the pod's MAC, set through the PF.
+    bdf = device_attribute(slices, device, "resource.kubernetes.io/pciBusID")
+    pf_dir = function_path(node, "0000:5e:00.0")
+    index = next(n[len("virtfn"):] for n in os.listdir(pf_dir) if n.startswith("virtfn") and
+                 os.path.basename(os.path.realpath(os.path.join(pf_dir, n))) == bdf)
+    with open(os.path.join(node.dir, "vfnet", "0000:5e:00.0", f"vf{index}.json")) as f:
+        settings = json.load(f)
+    wanted = ("02:00:00:00:be:ef", 100, True)
+    if (settings["mac"], settings["vlan"], settings["spoofchk"]) != wanted:
+        raise ClusterError(f"VF {bdf} (vf{index}) after prepare: {settings}, not the example's "
+                           "VLAN 100 with spoof checking and the pod's MAC")
+    print(f"sriov-network.yaml's template allocated and prepared: {device}, VF settings {settings}")
+
+    negatives = ["hostdev-not-hostdev", "vf-not-vf", "nvme-not-opted-in", "mellanox-vf"]
+    env.apply_objects([pod_with_claim(name, name) for name in negatives])
+    expect_pending(env, *negatives)
+    for name in ["vm-with-nvme", "vm-with-vf"] + negatives:
+        delete_pod_and_wait_gone(env, node, name)
     if node.kubelet.errors:
         raise ClusterError(f"kubelet calls failed: {node.kubelet.errors}")
 
@@ -946,6 +1019,212 @@ def scenario_taints(env):
         raise ClusterError(f"kubelet calls failed: {node.kubelet.errors}")
 
 
+# ---- each taint cause, through the real API server and scheduler ----
+
+def function_path(node, bdf):
+    return os.path.realpath(os.path.join(node.dir, "sys", "bus", "pci", "devices", bdf))
+
+
+def relink(link, target):
+    """Points `link` at `target` with a relative path, as sysfs's links are."""
+    if os.path.lexists(link):
+        os.unlink(link)
+    os.symlink(os.path.relpath(target, os.path.dirname(link)), link)
+
+
+def hot_add_function(node, like, bdf, group):
+    """A PCI function hot-added beside `like` (its attributes, on its driver) into IOMMU group
+    `group`: linked into its group and driver first and listed on the bus last, so that no scan
+    sees it without its group."""
+    sys_dir = os.path.join(node.dir, "sys")
+    source = function_path(node, like)
+    target = os.path.join(os.path.dirname(source), bdf)
+    shutil.copytree(source, target, symlinks=True)
+    group_dir = os.path.join(sys_dir, "kernel", "iommu_groups", group)
+    relink(os.path.join(target, "iommu_group"), group_dir)
+    relink(os.path.join(group_dir, "devices", bdf), target)
+    relink(os.path.join(os.path.realpath(os.path.join(target, "driver")), bdf), target)
+    relink(os.path.join(sys_dir, "bus", "pci", "devices", bdf), target)
+
+
+def hot_remove_function(node, bdf):
+    """The kernel's removal of a function: gone from the bus, its group and its driver."""
+    target = function_path(node, bdf)
+    os.unlink(os.path.join(node.dir, "sys", "bus", "pci", "devices", bdf))
+    for entry in (os.path.join(os.path.realpath(os.path.join(target, "iommu_group")), "devices",
+                               bdf),
+                  os.path.join(os.path.realpath(os.path.join(target, "driver")), bdf)):
+        if os.path.lexists(entry):
+            os.unlink(entry)
+
+
+def bind_outside(node, bdf, driver):
+    """Someone (not vfio-dra) unbinds the function and binds it to `driver`."""
+    target = function_path(node, bdf)
+    old = os.path.realpath(os.path.join(target, "driver"))
+    os.unlink(os.path.join(old, bdf))
+    new = os.path.join(node.dir, "sys", "bus", "pci", "drivers", driver)
+    os.makedirs(new, exist_ok=True)
+    relink(os.path.join(new, bdf), target)
+    relink(os.path.join(target, "driver"), new)
+
+
+def wait_taint(node, name, key, timeout=150):
+    """The taint with `key` on device `name` in the slices as the server stores them."""
+    def tainted():
+        if not node.plugin.alive():
+            raise PluginExited(f"the plugin exited\n{node.plugin.tail()}")
+        ours = [t for t in device_taints(node, name) if t.get("key") == key]
+        return ours[0] if ours else None
+    taint = wait_for(f"{name}'s slice to carry the {key} taint", tainted, timeout,
+                     on_timeout=lambda: f"taints of {name}: {device_taints(node, name)}")
+    print(f"the server stores {name}'s taint: {json.dumps(taint)}")
+    return taint
+
+
+def expect_taint(taint, name, key, value, effect):
+    if (taint.get("key"), taint.get("value"), taint.get("effect")) != (key, value, effect):
+        raise ClusterError(f"{name}'s taint is {taint}, not {key}={value}:{effect}")
+
+
+def tolerating(template, key):
+    template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["tolerations"] = [
+        {"key": key, "operator": "Exists", "effect": "NoSchedule"}]
+    return template
+
+
+def judge_tainted(env, node, tag, device_class, selectors, key, device):
+    """The real scheduler and a NoSchedule-tainted `device`: a claim for exactly it stays Pending
+    with the scheduler's DRA reason, and the same claim tolerating `key` is allocated it, so the
+    taint alone kept the first out. The tolerating pod is not prepared (the plugin refuses a
+    device it tainted; the scheduler's judgement is what is checked). Both pods are deleted."""
+    untolerant, tolerant = f"{tag}-untolerant", f"{tag}-tolerant"
+    env.apply_objects([claim_template(untolerant, device_class, selectors),
+                       tolerating(claim_template(tolerant, device_class, selectors), key)])
+    node.kubelet.hold(tolerant)
+    env.apply_objects([pod_with_claim(untolerant, untolerant)])
+    expect_pending(env, untolerant)
+    env.apply_objects([pod_with_claim(tolerant, tolerant)])
+    wait_scheduled(env, tolerant)
+    (_, pool, got), = allocated_devices(pod_claim(env, get_pod(env, tolerant)))
+    if (pool, got) != (node.name, device):
+        raise ClusterError(f"the claim tolerating {key} got {pool}/{got}, not {node.name}/{device}")
+    pod = get_pod(env, untolerant)
+    if pod["spec"].get("nodeName") or pod_claim(env, pod).get("status", {}).get("allocation"):
+        raise ClusterError(f"the claim not tolerating {key} was allocated the tainted {device}")
+    print(f"{tag}: the claim tolerating {key} was allocated {device}, the other stays Pending")
+    for name in (untolerant, tolerant):
+        delete_pod_and_wait_gone(env, node, name)
+
+
+def force_delete_unprepared(env, node, name):
+    """The pod is deleted by force while the kubelet has not unprepared its claim (held): the
+    claim is released on the API server, its device stays prepared on the node."""
+    claim = pod_claim(env, get_pod(env, name))["metadata"]["name"]
+    node.kubelet.hold_unprepare(name)
+    env.kubectl("delete", "pod", name, "--grace-period=0", "--force")
+
+    def released():
+        result = env.kubectl("get", "resourceclaim", claim, "-o", "json", check=False)
+        return result.returncode != 0 or not json.loads(result.stdout).get(
+            "status", {}).get("allocation")
+    wait_for(f"pod {name}'s claim {claim} to be released", released, 120)
+
+
+def pod_on(env, node, name, template, device):
+    env.apply_objects([pod_with_claim(name, template)])
+    wait_scheduled(env, name)
+    (_, _, got), = wait_prepared_devices(env, node, name)
+    if got != device:
+        raise ClusterError(f"pod {name} got {got}, not {device}")
+
+
+def on_bus_id(bdf):
+    return [f'device.attributes["resource.kubernetes.io"].pciBusID == "{bdf}"']
+
+
+def scenario_taint_causes(env):
+    """Each cause of a taint other than aer-fatal (the taints scenario) reaches the real API
+    server in the slice and the real scheduler judges it, on a vm-host node whose NVMe drive
+    0000:04:00.0 is opted in: group-unsafe (a host function hot-added into the GPU's IOMMU group),
+    driver-changed (a prepared NVMe bound to another driver outside vfio-dra), lost (a prepared
+    GPU hot-removed) each keep a device out (NoSchedule), and a PF's link going down taints its
+    VFs degraded with effect None (1.35+), which the scheduler allocates anyway. A device held by
+    a prepared claim is tainted only while held: its pod is deleted by force while the kubelet
+    has not unprepared it, so that the API server sees the device free and the taint is the one
+    thing that keeps it out."""
+    env.install()
+    node = env.add_node("node1", "vm-host", start_plugin=False)
+    nvme, gpu, pf, vf = "0000:04:00.0", "0000:01:00.0", "0000:5e:00.0", "0000:5e:02.0"
+    with open(os.path.join(node.dir, "policy.yaml"), "w") as f:
+        f.write(f'version: v1\nselect:\n  - {{kind: hostdev, address: "{nvme}"}}\n')
+    node.start_plugin(["--rescan-interval", "1"])
+    env.wait_slices_match(node)
+    gpu_dev, nvme_dev, vf_dev = "gpu-0000-01-00-0", "hostdev-0000-04-00-0", "vf-0000-5e-02-0"
+    for name in (gpu_dev, nvme_dev, vf_dev):
+        if device_taints(node, name):
+            raise ClusterError(f"{name} is tainted before anything happened")
+
+    # group-unsafe: a function the host uses (an NVMe drive on nvme) joins the GPU's group.
+    group = os.path.basename(os.path.realpath(os.path.join(function_path(node, gpu),
+                                                           "iommu_group")))
+    hot_add_function(node, "0000:06:00.0", "0000:07:00.0", group)
+    key = f"{DRIVER}/group-unsafe"
+    expect_taint(wait_taint(node, gpu_dev, key), gpu_dev, key, "host-function-in-group",
+                 "NoSchedule")
+    judge_tainted(env, node, "group-unsafe", "gpu.vfio.dra.io", on_bus_id(gpu), key, gpu_dev)
+    hot_remove_function(node, "0000:07:00.0")
+    wait_for(f"the {key} taint to leave {gpu_dev}", lambda: not device_taints(node, gpu_dev), 150)
+
+    # driver-changed: the NVMe, prepared for a claim, is bound to another driver.
+    env.apply_objects([claim_template("nvme", "hostdev.vfio.dra.io", on_bus_id(nvme)),
+                       claim_template("gpu", "gpu.vfio.dra.io", on_bus_id(gpu))])
+    pod_on(env, node, "nvme-holder", "nvme", nvme_dev)
+    bind_outside(node, nvme, "uio_pci_generic")
+    key = f"{DRIVER}/unhealthy"
+    expect_taint(wait_taint(node, nvme_dev, key), nvme_dev, key, "driver-changed", "NoSchedule")
+    force_delete_unprepared(env, node, "nvme-holder")
+    judge_tainted(env, node, "driver-changed", "hostdev.vfio.dra.io", on_bus_id(nvme), key,
+                  nvme_dev)
+
+    # lost: the GPU (both functions of the card), prepared for a claim, is hot-removed.
+    pod_on(env, node, "gpu-holder", "gpu", gpu_dev)
+    for bdf in (gpu, "0000:01:00.1"):
+        hot_remove_function(node, bdf)
+    key = f"{DRIVER}/lost"
+    expect_taint(wait_taint(node, gpu_dev, key), gpu_dev, key, "removed", "NoSchedule")
+    force_delete_unprepared(env, node, "gpu-holder")
+    judge_tainted(env, node, "lost", "gpu.vfio.dra.io", on_bus_id(gpu), key, gpu_dev)
+
+    # Effect None: the PF's link goes down. Its VFs are tainted degraded, and allocated anyway.
+    netdev, = os.listdir(os.path.join(function_path(node, pf), "net"))
+    with open(os.path.join(function_path(node, pf), "net", netdev, "operstate"), "w") as f:
+        f.write("down\n")
+    key = f"{DRIVER}/degraded"
+    env.apply_objects([claim_template("degraded-vf", "vf.vfio.dra.io", on_bus_id(vf))])
+    node.kubelet.hold("degraded-vf")
+    if tuple(int(x) for x in env.release.split(".")) < (1, 35):
+        # The server takes effect None from 1.35: before, the plugin leaves such taints out. The
+        # scan that drops a VF removed after the link went down has seen the link down.
+        hot_remove_function(node, "0000:5e:02.3")
+        wait_for("vf-0000-5e-02-3 to leave the slices", lambda: "vf-0000-5e-02-3" not in {
+            d["name"] for s in node.slices() for d in s["spec"].get("devices", [])}, 150)
+        env.apply_objects([pod_with_claim("degraded-vf", "degraded-vf")])
+        wait_scheduled(env, "degraded-vf")
+        if device_taints(node, vf_dev):
+            raise ClusterError(f"{vf_dev} has taints on {env.release}: "
+                               f"{device_taints(node, vf_dev)}")
+        print(f"{vf_dev} allocated; {env.release} takes no effect None, none published")
+        return
+    expect_taint(wait_taint(node, vf_dev, key), vf_dev, key, "pf-link-down", "None")
+    env.apply_objects([pod_with_claim("degraded-vf", "degraded-vf")])
+    wait_scheduled(env, "degraded-vf")
+    (_, _, got), = allocated_devices(pod_claim(env, get_pod(env, "degraded-vf")))
+    if got != vf_dev:
+        raise ClusterError(f"the claim for {vf_dev} got {got}")
+    print(f"{vf_dev}, tainted {key}=pf-link-down:None, was allocated without a toleration")
+
+
 SCENARIOS = {
     "install": scenario_install,
     "slices": scenario_slices,
@@ -956,6 +1235,8 @@ SCENARIOS = {
     "vgpu-vf": scenario_vgpu_vf,
     "helm": scenario_helm,
     "taints": scenario_taints,
+    "taint-causes": scenario_taint_causes,
+    "hostdev-vf": scenario_hostdev_vf,
 }
 
 

@@ -1,27 +1,30 @@
 #!/usr/bin/env python3
-"""The image test: builds the plugin image with hack/image.sh and runs it with podman, as the
-DaemonSet runs it, on a test node.
+"""The image test: builds the plugin image with hack/image.sh and runs its root file system, as
+the DaemonSet runs it, on a test node, without a container runtime (none may run on this machine;
+the real node, test/real-node, runs the image in containerd with the real kubelet).
 
 Usage: run_image_test.py SOURCE_DIR PLUGIN MAKE_FIXTURE FAKE_APISERVER KUBELET_SIM
 
-The container gets the DaemonSet's args, environment and volume mounts (read from
-deploy/daemonset/daemonset.yaml, so a mount or flag the image cannot satisfy fails here), with the
-host paths mapped to a test node: a fixture sysfs for /sys, an empty directory for /dev, the
-admin-policy ConfigMap's files for /etc/vfio-dra, and the kubelet and CDI directories at their
-real paths. Those paths must be identical inside and outside (the kubelet dials the socket path
-the plugin registers), so the test runs in a private mount namespace where an overlay makes them
-writable without touching the host; host networking lets the container reach the fake API server
-on loopback. It checks `version`, `discover` (device names come from the image's pci.ids), and
-`serve`: registration with the kubelet simulator, ResourceSlices published to the fake API server,
-/healthz ready, a NodePrepareResources call, and a clean exit on SIGTERM.
+The OCI archive's layers are unpacked into a root file system, and the image's entrypoint runs
+chrooted into it, so it finds only the image's own libraries, pci.ids and configuration. The
+image's config must start the binary the DaemonSet expects. The process gets the DaemonSet's args,
+environment and volume mounts (read from deploy/daemonset/daemonset.yaml, so a mount or flag the
+image cannot satisfy fails here), bind-mounted into the root with the host paths mapped to a test
+node: a fixture sysfs for /sys, an empty directory for /dev, the admin-policy ConfigMap's files
+for /etc/vfio-dra, and the kubelet and CDI directories at their real paths. Those paths must be
+identical inside and outside (the kubelet dials the socket path the plugin registers), so the test
+runs in a private mount namespace where an overlay makes them writable without touching the host;
+the chroot shares this machine's network, so the plugin reaches the fake API server on loopback.
+It checks `version`, `discover` (device names come from the image's pci.ids), and `serve`:
+registration with the kubelet simulator, ResourceSlices published to the fake API server, /healthz
+ready, a NodePrepareResources call, and a clean exit on SIGTERM.
 
-Exits 77 (CTest: skipped) with the reason printed only where podman cannot run at all: not root,
-podman not installed, or no mount namespaces. Everything else is a failure.
+Needs root (image.sh's mmdebstrap, chroot, mounts) and a private mount namespace; without either
+it fails, naming which.
 """
 import json
 import os
 import re
-import resource
 import shutil
 import signal
 import subprocess
@@ -33,7 +36,6 @@ import uuid
 
 import yaml
 
-SKIP = 77
 NODE = "image-test-node"
 # Generous bounds: the machine may be busy with other builds. Waits end as soon as the condition
 # holds.
@@ -43,11 +45,6 @@ KUBECONFIG_IN_CONTAINER = "/etc/vfio-dra-test/kubeconfig"
 
 class Failure(Exception):
     pass
-
-
-def skip(reason):
-    print(f"SKIPPED: the image test cannot run here: {reason}", flush=True)
-    sys.exit(SKIP)
 
 
 def run(cmd, check=True, **kwargs):
@@ -71,14 +68,15 @@ def wait_for(what, condition, log=None):
 
 
 def prerequisites():
+    """Raises the first missing prerequisite, with what provides it."""
     if os.geteuid() != 0:
-        skip("podman runs rootful here and the test is not root")
-    if shutil.which("podman") is None:
-        skip("podman is not installed (./hack/install-deps.sh installs it)")
+        raise Failure("the image test must run as root: hack/image.sh builds the root file system "
+                      "with mmdebstrap, and the test chroots into the image and mounts its volumes")
     probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"],
                            capture_output=True, text=True)
     if probe.returncode != 0:
-        skip(f"no private mount namespace (unshare: {probe.stderr.strip()})")
+        raise Failure(f"no private mount namespace, which keeps the test's mounts off the host "
+                      f"(unshare: {probe.stderr.strip()}); run it where unshare --mount works")
 
 
 def overlay(path, tmp):
@@ -97,12 +95,37 @@ def overlay(path, tmp):
     return base
 
 
-def cgroup_v2_view():
-    """crun refuses hybrid cgroup trees even with --cgroups disabled; in this namespace only,
-    /sys/fs/cgroup shows a cgroup2 tree (nothing is written to it)."""
-    kind = run(["stat", "-f", "-c", "%T", "/sys/fs/cgroup"]).stdout.strip()
-    if kind != "cgroup2fs":
-        run(["mount", "-t", "cgroup2", "none", "/sys/fs/cgroup"])
+def unpack_image(archive, tmp):
+    """The OCI archive's root file system (its layers in order) and its config."""
+    layout = f"{tmp}/layout"
+    os.makedirs(layout)
+    run(["tar", "-xf", archive, "-C", layout])
+
+    def blob(digest):
+        return f"{layout}/blobs/{digest.replace(':', '/')}"
+    with open(f"{layout}/index.json", encoding="utf-8") as f:
+        manifests = json.load(f)["manifests"]
+    if len(manifests) != 1:
+        raise Failure(f"the image archive {archive} holds {len(manifests)} manifests, not one")
+    with open(blob(manifests[0]["digest"]), encoding="utf-8") as f:
+        manifest = json.load(f)
+    with open(blob(manifest["config"]["digest"]), encoding="utf-8") as f:
+        config = json.load(f)["config"]
+    rootfs = f"{tmp}/rootfs"
+    os.makedirs(rootfs)
+    for layer in manifest["layers"]:
+        run(["tar", "--numeric-owner", "-xzf", blob(layer["digest"]), "-C", rootfs])
+    return rootfs, config
+
+
+def check_entrypoint(config, container):
+    """The image must start the plugin as the DaemonSet expects: it sets only args."""
+    if config.get("Entrypoint") != ["/usr/bin/vfio-dra-plugin"]:
+        raise Failure(f"the image's entrypoint is {config.get('Entrypoint')}, not "
+                      "[/usr/bin/vfio-dra-plugin]: the DaemonSet's args would not reach the plugin")
+    if "command" in container:
+        raise Failure(f"daemonset.yaml overrides the image's entrypoint with {container['command']}"
+                      "; this test runs the image's own")
 
 
 def daemonset_container(source_dir):
@@ -125,8 +148,9 @@ def config_maps(source_dir):
     return found
 
 
-def volume_flags(container, volumes, source_dir, node_sys, tmp):
-    """podman -v flags for the DaemonSet's mounts, each host path mapped to the test node."""
+def mount_volumes(container, volumes, source_dir, node_sys, tmp, rootfs):
+    """Bind-mounts the DaemonSet's volumes into the image's root, each host path mapped to the
+    test node."""
     maps = config_maps(source_dir)
     flags = []
     for mount in container["volumeMounts"]:
@@ -161,24 +185,36 @@ def volume_flags(container, volumes, source_dir, node_sys, tmp):
                     f.write(text)
         else:
             raise Failure(f"volume {mount['name']} has a kind this test does not map")
-        flags += ["-v", f"{source}:{mount['mountPath']}" + (":ro" if mount.get("readOnly") else "")]
-    return flags
+        bind(source, rootfs, mount["mountPath"], mount.get("readOnly", False))
+
+
+def bind(source, rootfs, path, read_only):
+    target = f"{rootfs}{path}"
+    if os.path.isdir(source):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        open(target, "a").close()
+    run(["mount", "--bind", source, target])
+    if read_only:
+        run(["mount", "-o", "remount,bind,ro", target])
 
 
 def main():
     source_dir, plugin, make_fixture, fake_apiserver, kubelet_sim = sys.argv[1:6]
     if os.environ.get("VFIO_DRA_IMAGE_TEST_NAMESPACE") != "1":
-        prerequisites()
+        try:
+            prerequisites()
+        except Failure as e:
+            print(f"FAILED: {e}", flush=True)
+            return 1
         env = dict(os.environ, VFIO_DRA_IMAGE_TEST_NAMESPACE="1")
         os.execvpe("unshare", ["unshare", "--mount", "--propagation", "private", sys.executable,
                                *sys.argv], env)
     tmp = tempfile.mkdtemp(prefix="vfio-dra-image-test.")
-    podman = ["podman", "--root", f"{tmp}/storage", "--runroot", f"{tmp}/runroot",
-              "--tmpdir", f"{tmp}/libpod", "--storage-driver", "vfs",
-              "--cgroup-manager", "cgroupfs", "--events-backend", "file"]
     processes = []
     try:
-        check_image(source_dir, plugin, make_fixture, fake_apiserver, kubelet_sim, tmp, podman,
+        check_image(source_dir, plugin, make_fixture, fake_apiserver, kubelet_sim, tmp,
                     processes)
     except Failure as e:
         print(f"FAILED: {e}", flush=True)
@@ -188,15 +224,23 @@ def main():
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        subprocess.run([*podman, "rm", "--all", "--force"], capture_output=True)
-        subprocess.run(["umount", "--recursive", "--lazy", tmp], capture_output=True)
+        unmount_under(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
     print("image test: passed", flush=True)
     return 0
 
 
-def check_image(source_dir, plugin, make_fixture, fake_apiserver, kubelet_sim, tmp, podman,
-                processes):
+def unmount_under(tmp):
+    """Unmounts what the test mounted in the image's root (innermost first), so that removing
+    the temporary directory never descends into /proc or a bound directory."""
+    with open("/proc/self/mounts", encoding="utf-8") as f:
+        points = [line.split()[1] for line in f]
+    for point in reversed(points):
+        if point.startswith(tmp + "/"):
+            subprocess.run(["umount", "--lazy", point], capture_output=True)
+
+
+def check_image(source_dir, plugin, make_fixture, fake_apiserver, kubelet_sim, tmp, processes):
     started = time.monotonic()
     archive = f"{tmp}/vfio-dra-plugin.oci.tar"
     build = subprocess.run([f"{source_dir}/hack/image.sh", "--binary", plugin, "--output",
@@ -205,55 +249,48 @@ def check_image(source_dir, plugin, make_fixture, fake_apiserver, kubelet_sim, t
         raise Failure(f"hack/image.sh exited {build.returncode}")
     print(f"image built in {time.monotonic() - started:.0f} s", flush=True)
 
-    cgroup_v2_view()
     container, volumes = daemonset_container(source_dir)
+    rootfs, config = unpack_image(archive, tmp)
+    check_entrypoint(config, container)
     for volume in volumes.values():
         path = volume.get("hostPath", {}).get("path", "")
         if path.startswith(("/var/lib/kubelet/", "/var/run/")):
             overlay(path, tmp)
+    # The kernel's view a runtime gives every container; /sys and /dev are the DaemonSet's own.
+    os.makedirs(f"{rootfs}/proc", exist_ok=True)
+    run(["mount", "-t", "proc", "proc", f"{rootfs}/proc"])
+    # Only the image's files and the image's environment: nothing of this machine's leaks in.
+    image_env = dict(e.split("=", 1) for e in config.get("Env", []))
+    entry = ["chroot", rootfs, *config["Entrypoint"]]
 
-    image = run([*podman, "pull", "--quiet", f"oci-archive:{archive}"]).stdout.strip()
-    # crun sets the container's rlimits, and without CAP_SYS_RESOURCE (this VM has none) it cannot
-    # raise them to podman's defaults: keep the host's open-file limits. RLIMIT_NPROC does not
-    # apply to root; 4096 is low because crun here failed to set values near the host's hard
-    # limit (32768 worked, 48182 did not).
-    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
-    nproc = 4096
-    podman_run = [*podman, "run", "--rm", "--cgroups", "disabled", "--network", "host",
-                  "--ulimit", f"nofile={nofile[0]}:{nofile[1]}", "--ulimit",
-                  f"nproc={nproc}:{nproc}"]
-    if container.get("securityContext", {}).get("privileged"):
-        podman_run.append("--privileged")
-
-    version = run([*podman_run, image, "version"]).stdout.strip()
+    version = run([*entry, "version"], env=image_env).stdout.strip()
     expected = run([plugin, "version"]).stdout.strip()
     if version != expected:
         raise Failure(f"the image's plugin says {version!r}, the built one {expected!r}")
-    print(f"ok: version in the container: {version}", flush=True)
+    print(f"ok: version from the image: {version}", flush=True)
 
     node = f"{tmp}/node"
     run([make_fixture, "vm-host", node])
-    mounts = volume_flags(container, volumes, source_dir, f"{node}/sys", tmp)
-    args = container["args"]
-    keep = [a for a in args if a.startswith(("--sysfs-root=", "--config="))]
-    discover = run([*podman_run, *mounts, image, "discover", "-o", "json", *keep])
+    mount_volumes(container, volumes, source_dir, f"{node}/sys", tmp, rootfs)
+    keep = [a for a in container["args"] if a.startswith(("--sysfs-root=", "--config="))]
+    discover = run([*entry, "discover", "-o", "json", *keep], env=image_env)
     functions = {f["address"]: f for f in json.loads(discover.stdout)["functions"]}
     gpu = functions.get("0000:01:00.0")
     if gpu is None or not gpu["published"]:
-        raise Failure(f"discover in the container did not publish the fixture's GPU:\n"
+        raise Failure(f"discover from the image did not publish the fixture's GPU:\n"
                       f"{discover.stdout}")
     # The fixture's own pci.ids is not mounted: this name comes from the image's pci.ids package.
     if gpu["vendorName"] != "NVIDIA Corporation" or "RTX A6000" not in gpu["deviceName"]:
         raise Failure(f"device names are not from the image's pci.ids: {gpu}")
-    print(f"ok: discover in the container: {len(functions)} functions, "
+    print(f"ok: discover from the image: {len(functions)} functions, "
           f"{sum(f['published'] for f in functions.values())} published, GPU named "
           f"{gpu['vendorName']} {gpu['deviceName']}", flush=True)
 
-    check_serve(source_dir, fake_apiserver, kubelet_sim, tmp, podman_run, mounts, image,
+    check_serve(source_dir, fake_apiserver, kubelet_sim, tmp, entry, image_env, rootfs,
                 container, processes)
 
 
-def check_serve(source_dir, fake_apiserver, kubelet_sim, tmp, podman_run, mounts, image,
+def check_serve(source_dir, fake_apiserver, kubelet_sim, tmp, entry, image_env, rootfs,
                 container, processes):
     os.makedirs(f"{tmp}/kube")
     api = subprocess.Popen([fake_apiserver, "--kubeconfig-dir", f"{tmp}/kube", "--claims",
@@ -264,6 +301,7 @@ def check_serve(source_dir, fake_apiserver, kubelet_sim, tmp, podman_run, mounts
     if not kubeconfig:
         raise Failure("fake-apiserver did not start")
     server = re.search(r"server: (\S+)", open(kubeconfig).read()).group(1)
+    bind(kubeconfig, rootfs, KUBECONFIG_IN_CONTAINER, True)
 
     env = {"NODE_NAME": NODE, "POD_UID": str(uuid.uuid4())}
     for e in container.get("env", []):
@@ -271,17 +309,15 @@ def check_serve(source_dir, fake_apiserver, kubelet_sim, tmp, podman_run, mounts
             raise Failure(f"daemonset.yaml sets env {e['name']}, which this test does not map")
     args = []
     for a in container["args"]:
-        # Host networking: the DaemonSet's :8080 may be taken here; any loopback port does.
+        # This machine's network: the DaemonSet's :8080 may be taken here; any loopback port does.
         args.append("--metrics-address=127.0.0.1:0" if a.startswith("--metrics-address") else a)
     log = f"{tmp}/plugin.log"
-    serve = subprocess.Popen(
-        [*podman_run, "--name", "vfio-dra-image-test", *[x for k, v in env.items()
-                                                         for x in ("-e", f"{k}={v}")],
-         *mounts, "-v", f"{kubeconfig}:{KUBECONFIG_IN_CONTAINER}:ro", image, *args,
-         f"--kubeconfig={KUBECONFIG_IN_CONTAINER}"],
-        stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    serve = subprocess.Popen([*entry, *args, f"--kubeconfig={KUBECONFIG_IN_CONTAINER}"],
+                             env={**image_env, **env}, stdout=open(log, "w"),
+                             stderr=subprocess.STDOUT)
     processes.append(serve)
-    print(f"+ podman run ... {image[:12]} {' '.join(args)} --kubeconfig=...", flush=True)
+    print(f"+ chroot {rootfs} {' '.join(entry[2:])} {' '.join(args)} --kubeconfig=...",
+          flush=True)
 
     registrar = next(a.split("=", 1)[1] for a in args if a.startswith("--registrar-dir="))
     registered = run([kubelet_sim, "register", "--registrar-dir", registrar, "--wait",
@@ -289,7 +325,7 @@ def check_serve(source_dir, fake_apiserver, kubelet_sim, tmp, podman_run, mounts
     if registered.returncode != 0:
         raise Failure(f"the kubelet simulator could not register the plugin: "
                       f"{registered.stderr.strip()}; plugin log:\n{open(log).read()}")
-    print("ok: the kubelet simulator registered the containerized plugin", flush=True)
+    print("ok: the kubelet simulator registered the image's plugin", flush=True)
 
     def complete_pool():
         with urllib.request.urlopen(server + "/apis/resource.k8s.io/v1/resourceslices") as r:
@@ -327,7 +363,7 @@ def check_serve(source_dir, fake_apiserver, kubelet_sim, tmp, podman_run, mounts
                     "vms/nic-claim/5d7e1c0a-0000-4000-8000-000000000002"])
     if '"error"' in prepared.stdout:
         raise Failure(f"NodePrepareResources failed: {prepared.stdout}")
-    print("ok: NodePrepareResources answered from the container", flush=True)
+    print("ok: NodePrepareResources answered by the image's plugin", flush=True)
 
     serve.send_signal(signal.SIGTERM)
     try:
@@ -335,11 +371,11 @@ def check_serve(source_dir, fake_apiserver, kubelet_sim, tmp, podman_run, mounts
     except subprocess.TimeoutExpired:
         raise Failure(f"the plugin did not stop on SIGTERM; log:\n{open(log).read()}")
     if code != 0:
-        raise Failure(f"the container exited {code} on SIGTERM; log:\n{open(log).read()}")
+        raise Failure(f"the image's plugin exited {code} on SIGTERM; log:\n{open(log).read()}")
     left = os.listdir(registrar)
     if left:
         raise Failure(f"the plugin left {left} in {registrar} after SIGTERM")
-    print("ok: SIGTERM stops the container with exit code 0 and removes its sockets",
+    print("ok: SIGTERM stops the image's plugin with exit code 0 and removes its sockets",
           flush=True)
 
 
