@@ -59,16 +59,25 @@ def etcd_bytes(fleet):
     return float(m.group(1))
 
 
+HEAP_IN_USE = re.compile(r"^go_memstats_heap_inuse_bytes (\S+)$", re.M)
+
+
 def footprint(fleet):
-    return {"etcd_bytes": etcd_bytes(fleet),
+    """etcd's database in use; the API server's resident memory and its Go heap in use. Taken
+    after a quiet minute, so that the heap figure is mostly what the server keeps (its watch
+    cache of every object) rather than garbage of the burst that wrote them."""
+    time.sleep(60)  # the quiet minute itself: the Go collector runs at least every 2 minutes
+    heap = float(HEAP_IN_USE.search(fleet.cluster.metrics_text()).group(1))
+    return {"etcd_bytes": etcd_bytes(fleet), "apiserver_heap_bytes": heap,
             "apiserver_rss_mib": rss_mib(fleet.cluster.processes["kube-apiserver"])}
 
 
 def per_node_cost(before, after, nodes):
-    return {"etcd_kib_per_node": round((after["etcd_bytes"] - before["etcd_bytes"]) / nodes /
-                                       1024, 1),
-            "apiserver_kib_per_node": round((after["apiserver_rss_mib"] -
-                                             before["apiserver_rss_mib"]) * 1024 / nodes, 1)}
+    def kib(key, scale=1):
+        return round((after[key] - before[key]) * scale / nodes / 1024, 1)
+    return {"etcd_kib_per_node": kib("etcd_bytes"),
+            "apiserver_heap_kib_per_node": kib("apiserver_heap_bytes"),
+            "apiserver_rss_kib_per_node": kib("apiserver_rss_mib", 1024 * 1024)}
 
 
 RESPONSE_SIZES = re.compile(
@@ -230,7 +239,8 @@ def table(results):
     ]
     for key, cost in results["cost"].items():
         rows.append((f"cost at {key}", f"etcd {cost['etcd_kib_per_node']} KiB/node, API "
-                     f"server RSS {cost['apiserver_kib_per_node']} KiB/node"))
+                     f"server heap in use {cost['apiserver_heap_kib_per_node']} KiB/node, "
+                     f"RSS {cost['apiserver_rss_kib_per_node']} KiB/node"))
     for f in results["schedule"]:
         rows.append((f"scheduler {f['label']}", f"{f['throughput_avg']} pods/s (average of "
                      f"1 s samples), {f['scheduled']}/{f['pods']} scheduled in "

@@ -10,8 +10,9 @@ scheduler, controller manager and API server, with live plugins and published no
    reason; no device is allocated twice, no whole GPU beside its vGPUs, no counter set over its
    capacity; the live nodes' stand-ins prepare every claim bound to them without an error.
 3. Republished while claims are allocated (a fatal PCIe error taints an allocated GPU; a policy
-   change that deselects allocated GPUs; an instance restarted): no allocated device is dropped
-   or changes what it consumes, and the allocations still fit the slices.
+   change that deselects allocated GPUs; an instance restarted; the VF count of a vGPU node's
+   other GPU changed): no allocated device is dropped or changes what it consumes, and the
+   allocations still fit the slices.
 4. Every pod deleted: every claim unprepared and gone; the same demand is scheduled again in full
    (every counter set is whole again).
 """
@@ -19,6 +20,7 @@ scheduler, controller manager and API server, with live plugins and published no
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 import traceback
 
@@ -124,12 +126,32 @@ def republish(fleet):
     if others:
         restart(fleet, fleet.live[others[0]])
         print(f"republish 3: {others[0]} restarted unchanged")
+    # The VF count of a vGPU node's other GPU changes (2 -> 0 -> 4, as the kernel wants it done)
+    # while its first GPU's vGPUs are allocated: the 40C made before goes with its VF.
+    vgpu_node = next(fleet.live[n] for n in live_held if fleet.live[n].kind.name == "vgpu-vf")
+    for count in ("0", "4"):
+        sim_sysfs_write(fleet, vgpu_node, "bus/pci/devices/0000:c1:00.0/sriov_numvfs", count)
+
+    def vf_gone():
+        return all(d["name"] != "vgpu-0000-c1-00-4-1415" for s in fleet.slices_of(vgpu_node.name)
+                   for d in s["spec"].get("devices", []))
+    wait_for(f"the plugin on {vgpu_node.name} to republish after the VF count change", vf_gone,
+             120)
+    print(f"republish 4: {vgpu_node.name}'s 0000:c1:00.0 from 2 VFs to 4")
     wait_for("every live plugin's slices settled", lambda: settled(fleet, before), 120)
     after = device_states(fleet, held)
     changed = {k: (before[k], after[k]) for k in held if before[k] != after[k]}
     check(not changed, f"allocated devices dropped or changed by a republish: {changed}")
     assert_allocations(fleet, "after the republishes")
     print(f"{len(held)} allocated devices kept as they were through the republishes")
+
+
+def sim_sysfs_write(fleet, node, path, value):
+    """What `echo value > path` does on the node, through the simulated kernel."""
+    result = subprocess.run([os.path.join(fleet.build, "test", "sim-sysfs-write"),
+                             os.path.join(node.dir, "sys"), os.path.join(node.dir, "dev"), path,
+                             value], capture_output=True, text=True)
+    check(result.returncode == 0, f"on {node.name}: {result.stderr}")
 
 
 def settled(fleet, before):
