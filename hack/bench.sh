@@ -40,7 +40,11 @@ for run in 1 2 3; do
   "$BUILD_DIR/bench/prepare_bench" --rounds 20 --dir "${PREPARE_BENCH_DIR:-/tmp}" \
     --apiserver-keepalive-poll packaged >"$OUT/prepare-polled$run.json"
 done
-python3 - "$OUT" <<'PY' | tee docs/benchmarks.md
+# Sections other commands write (the real node's, the fleet's) follow the marker line and are
+# kept as they are.
+MARKER='<!-- Below: sections written by other commands (see each); hack/bench.sh keeps them. -->'
+awk -v m="$MARKER" 'found || $0 == m { found = 1; print }' docs/benchmarks.md >"$OUT/kept.md"
+python3 - "$OUT" <<'PY' >"$OUT/generated.md"
 import json, os, platform, subprocess, sys
 out = sys.argv[1]
 def medians(name):
@@ -391,3 +395,6 @@ if notes:
     for text in notes:
         print(f"- {text}")
 PY
+cat "$OUT/generated.md" >docs/benchmarks.md
+if [ -s "$OUT/kept.md" ]; then printf '\n' >>docs/benchmarks.md; cat "$OUT/kept.md" >>docs/benchmarks.md; fi
+cat docs/benchmarks.md

@@ -302,7 +302,9 @@ Status SliceReconciler::ListIntoCache(std::string& resource_version) {
 }
 
 void SliceReconciler::WatchLoop() {
-  kube::Backoff backoff(options_.initial_backoff, options_.max_backoff);
+  // Every node's plugin loses its watch when the API server restarts: full jitter spreads their
+  // re-lists instead of sending them as one herd.
+  kube::Backoff backoff(options_.initial_backoff, options_.max_backoff, kube::kFullJitter);
   auto pause = [&](std::chrono::milliseconds delay) {
     std::unique_lock<std::mutex> lock(mu_);
     wake_.wait_for(lock, delay, [&] { return stopping_.load(); });
@@ -361,8 +363,9 @@ void SliceReconciler::WatchLoop() {
       }
       if (watched.error().kind != ErrorKind::kGone) {
         log_.Warn("ResourceSlice watch failed", {{"error", watched.error().message}});
-        pause(backoff.Next());
       }
+      // A 410 too: a restarted server answers every node's resumed watch with it at once.
+      pause(backoff.Next());
       break;  // relist
     }
   }

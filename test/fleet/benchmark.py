@@ -35,6 +35,7 @@ sys.path[:0] = [HERE, os.path.join(os.path.dirname(HERE), "cluster")]
 import capacity  # noqa: E402
 import workload  # noqa: E402
 from control_plane import wait_for  # noqa: E402
+import fleet as fleet_module  # noqa: E402
 from fleet import Fleet  # noqa: E402
 from run import SOURCE_DIR, kube_binaries  # noqa: E402
 
@@ -221,22 +222,24 @@ def phase_schedule(fleet, pods, label, profile_path=None):
 
 
 def table(results):
-    s, i, r = results["startup"], results["idle"], results["restart"]
-    rows = [
-        ("start-up", f"{s['instances']} instances: all slices on the server in "
-         f"{s['seconds_to_all_slices']} s; requests per instance median "
-         f"{s['requests_per_instance_median']}, max {s['requests_per_instance_max']}"),
-        ("idle", f"{i['requests_per_node_hour']} requests/node/h beyond the watch "
-         f"({i['verbs'] or 'none'}), {i['watch_requests_per_node_hour']} watch "
-         f"re-opens/node/h, {i['bytes_per_node_hour']} bytes/node/h, over "
-         f"{i['window_seconds']} s"),
-        ("API server restart", f"at {results['nodes_at_restart']} nodes: LISTs per instance "
-         f"max {r['lists_per_instance_max']} ({r['lists_total']} in all, at "
-         f"{r['list_spread_seconds']} s min/median/max), WATCHes per instance max "
-         f"{r['watches_per_instance_max']}, all back {r['all_back_seconds']} s after the old "
-         f"server exited (its successor ready after {r['ready_seconds']} s), "
-         f"{r['slice_writes']} slices rewritten"),
-    ]
+    rows = []
+    s, i, r = results.get("startup"), results.get("idle"), results.get("restart")
+    if s:
+        rows.append(("start-up", f"{s['instances']} instances: all slices on the server in "
+                     f"{s['seconds_to_all_slices']} s; requests per instance median "
+                     f"{s['requests_per_instance_median']}, max {s['requests_per_instance_max']}"))
+    if i:
+        rows.append(("idle", f"{i['requests_per_node_hour']} requests/node/h beyond the watch "
+                     f"({i['verbs'] or 'none'}), {i['watch_requests_per_node_hour']} watch "
+                     f"re-opens/node/h, {i['bytes_per_node_hour']} bytes/node/h, over "
+                     f"{i['window_seconds']} s"))
+    if r:
+        rows.append(("API server restart", f"at {results['nodes_at_restart']} nodes: LISTs per "
+                     f"instance max {r['lists_per_instance_max']} ({r['lists_total']} in all, at "
+                     f"{r['list_spread_seconds']} s min/median/max), WATCHes per instance max "
+                     f"{r['watches_per_instance_max']}, all back {r['all_back_seconds']} s after "
+                     f"the old server exited (its successor ready after {r['ready_seconds']} s), "
+                     f"{r['slice_writes']} slices rewritten"))
     for key, cost in results["cost"].items():
         rows.append((f"cost at {key}", f"etcd {cost['etcd_kib_per_node']} KiB/node, API "
                      f"server heap in use {cost['apiserver_heap_kib_per_node']} KiB/node, "
@@ -262,31 +265,42 @@ def main():
                         "is the smaller fleet")
     parser.add_argument("--idle", type=int, default=300)
     parser.add_argument("--json")
+    parser.add_argument("--mdev-types", choices=("all", "one"), default="all",
+                        help="mdev nodes offer every type their GPUs can create, or one")
+    parser.add_argument("--schedule-only", action="store_true",
+                        help="only the scheduler's runs (no idle, restart or cost phases)")
     args = parser.parse_args()
     bin_dir = kube_binaries(args.release)
     shutil.rmtree(args.work_dir, ignore_errors=True)
     os.makedirs(args.work_dir)
-    fleet = Fleet(bin_dir, args.build_dir, args.work_dir, SOURCE_DIR, args.release, args.live)
-    results = {"live": args.live, "cost": {}, "schedule": []}
+    kinds = fleet_module.ONE_MDEV_TYPE if args.mdev_types == "one" else fleet_module.KINDS
+    fleet = Fleet(bin_dir, args.build_dir, args.work_dir, SOURCE_DIR, args.release, args.live,
+                  kinds)
+    results = {"live": args.live, "cost": {}, "schedule": [], "mdev_types": args.mdev_types}
     try:
         fleet.start()
         log("control plane up")
-        results["startup"] = phase_startup(fleet, args.live)
-        log(f"start-up: {results['startup']}")
         half, full = args.nodes // 2, args.nodes
-        base = footprint(fleet)
-        fleet.publish(args.live, half)
-        results["cost"][f"{half} nodes"] = per_node_cost(base, footprint(fleet),
-                                                         half - args.live)
-        log(f"{half} nodes: {results['cost']}")
-        results["idle"] = phase_idle(fleet, args.idle)
-        log(f"idle: {results['idle']}")
-        base = footprint(fleet)
-        fleet.publish(half, full)
-        results["cost"][f"{full} nodes"] = per_node_cost(base, footprint(fleet), full - half)
-        results["nodes_at_restart"] = full
-        results["restart"] = phase_restart(fleet)
-        log(f"restart: {results['restart']}")
+        if args.live:
+            results["startup"] = phase_startup(fleet, args.live)
+            log(f"start-up: {results['startup']}")
+        if args.schedule_only:
+            fleet.publish(args.live, full)
+        else:
+            base = footprint(fleet)
+            fleet.publish(args.live, half)
+            results["cost"][f"{half} nodes"] = per_node_cost(base, footprint(fleet),
+                                                             half - args.live)
+            log(f"{half} nodes: {results['cost']}")
+            results["idle"] = phase_idle(fleet, args.idle)
+            log(f"idle: {results['idle']}")
+            base = footprint(fleet)
+            fleet.publish(half, full)
+            results["cost"][f"{full} nodes"] = per_node_cost(base, footprint(fleet),
+                                                             full - half)
+            results["nodes_at_restart"] = full
+            results["restart"] = phase_restart(fleet)
+            log(f"restart: {results['restart']}")
         profile = os.path.join(args.work_dir, f"scheduler-{full}-counters.pprof")
         results["schedule"].append(phase_schedule(fleet, args.pods, f"{full} nodes, counters",
                                                   profile))

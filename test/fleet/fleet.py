@@ -81,6 +81,11 @@ class Kind:
                 f.write("MalfTLP 1\nTOTAL_ERR_FATAL 1\n")
 
 
+MDEV_ONE_TYPE_POLICY = """version: v1
+select:
+  - {kind: mdev, mdevType: "nvidia-222"}
+"""
+
 KINDS = {
     # Eight GPUs with their audio functions; one has counted a fatal PCIe error, so it is
     # published with a NoSchedule taint the scheduler must honour.
@@ -92,6 +97,9 @@ KINDS = {
     "vgpu-vf": Kind("vgpu-vf", "vgpu-vf", VGPU_VF_POLICY),
     "sriov": Kind("sriov", "sriov"),
 }
+# The layout the benchmark compares: mdev nodes offering one type (the admin's select entry, as a
+# farm that runs one vGPU size per GPU model sets it) instead of every type the GPUs can create.
+ONE_MDEV_TYPE = dict(KINDS, mdev=Kind("mdev", "vgpu-busy", MDEV_ONE_TYPE_POLICY))
 # The fleet's mix, per ten nodes.
 MIX = ["passthrough"] * 5 + ["mdev"] * 2 + ["vgpu-vf"] + ["sriov"] * 2
 
@@ -105,8 +113,8 @@ TEMPLATES = {
 }
 
 
-def kind_of(index):
-    return KINDS[MIX[index % len(MIX)]]
+def kind_of(index, kinds=None):
+    return (kinds or KINDS)[MIX[index % len(MIX)]]
 
 
 def node_name(index):
@@ -223,12 +231,14 @@ class Connections:
 
 
 class Fleet:
-    def __init__(self, bin_dir, build_dir, work_dir, source_dir, release, live_count):
+    def __init__(self, bin_dir, build_dir, work_dir, source_dir, release, live_count,
+                 kinds=None):
         self.build, self.dir, self.source, self.release = build_dir, work_dir, source_dir, release
         self.live_names = [node_name(i) for i in range(live_count)]
         self.cluster = ControlPlane(bin_dir, os.path.join(work_dir, "control-plane"), release,
                                     extra_args=FLEET_ARGS, audit_policy=PLUGIN_AUDIT_POLICY)
         self.renderer = Renderer(build_dir, work_dir, release)
+        self.kinds = kinds or KINDS
         self.live = {}        # name -> Node
         self.published = []   # names of published nodes, in index order
         self.api = None
@@ -268,7 +278,7 @@ class Fleet:
         """Fixture trees, Node objects, the DaemonSet's pods bound and their tokens: everything
         up to starting the plugins, which launch_live() does at once for all."""
         for i, name in enumerate(self.live_names):
-            kind = kind_of(i)
+            kind = kind_of(i, self.kinds)
             node = Node(self.cluster, name, kind.fixture, self.build, self.dir)
             kind.prepare_tree(node.dir)
             node.kind = kind
@@ -339,7 +349,7 @@ class Fleet:
                                                       "fleet/kind": kind.name}}}
 
     def _publish_one(self, index, counters):
-        name, kind = node_name(index), kind_of(index)
+        name, kind = node_name(index), kind_of(index, self.kinds)
         status, answer = self.api.request("POST", "/api/v1/nodes", self.node_object(name, kind))
         if status not in (201, 409):
             raise ClusterError(f"creating Node {name}: {status} {str(answer)[:300]}")
@@ -373,7 +383,7 @@ class Fleet:
             self.api.must("DELETE", f"{RESOURCE}/resourceslices?fieldSelector=" +
                           urllib.parse.quote(f"spec.nodeName={name}"))
             index = int(name.split("-")[1])
-            for s in self.renderer.slices(kind_of(index), name, counters):
+            for s in self.renderer.slices(kind_of(index, self.kinds), name, counters):
                 self.api.must("POST", f"{RESOURCE}/resourceslices", s)
         self.parallel(one, names)
 

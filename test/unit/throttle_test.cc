@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -47,6 +48,22 @@ TEST(Backoff, GrowsExponentiallyWithJitterAndCaps) {
   }
   backoff.Reset();
   EXPECT_LE(backoff.Next().count(), 120);
+}
+
+TEST(Backoff, FullJitterSpreadsManyInstancesOverTheWholeWindow) {
+  // 200 plugins whose watches broke at the same moment: their first delays cover [0, 2 x 500 ms]
+  // instead of a band around 500 ms.
+  long lowest = 1000000;
+  long highest = 0;
+  for (unsigned seed = 0; seed < 200; ++seed) {
+    const long delay =
+        Backoff(milliseconds(500), milliseconds(10000), kFullJitter, seed).Next().count();
+    EXPECT_LE(delay, 1000);
+    lowest = std::min(lowest, delay);
+    highest = std::max(highest, delay);
+  }
+  EXPECT_LT(lowest, 100);
+  EXPECT_GT(highest, 900);
 }
 
 class TokenSourceTest : public ::testing::Test {
