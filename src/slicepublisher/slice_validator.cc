@@ -160,6 +160,27 @@ Status ValidateTaints(size_t s, const SliceDevice& device, const ValidationTarge
   return Status::Ok();
 }
 
+// 1.38's server refuses names with two slashes; its Go helper (which a C++ driver has to mirror,
+// the server does not check it) refuses names in the driver's own domain, because CEL would then
+// see "<driver>/x" and "x" as one attribute. Every release gets the 1.38 rules so that a slice
+// never becomes invalid on upgrade.
+Status ValidateAttributeName(size_t s, const std::string& where, const std::string& name,
+                             const std::string& driver) {
+  const size_t slash = name.find('/');
+  if (slash != std::string::npos && name.find('/', slash + 1) != std::string::npos) {
+    return Rule(s, where, "attribute name \"" + name + "\" has more than one '/'");
+  }
+  if (!driver.empty() && name.rfind(driver + "/", 0) == 0) {
+    return Rule(s, where,
+                "attribute name \"" + name + "\" is qualified with the driver's own domain " +
+                    driver + "; publish it as \"" + name.substr(driver.size() + 1) + "\"");
+  }
+  if (!IsQualifiedName(name)) {
+    return Rule(s, where, "attribute name \"" + name + "\" is not a qualified name");
+  }
+  return Status::Ok();
+}
+
 Status ValidateDevice(size_t s, const SliceDevice& device, const ValidationTarget& target,
                       std::set<std::string>& device_names) {
   const bool v135 = target.kubernetes_minor >= 35;
@@ -174,9 +195,7 @@ Status ValidateDevice(size_t s, const SliceDevice& device, const ValidationTarge
         fmt::format("at most 32 attributes and capacities, has {}", device.attributes.size()));
   }
   for (const auto& [name, value] : device.attributes) {
-    if (!IsQualifiedName(name)) {
-      return Rule(s, where, "attribute name \"" + name + "\" is not a qualified name");
-    }
+    if (Status st = ValidateAttributeName(s, where, name, target.driver); !st.ok()) return st;
     if (const auto* text = std::get_if<std::string>(&value); text && text->size() > 64) {
       return Rule(s, where, "attribute " + name + " is longer than 64 characters");
     }
