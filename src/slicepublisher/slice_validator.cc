@@ -21,13 +21,22 @@ bool IsCIdentifier(const std::string& text) {
   return true;
 }
 
+// A semver number as 1.38's server takes it: no leading zero and at most 18 digits (so that it fits
+// an int64), in MAJOR.MINOR.PATCH and in digit-only pre-release identifiers alike.
+bool IsSemverNumber(const std::string& text, size_t start, size_t end) {
+  if (end == start || end - start > 18 || (end - start > 1 && text[start] == '0')) return false;
+  return std::all_of(text.begin() + static_cast<std::ptrdiff_t>(start),
+                     text.begin() + static_cast<std::ptrdiff_t>(end),
+                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; });
+}
+
 bool IsSemver(const std::string& text) {
-  // MAJOR.MINOR.PATCH with optional -pre and +build, digits without leading zeros.
+  // MAJOR.MINOR.PATCH with optional -pre and +build.
   size_t i = 0;
   for (int part = 0; part < 3; ++part) {
     const size_t start = i;
     while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
-    if (i == start || (i - start > 1 && text[start] == '0')) return false;
+    if (!IsSemverNumber(text, start, i)) return false;
     if (part < 2) {
       if (i >= text.size() || text[i] != '.') return false;
       ++i;
@@ -35,11 +44,21 @@ bool IsSemver(const std::string& text) {
   }
   if (i == text.size()) return true;
   if (text[i] != '-' && text[i] != '+') return false;
-  for (++i; i < text.size(); ++i) {
-    const char c = text[i];
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.' && c != '+') {
-      return false;
+  bool pre_release = text[i] == '-';
+  size_t identifier = i + 1;
+  for (++i; i <= text.size(); ++i) {
+    const char c = i < text.size() ? text[i] : '.';
+    if (c == '.' || c == '+') {
+      const bool digits_only =
+          std::all_of(text.begin() + static_cast<std::ptrdiff_t>(identifier),
+                      text.begin() + static_cast<std::ptrdiff_t>(i),
+                      [](char d) { return std::isdigit(static_cast<unsigned char>(d)) != 0; });
+      if (pre_release && digits_only && !IsSemverNumber(text, identifier, i)) return false;
+      if (c == '+') pre_release = false;
+      identifier = i + 1;
+      continue;
     }
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') return false;
   }
   return true;
 }
@@ -201,7 +220,9 @@ Status ValidateDevice(size_t s, const SliceDevice& device, const ValidationTarge
     }
     if (const auto* version = std::get_if<VersionString>(&value)) {
       if (version->value.size() > 64 || !IsSemver(version->value)) {
-        return Rule(s, where, "attribute " + name + " is not a semantic version");
+        return Rule(s, where,
+                    "attribute " + name + " is not a semantic version (\"" + version->value +
+                        "\"; numbers have no leading zero and at most 18 digits)");
       }
     }
   }

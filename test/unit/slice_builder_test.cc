@@ -458,6 +458,23 @@ TEST(SliceValidator, RejectsWhatTheServerWouldNamingDeviceAndRule) {
   two_slashes.devices.push_back({"gpu-1", {{"example.com/a/b", std::string("x")}}, {}});
   EXPECT_THAT(ValidatePool(pool_with(two_slashes), v135).error().message,
               HasSubstr("device gpu-1: attribute name \"example.com/a/b\" has more than one '/'"));
+  // 1.38 caps semver numbers at 18 digits, digit-only pre-release identifiers included.
+  const auto version_pool = [&](const std::string& version) {
+    SliceContent slice;
+    slice.devices.push_back({"gpu-1", {{"driverVersion", VersionString{version}}}, {}});
+    return pool_with(slice);
+  };
+  for (const char* good : {"1.2.3", "1.2.3-rc.1+build.007", "123456789012345678.0.0",
+                           "1.0.0-123456789012345678", "1.0.0-0a.1"}) {
+    Status s = ValidatePool(version_pool(good), v135);
+    EXPECT_TRUE(s.ok()) << good << ": " << s.error().message;
+  }
+  for (const char* bad : {"1234567890123456789.0.0", "1.0.0-1234567890123456789", "1.0.0-rc.01",
+                          "01.0.0", "1.0", "1.0.0-", "1.0.0-a..b"}) {
+    EXPECT_THAT(ValidatePool(version_pool(bad), v135).error().message,
+                HasSubstr("attribute driverVersion is not a semantic version"))
+        << bad;
+  }
   EXPECT_TRUE(IsQualifiedName("resource.kubernetes.io/pciBusID"));
   EXPECT_FALSE(IsQualifiedName("a/b/c"));
   EXPECT_FALSE(IsQualifiedName("1abc"));
