@@ -64,10 +64,12 @@ Status ServeDaemon::BuildApiClients() {
   claim_options.burst = options_.claim_api_burst;
   claim_api_.emplace(*transport_, *tokens_, RealClock(), root_.WithComponent("kube"),
                      claim_options);
-  claim_reader_.emplace(*claim_api_);
+  // One discovery of resource.k8s.io for claim reads and status writes alike.
+  claim_api_versions_.emplace(*claim_api_);
+  claim_reader_.emplace(*claim_api_, *claim_api_versions_);
   // Pod reads and claim status writes sit on the same path as claim reads (a pod start).
   pod_reader_.emplace(*claim_api_);
-  claim_status_.emplace(*claim_api_, options_.driver_name);
+  claim_status_.emplace(*claim_api_, *claim_api_versions_, options_.driver_name);
   claim_status_queue_.emplace(*claim_status_, RealClock(), root_.WithComponent("claim-status"));
   claims_.emplace(*claim_reader_);
   log_.Info("Kubernetes API client ready",

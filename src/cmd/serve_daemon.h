@@ -88,6 +88,7 @@ class ServeDaemon {
   std::optional<kube::TokenSource> tokens_;
   std::optional<kube::ApiClient> api_;
   std::optional<kube::ApiClient> claim_api_;
+  std::optional<kube::ResourceApiVersions> claim_api_versions_;
   std::optional<kube::ResourceClaimReader> claim_reader_;
   std::optional<kube::ApiPodReader> pod_reader_;
   std::optional<kube::ApiClaimStatusWriter> claim_status_;

@@ -3,6 +3,8 @@
 #include <cctype>
 
 #include "base/k8s_names.h"
+#include "plugin/plugin_server.h"
+#include "plugin/registration_service.h"
 
 namespace vfio_dra::cmd {
 namespace {
@@ -60,6 +62,19 @@ Status FinalizeServeOptions(ServeOptions& options) {
         {"--plugin-data-dir", &options.plugin_data_dir},
         {"--cdi-dir", &options.cdi_dir}}) {
     if (Status s = CheckAbsolutePath(flag, *value); !s.ok()) return s;
+  }
+  // The kubelet is told the DRA socket's path at registration; refuse here what it would refuse
+  // there, before any socket exists.
+  const plugin::SocketLayout layout = plugin::SocketLayout::For(
+      options.plugin_data_dir, options.registrar_dir, options.driver_name, options.pod_uid);
+  if (Status s = plugin::ValidateDraEndpoint(layout.dra_socket); !s.ok()) {
+    return s.error().Wrap("--plugin-data-dir");
+  }
+  if (layout.registration_socket.size() >= 108) {
+    return FlagError("--registrar-dir", "the registration socket path \"" +
+                                            layout.registration_socket + "\" is " +
+                                            std::to_string(layout.registration_socket.size()) +
+                                            " bytes long, a unix socket path has at most 107");
   }
   if (!options.host_netns.empty()) {
     if (Status s = CheckAbsolutePath("--host-netns", options.host_netns); !s.ok()) return s;

@@ -1,19 +1,22 @@
 // ResourceClaimReader: GETs a ResourceClaim in the newest resource.k8s.io version the server
-// serves (v1, else v1beta2, else v1beta1) and remembers the version that worked, so a 1.32/1.33
-// cluster costs one extra round trip once, not on every claim.
+// serves, as its discovery document says (ResourceApiVersions, read once), so a 1.32/1.33 cluster
+// is read in v1beta1/v1beta2 and a 1.38 one, which removed v1beta1 claims, is never asked for them.
+// A bare 404 (the server was upgraded under us) makes it look at discovery again, once per call.
 #pragma once
 
-#include <atomic>
+#include <mutex>
 #include <string>
 
 #include "kube/api_client.h"
+#include "kube/resource_api_versions.h"
 #include "kube/resource_claim.h"
 
 namespace vfio_dra::kube {
 
 class ResourceClaimReader {
  public:
-  explicit ResourceClaimReader(ApiClient& client) : client_(client) {}
+  ResourceClaimReader(ApiClient& client, ResourceApiVersions& versions)
+      : client_(client), versions_(versions) {}
 
   // kNotFound when the claim does not exist (or no known API version is served; the message
   // tells which); other kinds for server or transport failures.
@@ -26,7 +29,9 @@ class ResourceClaimReader {
 
  private:
   ApiClient& client_;
-  std::atomic<int> version_index_{-1};
+  ResourceApiVersions& versions_;
+  mutable std::mutex mu_;
+  std::string served_version_;
 };
 
 }  // namespace vfio_dra::kube

@@ -22,9 +22,6 @@ constexpr size_t kMaxMessage = 32768;
 
 constexpr const char* kDefaultApiVersion = "resource.k8s.io/v1";
 constexpr const char* kGroupPrefix = "resource.k8s.io/";
-// Newest first: a claim whose version is not known (or no longer served) is read in these.
-constexpr std::array<const char*, 3> kServedVersions = {
-    "resource.k8s.io/v1", "resource.k8s.io/v1beta2", "resource.k8s.io/v1beta1"};
 
 std::string DeviceKey(const AllocatedDeviceStatus& device) {
   std::string key = device.driver + "/" + device.pool + "/" + device.device;
@@ -266,8 +263,7 @@ Status ApiClaimStatusWriter::Apply(const ClaimStatusTarget& claim,
                                    const std::vector<AllocatedDeviceStatus>& devices,
                                    Deadline deadline) {
   const std::string what = "cannot write status.devices of " + ClaimName(claim);
-  auto path = ClaimStatusPath(claim);
-  if (!path.ok()) return path.error().Wrap(what);
+  if (auto path = ClaimStatusPath(claim); !path.ok()) return path.error().Wrap(what);
   if (claim.uid.empty()) {
     // Without the uid precondition the write could land on a claim re-created under the name.
     return MakeError(ErrorKind::kInvalidArgument, what + ": the claim's uid is unknown");
@@ -282,12 +278,16 @@ Status ApiClaimStatusWriter::Apply(const ClaimStatusTarget& claim,
   if (Status valid = ValidateAllocatedDeviceStatuses(devices); !valid.ok()) {
     return valid.error().Wrap(what);
   }
-  const nlohmann::json body = ClaimStatusApplyBody(claim, devices);
+  auto served = InServedVersion(claim, deadline);
+  if (!served.ok()) return served.error().Wrap(what);
+  auto path = ClaimStatusPath(*served);
+  if (!path.ok()) return path.error().Wrap(what);
+  const nlohmann::json body = ClaimStatusApplyBody(*served, devices);
   // force: we own our driver's entries; another manager's stale copy of one must not block us.
   const std::string target = *path + "?fieldManager=" + UrlEncode(driver_) + "&force=true";
   auto response = client_.Call("PATCH", target, &body, deadline, kApplyPatchContentType);
   if (!response.ok()) return response.error().Wrap(what);
-  return ApplyResponseStatus(claim, *path, *response);
+  return ApplyResponseStatus(*served, *path, *response);
 }
 
 Status ApiClaimStatusWriter::ApplyResponseStatus(const ClaimStatusTarget& claim,
@@ -325,40 +325,72 @@ Status ApiClaimStatusWriter::ApplyResponseStatus(const ClaimStatusTarget& claim,
   return error;
 }
 
+Result<ClaimStatusTarget> ApiClaimStatusWriter::InServedVersion(const ClaimStatusTarget& claim,
+                                                                Deadline deadline) {
+  ClaimStatusTarget target = claim;
+  if (target.api_version.empty()) target.api_version = kDefaultApiVersion;
+  const std::string prefix = kGroupPrefix;
+  // v1 needs no look at discovery; a malformed version is left for ClaimPath to refuse.
+  if (target.api_version == kDefaultApiVersion || target.api_version.rfind(prefix, 0) != 0) {
+    return target;
+  }
+  auto served = versions_.Served(deadline);
+  if (!served.ok()) return served.error();
+  const std::string own = target.api_version.substr(prefix.size());
+  if (!served->empty() && std::find(served->begin(), served->end(), own) == served->end()) {
+    target.api_version = prefix + served->front();
+  }
+  return target;
+}
+
+std::optional<Result<ClaimStatusReading>> ApiClaimStatusWriter::ReadIn(
+    const ClaimStatusTarget& claim, Deadline deadline) {
+  const std::string what = "cannot read " + ClaimName(claim) + " for its status.devices";
+  auto path = ClaimPath(claim);
+  if (!path.ok()) return path.error().Wrap(what);
+  auto response = client_.Call("GET", *path, nullptr, deadline);
+  if (!response.ok()) return response.error().Wrap(what);
+  if (response->status == 404 && ParseApiStatus(*response).reason != "NotFound") {
+    return std::nullopt;  // a bare 404 page: this version is not served
+  }
+  if (response->status == 404) {
+    return MakeError(ErrorKind::kNotFound, what + ": the claim no longer exists");
+  }
+  if (response->status != 200 || !response->body.is_object()) {
+    return ApiErrorFromResponse("GET", *path, *response).Wrap(what);
+  }
+  const nlohmann::json meta = response->body.value("metadata", nlohmann::json::object());
+  const std::string uid = meta.is_object() ? StringField(meta, "uid") : std::string();
+  if (uid != claim.uid) {
+    return MakeError(ErrorKind::kNotFound, what + ": the claim was replaced (its uid is " + uid +
+                                               ", not " + claim.uid + ")");
+  }
+  return ClaimStatusReading{claim.api_version, StringField(meta, "resourceVersion"),
+                            EntriesOf(response->body, driver_)};
+}
+
 Result<ClaimStatusReading> ApiClaimStatusWriter::Read(const ClaimStatusTarget& claim,
                                                       Deadline deadline) {
   const std::string what = "cannot read " + ClaimName(claim) + " for its status.devices";
-  std::vector<std::string> versions;
-  if (!claim.api_version.empty()) versions.push_back(claim.api_version);
-  for (const char* version : kServedVersions) {
-    if (version != claim.api_version) versions.emplace_back(version);
-  }
+  auto first = InServedVersion(claim, deadline);
+  if (!first.ok()) return first.error().Wrap(what);
+  std::vector<std::string> versions = {first->api_version};
   std::vector<std::string> unserved;
-  for (const std::string& version : versions) {
-    ClaimStatusTarget in_version = claim;
-    in_version.api_version = version;
-    auto path = ClaimPath(in_version);
-    if (!path.ok()) return path.error().Wrap(what);
-    auto response = client_.Call("GET", *path, nullptr, deadline);
-    if (!response.ok()) return response.error().Wrap(what);
-    if (response->status == 404 && ParseApiStatus(*response).reason != "NotFound") {
-      unserved.push_back(version);  // a bare 404 page: this version is not served
-      continue;
+  for (size_t i = 0; i < versions.size(); ++i) {
+    ClaimStatusTarget in_version = *first;
+    in_version.api_version = versions[i];
+    auto reading = ReadIn(in_version, deadline);
+    if (reading) return std::move(*reading);
+    unserved.push_back(versions[i]);
+    if (i > 0) continue;
+    // The server no longer serves what we took it to: ask it again, once.
+    versions_.Forget();
+    auto served = versions_.Served(deadline);
+    if (!served.ok()) return served.error().Wrap(what);
+    for (const std::string& version : *served) {
+      const std::string full = kGroupPrefix + version;
+      if (full != versions[0]) versions.push_back(full);
     }
-    if (response->status == 404) {
-      return MakeError(ErrorKind::kNotFound, what + ": the claim no longer exists");
-    }
-    if (response->status != 200 || !response->body.is_object()) {
-      return ApiErrorFromResponse("GET", *path, *response).Wrap(what);
-    }
-    const nlohmann::json meta = response->body.value("metadata", nlohmann::json::object());
-    const std::string uid = meta.is_object() ? StringField(meta, "uid") : std::string();
-    if (uid != claim.uid) {
-      return MakeError(ErrorKind::kNotFound, what + ": the claim was replaced (its uid is " + uid +
-                                                 ", not " + claim.uid + ")");
-    }
-    return ClaimStatusReading{version, StringField(meta, "resourceVersion"),
-                              EntriesOf(response->body, driver_)};
   }
   std::string tried;
   for (const std::string& version : unserved) tried += (tried.empty() ? "" : ", ") + version;

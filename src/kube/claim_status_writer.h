@@ -23,6 +23,7 @@
 #include "base/deadline.h"
 #include "base/result.h"
 #include "kube/api_client.h"
+#include "kube/resource_api_versions.h"
 #include "kube/resource_claim.h"
 
 namespace vfio_dra::kube {
@@ -69,12 +70,12 @@ bool SameDeviceStatuses(const std::vector<AllocatedDeviceStatus>& shown,
 // Content-Type application/apply-patch+yaml, ?fieldManager=<driver>&force=true.
 class ApiClaimStatusWriter final : public ClaimStatusWriter {
  public:
-  ApiClaimStatusWriter(ApiClient& client, std::string driver)
-      : client_(client), driver_(std::move(driver)) {}
+  ApiClaimStatusWriter(ApiClient& client, ResourceApiVersions& versions, std::string driver)
+      : client_(client), versions_(versions), driver_(std::move(driver)) {}
   Status Apply(const ClaimStatusTarget& claim, const std::vector<AllocatedDeviceStatus>& devices,
                Deadline deadline) override;
-  // GET .../namespaces/<ns>/resourceclaims/<name>, trying v1, v1beta2 and v1beta1 after the
-  // claim's own version on a bare 404 (a version the server does not serve).
+  // GET .../namespaces/<ns>/resourceclaims/<name> in the claim's version (InServedVersion), and
+  // on a bare 404 in the other versions the server's discovery lists, newest first.
   Result<ClaimStatusReading> Read(const ClaimStatusTarget& claim, Deadline deadline) override;
 
  private:
@@ -84,7 +85,16 @@ class ApiClaimStatusWriter final : public ClaimStatusWriter {
   Status ApplyResponseStatus(const ClaimStatusTarget& claim, const std::string& path,
                              const ApiResponse& response) const;
 
+  // `claim` addressed in its own version when that is v1 (the newest; a server without it answers
+  // a bare 404) or one the server serves, else in the newest the server serves: a claim recorded
+  // in v1beta1 before the cluster's upgrade to 1.38 is written in v1, never in the removed v1beta1.
+  Result<ClaimStatusTarget> InServedVersion(const ClaimStatusTarget& claim, Deadline deadline);
+  // The reading in claim.api_version; nullopt for a bare 404 (the version is not served).
+  std::optional<Result<ClaimStatusReading>> ReadIn(const ClaimStatusTarget& claim,
+                                                   Deadline deadline);
+
   ApiClient& client_;
+  ResourceApiVersions& versions_;
   std::string driver_;
 };
 

@@ -2,6 +2,28 @@
 
 namespace vfio_dra::plugin {
 
+Status ValidateDraEndpoint(const std::string& endpoint) {
+  const auto invalid = [&](const std::string& problem) {
+    return MakeError(ErrorKind::kInvalidArgument,
+                     "DRA socket path \"" + endpoint + "\" " + problem +
+                         " (the kubelet would refuse to register the plugin)");
+  };
+  if (endpoint.empty() || endpoint.front() != '/') return invalid("is not an absolute path");
+  if (endpoint.size() >= 108) {
+    return invalid("is " + std::to_string(endpoint.size()) +
+                   " bytes long, the limit is 107: choose a shorter --plugin-data-dir");
+  }
+  for (char c : endpoint) {
+    if (c == '%' || c == '?' || c == '#') {
+      return invalid(std::string("contains '") + c + "', which a unix: URL does not keep as is");
+    }
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return invalid("contains a control character");
+    }
+  }
+  return Status::Ok();
+}
+
 RegistrationService::RegistrationService(std::string driver_name, std::string dra_endpoint,
                                          std::vector<std::string> supported_versions, Logger log)
     : driver_name_(std::move(driver_name)),

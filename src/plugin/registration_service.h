@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "base/result.h"
 #include "plugin/grpc_method.h"
 #include "pluginregistration.pb.h"
 
@@ -24,6 +25,12 @@ inline const std::vector<std::string>& SupportedDraServices() {
       "v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"};
   return kServices;
 }
+
+// The kubelet (1.38+) registers a plugin only if its endpoint is an absolute path shorter than 108
+// bytes (a unix socket path and its NUL) that reads as a plain path in a unix: URL: no '%', '?' or
+// '#'. Older kubelets fail later and less clearly, so the plugin holds itself to this on every
+// release. The error names the path and what is wrong with it.
+Status ValidateDraEndpoint(const std::string& endpoint);
 
 enum class RegistrationState { kPending, kRegistered, kRejected };
 

@@ -21,13 +21,22 @@ bool IsCIdentifier(const std::string& text) {
   return true;
 }
 
+// A semver number as 1.38's server takes it: no leading zero and at most 18 digits (so that it fits
+// an int64), in MAJOR.MINOR.PATCH and in digit-only pre-release identifiers alike.
+bool IsSemverNumber(const std::string& text, size_t start, size_t end) {
+  if (end == start || end - start > 18 || (end - start > 1 && text[start] == '0')) return false;
+  return std::all_of(text.begin() + static_cast<std::ptrdiff_t>(start),
+                     text.begin() + static_cast<std::ptrdiff_t>(end),
+                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; });
+}
+
 bool IsSemver(const std::string& text) {
-  // MAJOR.MINOR.PATCH with optional -pre and +build, digits without leading zeros.
+  // MAJOR.MINOR.PATCH with optional -pre and +build.
   size_t i = 0;
   for (int part = 0; part < 3; ++part) {
     const size_t start = i;
     while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
-    if (i == start || (i - start > 1 && text[start] == '0')) return false;
+    if (!IsSemverNumber(text, start, i)) return false;
     if (part < 2) {
       if (i >= text.size() || text[i] != '.') return false;
       ++i;
@@ -35,11 +44,21 @@ bool IsSemver(const std::string& text) {
   }
   if (i == text.size()) return true;
   if (text[i] != '-' && text[i] != '+') return false;
-  for (++i; i < text.size(); ++i) {
-    const char c = text[i];
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.' && c != '+') {
-      return false;
+  bool pre_release = text[i] == '-';
+  size_t identifier = i + 1;
+  for (++i; i <= text.size(); ++i) {
+    const char c = i < text.size() ? text[i] : '.';
+    if (c == '.' || c == '+') {
+      const bool digits_only =
+          std::all_of(text.begin() + static_cast<std::ptrdiff_t>(identifier),
+                      text.begin() + static_cast<std::ptrdiff_t>(i),
+                      [](char d) { return std::isdigit(static_cast<unsigned char>(d)) != 0; });
+      if (pre_release && digits_only && !IsSemverNumber(text, identifier, i)) return false;
+      if (c == '+') pre_release = false;
+      identifier = i + 1;
+      continue;
     }
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') return false;
   }
   return true;
 }
@@ -160,6 +179,27 @@ Status ValidateTaints(size_t s, const SliceDevice& device, const ValidationTarge
   return Status::Ok();
 }
 
+// 1.38's server refuses names with two slashes; its Go helper (which a C++ driver has to mirror,
+// the server does not check it) refuses names in the driver's own domain, because CEL would then
+// see "<driver>/x" and "x" as one attribute. Every release gets the 1.38 rules so that a slice
+// never becomes invalid on upgrade.
+Status ValidateAttributeName(size_t s, const std::string& where, const std::string& name,
+                             const std::string& driver) {
+  const size_t slash = name.find('/');
+  if (slash != std::string::npos && name.find('/', slash + 1) != std::string::npos) {
+    return Rule(s, where, "attribute name \"" + name + "\" has more than one '/'");
+  }
+  if (!driver.empty() && name.rfind(driver + "/", 0) == 0) {
+    return Rule(s, where,
+                "attribute name \"" + name + "\" is qualified with the driver's own domain " +
+                    driver + "; publish it as \"" + name.substr(driver.size() + 1) + "\"");
+  }
+  if (!IsQualifiedName(name)) {
+    return Rule(s, where, "attribute name \"" + name + "\" is not a qualified name");
+  }
+  return Status::Ok();
+}
+
 Status ValidateDevice(size_t s, const SliceDevice& device, const ValidationTarget& target,
                       std::set<std::string>& device_names) {
   const bool v135 = target.kubernetes_minor >= 35;
@@ -174,15 +214,15 @@ Status ValidateDevice(size_t s, const SliceDevice& device, const ValidationTarge
         fmt::format("at most 32 attributes and capacities, has {}", device.attributes.size()));
   }
   for (const auto& [name, value] : device.attributes) {
-    if (!IsQualifiedName(name)) {
-      return Rule(s, where, "attribute name \"" + name + "\" is not a qualified name");
-    }
+    if (Status st = ValidateAttributeName(s, where, name, target.driver); !st.ok()) return st;
     if (const auto* text = std::get_if<std::string>(&value); text && text->size() > 64) {
       return Rule(s, where, "attribute " + name + " is longer than 64 characters");
     }
     if (const auto* version = std::get_if<VersionString>(&value)) {
       if (version->value.size() > 64 || !IsSemver(version->value)) {
-        return Rule(s, where, "attribute " + name + " is not a semantic version");
+        return Rule(s, where,
+                    "attribute " + name + " is not a semantic version (\"" + version->value +
+                        "\"; numbers have no leading zero and at most 18 digits)");
       }
     }
   }

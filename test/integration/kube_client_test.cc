@@ -54,6 +54,7 @@ class KubeClientTest : public ::testing::Test {
     dir_ = mkdtemp(tmpl);
   }
   void TearDown() override {
+    versions_.reset();
     client_.reset();
     transport_.reset();
     tokens_.reset();
@@ -76,8 +77,10 @@ class KubeClientTest : public ::testing::Test {
     options.max_backoff = std::chrono::milliseconds(20);
     options.max_retries = max_retries;
     options.qps = qps_;
+    versions_.reset();
     client_ =
         std::make_unique<ApiClient>(*transport_, *tokens_, RealClock(), Logger::Discard(), options);
+    versions_ = std::make_unique<ResourceApiVersions>(*client_);
   }
 
   std::string dir_;
@@ -152,6 +155,7 @@ class KubeClientTest : public ::testing::Test {
   }
   std::unique_ptr<TokenSource> tokens_;
   std::unique_ptr<ApiClient> client_;
+  std::unique_ptr<ResourceApiVersions> versions_;  // on client_, for claim readers and writers
 };
 
 TEST_F(KubeClientTest, ReadsClaimsFromTheNewestServedVersionAndRemembersIt) {
@@ -161,22 +165,24 @@ TEST_F(KubeClientTest, ReadsClaimsFromTheNewestServedVersionAndRemembersIt) {
   Connect();
   server_->PutClaim(ClaimJson("vms", "c1", "u1"));
   server_->PutClaim(ClaimJson("vms", "c2", "u2"));
-  ResourceClaimReader reader(*client_);
+  ResourceClaimReader reader(*client_, *versions_);
   auto first = reader.Get("vms", "c1");
   ASSERT_TRUE(first.ok()) << first.error().message;
   EXPECT_EQ(first->uid, "u1");
   EXPECT_EQ(first->api_version, "resource.k8s.io/v1beta1");
   EXPECT_EQ(reader.ServedVersion(), "v1beta1");
-  EXPECT_EQ(server_->CountRequests("GET", "/apis/resource.k8s.io/"), 3u);  // v1, v1beta2, v1beta1
+  // Discovery once, then the claim in the version it names: no probing of v1 and v1beta2.
+  EXPECT_EQ(server_->CountRequests("GET", "/apis/resource.k8s.io/"), 1u);
+  EXPECT_EQ(server_->CountRequests("GET", "/apis/resource.k8s.io"), 2u);
   server_->ClearRequests();
   ASSERT_TRUE(reader.Get("vms", "c2").ok());
-  EXPECT_EQ(server_->CountRequests("GET", "/apis/resource.k8s.io/"), 1u);
+  EXPECT_EQ(server_->CountRequests("GET", "/apis/resource.k8s.io"), 1u);
 }
 
 TEST_F(KubeClientTest, MissingClaimIsNotFoundNamingIt) {
   StartServer({});
   Connect();
-  ResourceClaimReader reader(*client_);
+  ResourceClaimReader reader(*client_, *versions_);
   auto missing = reader.Get("vms", "nope");
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.error().kind, ErrorKind::kNotFound);
@@ -189,7 +195,7 @@ TEST_F(KubeClientTest, NoResourceApiAtAllSaysSo) {
   options.served_versions = {};
   StartServer(options);
   Connect();
-  ResourceClaimReader reader(*client_);
+  ResourceClaimReader reader(*client_, *versions_);
   auto got = reader.Get("vms", "c");
   ASSERT_FALSE(got.ok());
   EXPECT_NE(got.error().message.find("serves none of resource.k8s.io"), std::string::npos);
@@ -381,7 +387,7 @@ class ClaimStatusTest : public KubeClientTest {
            {Allocated("nic", "vfio.dra.io", "vf-a"), Allocated("nic2", "vfio.dra.io", "vf-b"),
             Allocated("net", "sriov.example.com", "eth1")}}}}};
     server_->PutClaim(claim);
-    writer_ = std::make_unique<ApiClaimStatusWriter>(*client_, "vfio.dra.io");
+    writer_ = std::make_unique<ApiClaimStatusWriter>(*client_, *versions_, "vfio.dra.io");
   }
 
   static json Allocated(const std::string& request, const std::string& driver,
@@ -593,12 +599,12 @@ TEST_F(ClaimStatusTest, WritesInTheVersionTheClaimWasReadIn) {
   server_->Stop();
   StartServer(options);
   Connect();
-  writer_ = std::make_unique<ApiClaimStatusWriter>(*client_, "vfio.dra.io");
+  writer_ = std::make_unique<ApiClaimStatusWriter>(*client_, *versions_, "vfio.dra.io");
   json claim = ClaimJson("vms", "old", "u-old");
   claim["status"]["allocation"] = {
       {"devices", {{"results", {Allocated("nic", "vfio.dra.io", "vf-a")}}}}};
   server_->PutClaim(claim);
-  ResourceClaimReader reader(*client_);
+  ResourceClaimReader reader(*client_, *versions_);
   auto read = reader.Get("vms", "old");
   ASSERT_TRUE(read.ok()) << read.error().message;
   Status status = writer_->Apply({read->api_version, read->namespace_, read->name, read->uid, ""},
@@ -627,7 +633,7 @@ TEST_F(ClaimStatusTest, AClearingAfterARestartWritesInAVersionTheServerServes) {
     Settle(*before);
     ASSERT_EQ(StoredDevices(), std::vector<std::string>{"vfio.dra.io/vf-a=02:00:00:00:00:0a"});
   }
-  ApiClaimStatusWriter restarted(*client_, "vfio.dra.io");
+  ApiClaimStatusWriter restarted(*client_, *versions_, "vfio.dra.io");
   auto after = NewQueue(restarted);
   after->Submit({"", "vms", "nic-claim", "claim-uid-1", ""}, {});
   Settle(*after);
@@ -636,13 +642,45 @@ TEST_F(ClaimStatusTest, AClearingAfterARestartWritesInAVersionTheServerServes) {
   EXPECT_EQ(after->Stats().pending, 0u);
 }
 
+// A 1.38 server serves resource.k8s.io/v1 only (v1beta1 claims are removed, v1beta2 goes in
+// 1.39). A claim prepared before the cluster's upgrade is recorded in v1beta1; its status is
+// written, read back and cleared in v1, and no request names a version the server does not serve.
+// The fake stands in for the server here because it can serve exactly v1 with a 1.38 version.
+TEST_F(ClaimStatusTest, AClaimRecordedInV1beta1IsWrittenInV1OnAServerServingOnlyV1) {
+  FakeApiServerOptions options;
+  options.served_versions = {"v1"};
+  options.minor_version = "38";
+  server_->Stop();
+  StartWithClaim(options);
+  server_->ClearRequests();
+  auto queue = NewQueue(*writer_);
+  queue->Submit({"resource.k8s.io/v1beta1", "vms", "nic-claim", "claim-uid-1", ""},
+                {Ours("vf-a", "02:00:00:00:00:0a")});
+  Settle(*queue);
+  EXPECT_EQ(StoredDevices(), std::vector<std::string>{"vfio.dra.io/vf-a=02:00:00:00:00:0a"});
+  auto reading =
+      writer_->Read({"resource.k8s.io/v1beta1", "vms", "nic-claim", "claim-uid-1", ""}, Deadline());
+  ASSERT_TRUE(reading.ok()) << reading.error().message;
+  EXPECT_EQ(reading->api_version, "resource.k8s.io/v1");
+  queue->Submit({"resource.k8s.io/v1beta1", "vms", "nic-claim", "claim-uid-1", ""}, {});
+  Settle(*queue);
+  EXPECT_TRUE(StoredDevices().empty());
+  EXPECT_EQ(queue->Stats().given_up, 0u);
+  ResourceClaimReader reader(*client_, *versions_);
+  ASSERT_TRUE(reader.Get("vms", "nic-claim").ok());
+  for (const testing::RecordedRequest& request : server_->Requests()) {
+    EXPECT_EQ(request.path.find("/v1beta"), std::string::npos)
+        << request.method << " " << request.path;
+  }
+}
+
 // A rolling update: the older instance decides a prepare's status on the claim as it read it;
 // before its write lands, the newer instance unprepares the claim and clears our entries. The
 // older write's precondition (the claim as read) fails; it reads the claim again, asks again,
 // finds the claim unprepared, and writes nothing: the cleared status stays cleared.
 TEST_F(ClaimStatusTest, AnOlderInstancesWriteNeverResurrectsAClearedStatus) {
   auto older = NewQueue(*writer_);
-  ApiClaimStatusWriter newer_writer(*client_, "vfio.dra.io");
+  ApiClaimStatusWriter newer_writer(*client_, *versions_, "vfio.dra.io");
   auto newer = NewQueue(newer_writer);
   std::atomic<bool> prepared = true;  // the claim's record, in the checkpoint both instances share
   older->Submit({"resource.k8s.io/v1", "vms", "nic-claim", "claim-uid-1", ""},
@@ -757,7 +795,7 @@ class RbacTest : public ClaimStatusTest {
 TEST_F(RbacTest, TheShippedRbacAllowsEverythingThePluginAsks) {
   StartUnder(testing::ShippedRbacFile());
   // Preparing a VF: the claim, the pod it is reserved for, the MAC in the claim's status.
-  ResourceClaimReader claims(*client_);
+  ResourceClaimReader claims(*client_, *versions_);
   auto claim = claims.Get("vms", "nic-claim");
   ASSERT_TRUE(claim.ok()) << claim.error().message;
   ApiPodReader pods(*client_);
@@ -913,7 +951,7 @@ TEST_F(RbacTest, WithoutThePodsRuleReadingThePodIsForbidden) {
             {"code", 403}}));
   EXPECT_EQ(Forbidden(), 2u);
   // Only that rule is gone.
-  ResourceClaimReader claims(*client_);
+  ResourceClaimReader claims(*client_, *versions_);
   EXPECT_TRUE(claims.Get("vms", "nic-claim").ok());
 }
 
@@ -956,7 +994,7 @@ TEST_F(RbacTest, EveryOtherShippedRuleIsNeeded) {
            "scope"},
       {"resourceclaims",
        [&]() -> Status {
-         ResourceClaimReader reader(*client_);
+         ResourceClaimReader reader(*client_, *versions_);
          auto claim = reader.Get("vms", "nic-claim");
          return claim.ok() ? Status() : claim.error();
        },
@@ -999,7 +1037,7 @@ TEST_F(RbacTest, RulesCountOnlyWhenBoundToThePlugin) {
   ASSERT_FALSE(pod.ok());
   EXPECT_EQ(pod.error().kind, ErrorKind::kPermissionDenied);
   EXPECT_TRUE(server_->Claim("vms", "nic-claim").is_object());
-  EXPECT_FALSE(ResourceClaimReader(*client_).Get("vms", "nic-claim").ok());
+  EXPECT_FALSE(ResourceClaimReader(*client_, *versions_).Get("vms", "nic-claim").ok());
 
   // The shipped file, another user.
   StartUnder(testing::ShippedRbacFile(), "system:serviceaccount:vfio-dra:default");

@@ -340,6 +340,34 @@ TEST_F(SliceReconcilerTest, AServerWithoutV1GetsTheV1beta1Shape) {
   EXPECT_EQ(server_->Slices()[0]["spec"]["devices"].size(), 2u);
 }
 
+// A 1.38 server serves resource.k8s.io/v1 only (v1beta1 slices are removed, not just off). The
+// profile comes from discovery, is said in one log line, and nothing asks for another version.
+// The fake stands in for the server: it serves exactly v1 and says 1.38.
+TEST_F(SliceReconcilerTest, AServerServingOnlyV1IsNeverAskedForV1beta1) {
+  FakeApiServerOptions options;
+  options.served_versions = {"v1"};
+  options.minor_version = "38";
+  StartServer(options);
+  ::testing::internal::CaptureStderr();
+  StartReconcilerOn(*Scan("vgpu"), "", Logger::ToStderr(0));
+  const bool converged = Converged(3);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(converged);
+  EXPECT_EQ(reconciler_->Stats().profile.api_version, "v1");
+  EXPECT_EQ(reconciler_->Stats().profile.kubernetes_minor, 38);
+  size_t profile_lines = 0;
+  for (size_t at = log.find("API server profile"); at != std::string::npos;
+       at = log.find("API server profile", at + 1)) {
+    ++profile_lines;
+  }
+  EXPECT_EQ(profile_lines, 1u) << log;
+  EXPECT_NE(log.find("resource.k8s.io/v1"), std::string::npos) << log;
+  for (const testing::RecordedRequest& request : server_->Requests()) {
+    EXPECT_EQ(request.path.find("/v1beta"), std::string::npos)
+        << request.method << " " << request.path;
+  }
+}
+
 TEST_F(SliceReconcilerTest, Kubernetes134GetsCountersInTheDeviceSlice) {
   FakeApiServerOptions options;
   options.minor_version = "34";

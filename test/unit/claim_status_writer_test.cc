@@ -207,7 +207,8 @@ class ApiClaimStatusWriterTest : public ::testing::Test {
     options.qps = 0;
     options.max_retries = 0;
     client_ = std::make_unique<ApiClient>(transport_, tokens_, clock_, Logger::Discard(), options);
-    writer_ = std::make_unique<ApiClaimStatusWriter>(*client_, "vfio.dra.io");
+    versions_ = std::make_unique<ResourceApiVersions>(*client_);
+    writer_ = std::make_unique<ApiClaimStatusWriter>(*client_, *versions_, "vfio.dra.io");
   }
   Status Apply(const std::vector<AllocatedDeviceStatus>& devices,
                const ClaimStatusTarget& target = Target()) {
@@ -218,15 +219,19 @@ class ApiClaimStatusWriterTest : public ::testing::Test {
   TokenSource tokens_{"", "", clock_};
   ScriptedTransport transport_;
   std::unique_ptr<ApiClient> client_;
+  std::unique_ptr<ResourceApiVersions> versions_;
   std::unique_ptr<ApiClaimStatusWriter> writer_;
 };
 
+// A claim read in v1beta2 is written in v1beta2 while the server (discovery first) still serves it.
 TEST_F(ApiClaimStatusWriterTest, SendsAForcedApplyOfTheStatusSubresource) {
+  transport_.Respond(200, R"({"versions": [{"version": "v1"}, {"version": "v1beta2"}]})");
   transport_.Respond(200, R"({"kind": "ResourceClaim"})");
   Status status = Apply({ReadyVf()}, Target("resource.k8s.io/v1beta2"));
   ASSERT_TRUE(status.ok()) << status.error().message;
-  ASSERT_EQ(transport_.sent.size(), 1u);
-  const HttpRequest& request = transport_.sent[0];
+  ASSERT_EQ(transport_.sent.size(), 2u);
+  EXPECT_EQ(transport_.sent[0].path_and_query, "/apis/resource.k8s.io");
+  const HttpRequest& request = transport_.sent[1];
   EXPECT_EQ(request.method, "PATCH");
   EXPECT_EQ(request.path_and_query,
             "/apis/resource.k8s.io/v1beta2/namespaces/vms/resourceclaims/sriov-claim/status"
@@ -331,6 +336,7 @@ TEST_F(ApiClaimStatusWriterTest, AResourceVersionIsSentAsAPreconditionAndItsFail
 // the reading has the claim's resourceVersion and this driver's entries only.
 TEST_F(ApiClaimStatusWriterTest, ReadFindsAServedVersionAndOurEntries) {
   transport_.Respond(404, "404 page not found\n");
+  transport_.Respond(200, R"({"kind": "APIGroup", "versions": [{"version": "v1beta2"}]})");
   json claim = {
       {"apiVersion", "resource.k8s.io/v1beta2"},
       {"kind", "ResourceClaim"},
@@ -347,10 +353,11 @@ TEST_F(ApiClaimStatusWriterTest, ReadFindsAServedVersionAndOurEntries) {
   AllocatedDeviceStatus ours = ReadyVf();
   ours.conditions[0].last_transition_time = "2026-11-25T10:00:00Z";
   EXPECT_TRUE(SameDeviceStatuses(reading->ours, {ours}));
-  ASSERT_EQ(transport_.sent.size(), 2u);
+  ASSERT_EQ(transport_.sent.size(), 3u);
   EXPECT_EQ(transport_.sent[0].path_and_query,
             "/apis/resource.k8s.io/v1/namespaces/vms/resourceclaims/sriov-claim");
-  EXPECT_EQ(transport_.sent[1].path_and_query,
+  EXPECT_EQ(transport_.sent[1].path_and_query, "/apis/resource.k8s.io");
+  EXPECT_EQ(transport_.sent[2].path_and_query,
             "/apis/resource.k8s.io/v1beta2/namespaces/vms/resourceclaims/sriov-claim");
 
   claim["metadata"]["uid"] = "claim-uid-2";  // re-created under the name

@@ -39,6 +39,16 @@ TEST(ServeOptions, RejectsBadValuesNamingTheFlag) {
       {[](ServeOptions& o) { o.close_idle_connections_seconds = -1; }, "--close-idle-connections"},
       {[](ServeOptions& o) { o.close_idle_connections_seconds = 86401; },
        "--close-idle-connections"},
+      // Endpoints a 1.38 kubelet refuses to register: '%', '?' or '#' in the path, 108+ bytes.
+      {[](ServeOptions& o) { o.plugin_data_dir = "/var/lib/kubelet/plugins/%2e%2e"; },
+       "--plugin-data-dir"},
+      {[](ServeOptions& o) { o.plugin_data_dir = "/var/lib/kubelet/plugins/a?b"; },
+       "--plugin-data-dir"},
+      {[](ServeOptions& o) { o.plugin_data_dir = "/var/lib/kubelet/plugins/a#b"; },
+       "--plugin-data-dir"},
+      {[](ServeOptions& o) { o.plugin_data_dir = "/" + std::string(100, 'p'); },
+       "--plugin-data-dir"},
+      {[](ServeOptions& o) { o.registrar_dir = "/" + std::string(100, 'r'); }, "--registrar-dir"},
   };
   for (const Case& c : cases) {
     ServeOptions o = Valid();
@@ -58,6 +68,18 @@ TEST(ServeOptions, ClosesIdleConnectionsBeforeTheKubeletsIdleTimerByDefault) {
   EXPECT_LT(o.close_idle_connections_seconds, 30 * 60);
   o.close_idle_connections_seconds = 0;
   EXPECT_TRUE(FinalizeServeOptions(o).ok());
+}
+
+// The kubelet's limit is a path shorter than 108 bytes; "/dra.sock" is 9 of them.
+TEST(ServeOptions, AcceptsTheLongestEndpointTheKubeletRegisters) {
+  ServeOptions o = Valid();
+  o.plugin_data_dir = "/" + std::string(97, 'p');  // 98 + 9 = 107 bytes
+  ASSERT_TRUE(FinalizeServeOptions(o).ok());
+  o.plugin_data_dir += "p";
+  Status s = FinalizeServeOptions(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("108 bytes long, the limit is 107"), std::string::npos)
+      << s.error().message;
 }
 
 TEST(SocketLayout, UsesPodUidForRollingUpdates) {

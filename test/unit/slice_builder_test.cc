@@ -57,7 +57,7 @@ class EveryFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(EveryFixture, PublishesValidSlicesForEachRelease) {
   FixtureNode node(GetParam());
-  for (int minor : {34, 35, 36}) {
+  for (int minor : {34, 35, 36, 37, 38}) {
     ServerProfile profile{"v1", minor, false};
     Built built = Build(node, profile.Layout());
     Status s = ValidatePool(built.pool, {minor, "vfio.dra.io", "node-1", profile.Layout()});
@@ -74,6 +74,42 @@ TEST_P(EveryFixture, PublishesValidSlicesForEachRelease) {
         EXPECT_EQ(*back, slice) << GetParam() << " " << api;
       }
     }
+  }
+}
+
+// The attribute names 1.38 accepts (one '/' at most) and its Go helper allows (none in the
+// driver's own domain), for every device of every fixture, with and without counters and taints.
+TEST_P(EveryFixture, AttributeNamesFollowThe138Rules) {
+  FixtureNode node(GetParam());
+  TaintInputs taints;
+  taints.driver = "vfio.dra.io";
+  taints.now = "2026-11-28T00:00:00Z";
+  sysfs::SysfsReader sysfs(node.sysfs_root());
+  auto names = discovery::PciNames::Open({node.sysfs_root(), node.pci_ids(), false});
+  auto scan = discovery::ScanNode(sysfs, names.ok() ? names->get() : nullptr, {});
+  MdevTypeMaxima maxima;
+  maxima.Observe(scan->inventory);
+  size_t checked = 0;
+  for (CounterLayout layout :
+       {CounterLayout::kNone, CounterLayout::kInDeviceSlice, CounterLayout::kOwnSlice}) {
+    const DesiredPool pool = BuildDesiredPool(*scan, {"node-1", layout, &taints}, maxima);
+    for (const auto& slice : pool.slices) {
+      for (const auto& device : slice.devices) {
+        for (const auto& [name, value] : device.attributes) {
+          ++checked;
+          EXPECT_LE(std::count(name.begin(), name.end(), '/'), 1) << GetParam() << " " << name;
+          EXPECT_NE(name.rfind("vfio.dra.io/", 0), 0u) << GetParam() << " " << name;
+          EXPECT_TRUE(IsQualifiedName(name)) << GetParam() << " " << name;
+        }
+      }
+    }
+    if (layout == CounterLayout::kOwnSlice) {
+      Status s = ValidatePool(pool, {38, "vfio.dra.io", "node-1", layout});
+      EXPECT_TRUE(s.ok()) << GetParam() << ": " << s.error().message;
+    }
+  }
+  if (!scan->selection.devices.empty()) {
+    EXPECT_GT(checked, 0u) << GetParam();
   }
 }
 
@@ -413,6 +449,32 @@ TEST(SliceValidator, RejectsWhatTheServerWouldNamingDeviceAndRule) {
   SliceContent bad_name;
   bad_name.devices.push_back({"GPU_1", {}, {}});
   EXPECT_THAT(ValidatePool(pool_with(bad_name), v135).error().message, HasSubstr("DNS label"));
+  SliceContent self_qualified;
+  self_qualified.devices.push_back({"gpu-1", {{"vfio.dra.io/type", std::string("pci")}}, {}});
+  EXPECT_THAT(ValidatePool(pool_with(self_qualified), v135).error().message,
+              HasSubstr("device gpu-1: attribute name \"vfio.dra.io/type\" is qualified with the "
+                        "driver's own domain vfio.dra.io; publish it as \"type\""));
+  SliceContent two_slashes;
+  two_slashes.devices.push_back({"gpu-1", {{"example.com/a/b", std::string("x")}}, {}});
+  EXPECT_THAT(ValidatePool(pool_with(two_slashes), v135).error().message,
+              HasSubstr("device gpu-1: attribute name \"example.com/a/b\" has more than one '/'"));
+  // 1.38 caps semver numbers at 18 digits, digit-only pre-release identifiers included.
+  const auto version_pool = [&](const std::string& version) {
+    SliceContent slice;
+    slice.devices.push_back({"gpu-1", {{"driverVersion", VersionString{version}}}, {}});
+    return pool_with(slice);
+  };
+  for (const char* good : {"1.2.3", "1.2.3-rc.1+build.007", "123456789012345678.0.0",
+                           "1.0.0-123456789012345678", "1.0.0-0a.1"}) {
+    Status s = ValidatePool(version_pool(good), v135);
+    EXPECT_TRUE(s.ok()) << good << ": " << s.error().message;
+  }
+  for (const char* bad : {"1234567890123456789.0.0", "1.0.0-1234567890123456789", "1.0.0-rc.01",
+                          "01.0.0", "1.0", "1.0.0-", "1.0.0-a..b"}) {
+    EXPECT_THAT(ValidatePool(version_pool(bad), v135).error().message,
+                HasSubstr("attribute driverVersion is not a semantic version"))
+        << bad;
+  }
   EXPECT_TRUE(IsQualifiedName("resource.kubernetes.io/pciBusID"));
   EXPECT_FALSE(IsQualifiedName("a/b/c"));
   EXPECT_FALSE(IsQualifiedName("1abc"));
