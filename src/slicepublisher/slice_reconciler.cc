@@ -309,11 +309,21 @@ void SliceReconciler::WatchLoop() {
     std::unique_lock<std::mutex> lock(mu_);
     wake_.wait_for(lock, delay, [&] { return stopping_.load(); });
   };
+  bool lost_watch = false;
   while (!stopping_) {
     if (Status s = EnsureProfile(); !s.ok()) {
       log_.Warn("ResourceSlice watch waits for the API server", {{"error", s.error().message}});
       pause(backoff.Next());
       continue;
+    }
+    // A restarted server answers before it is ready (its authorizer refuses everything until
+    // it has synced): every node's plugin would LIST into that, be refused, and LIST again.
+    if (lost_watch) {
+      if (Status s = ServerReady(); !s.ok()) {
+        pause(backoff.Next());
+        continue;
+      }
+      lost_watch = false;
     }
     std::string rv;
     if (Status s = ListIntoCache(rv); !s.ok()) {
@@ -363,12 +373,25 @@ void SliceReconciler::WatchLoop() {
       }
       if (watched.error().kind != ErrorKind::kGone) {
         log_.Warn("ResourceSlice watch failed", {{"error", watched.error().message}});
+        lost_watch = true;
       }
       // A 410 too: a restarted server answers every node's resumed watch with it at once.
       pause(backoff.Next());
       break;  // relist
     }
   }
+}
+
+Status SliceReconciler::ServerReady() {
+  auto response = api_.Call("GET", "/readyz");
+  if (!response.ok()) return response.error();
+  // 5xx: not ready yet. 401, 403 or 404 (a server that does not let everyone ask, as it does by
+  // default) say nothing of readiness: the LIST goes ahead rather than waiting forever.
+  if (response->status >= 500) {
+    return MakeError(ErrorKind::kUnavailable, "the API server is not ready yet (/readyz: HTTP " +
+                                                  std::to_string(response->status) + ")");
+  }
+  return Status::Ok();
 }
 
 void SliceReconciler::SyncLoop() {

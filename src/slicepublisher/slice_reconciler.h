@@ -144,6 +144,8 @@ class SliceReconciler {
   Status EnsureProfile();
   Status EnsureNodeUid();
   Status ListIntoCache(std::string& resource_version);
+  // After a lost watch: Ok once /readyz answers 200, or answers what says nothing of readiness.
+  Status ServerReady();
   void MarkDirty();
   std::string SlicesPath() const;
   std::string Selector() const;

@@ -267,6 +267,8 @@ def main():
     parser.add_argument("--json")
     parser.add_argument("--mdev-types", choices=("all", "one"), default="all",
                         help="mdev nodes offer every type their GPUs can create, or one")
+    parser.add_argument("--no-schedule", action="store_true",
+                        help="only start-up, cost, idle and the API server restart")
     parser.add_argument("--schedule-only", action="store_true",
                         help="only the scheduler's runs (no idle, restart or cost phases)")
     args = parser.parse_args()
@@ -301,6 +303,8 @@ def main():
             results["nodes_at_restart"] = full
             results["restart"] = phase_restart(fleet)
             log(f"restart: {results['restart']}")
+        if args.no_schedule:
+            return finish(fleet, results, args)
         profile = os.path.join(args.work_dir, f"scheduler-{full}-counters.pprof")
         results["schedule"].append(phase_schedule(fleet, args.pods, f"{full} nodes, counters",
                                                   profile))
@@ -316,8 +320,14 @@ def main():
         fleet.publish(half, full, counters=False)
         results["schedule"].append(phase_schedule(fleet, args.pods,
                                                   f"{full} nodes, no counters (control)"))
-    finally:
+    except BaseException:
         fleet.stop(keep_files=True)
+        raise
+    return finish(fleet, results, args)
+
+
+def finish(fleet, results, args):
+    fleet.stop(keep_files=True)
     print(table(results), flush=True)
     if args.json:
         with open(args.json, "w") as f:

@@ -1165,6 +1165,13 @@ void FakeApiServer::InstallRoutes() {
       ReplyStatus(res, 401, "Unauthorized", "Unauthorized");
       return;
     }
+    // As the real server's default --authorization-always-allow-paths: anyone may ask. A server
+    // shutting down fails its readiness first, as the real one does.
+    if (parts.size() == 1 && parts[0] == "readyz") {
+      res.status = stopping_ ? 503 : 200;
+      res.set_content(stopping_ ? "shutting down" : "ok", "text/plain");
+      return;
+    }
     // As in the real server, authorization follows authentication and precedes every handler,
     // so a denied request never reaches (or changes) the store.
     if (rbac_) {
