@@ -16,12 +16,10 @@ Phases, on one control plane (docs/benchmarks.md says what each figure means):
     VF) on 1,000 and then 500 nodes, and the same on the same devices published without counters.
 """
 
-import argparse
 import datetime
 import json
 import os
 import re
-import shutil
 import statistics
 import sys
 import threading
@@ -255,11 +253,7 @@ def table(results):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--release", default="1.37")
-    parser.add_argument("--build-dir", required=True)
-    parser.add_argument("--work-dir", required=True)
-    parser.add_argument("--live", type=int, default=100)
+    parser = fleet_module.argument_parser(live=100)
     parser.add_argument("--pods", type=int, default=5000)
     parser.add_argument("--nodes", type=int, default=1000, help="the fleet's size; half of it "
                         "is the smaller fleet")
@@ -273,8 +267,7 @@ def main():
                         help="only the scheduler's runs (no idle, restart or cost phases)")
     args = parser.parse_args()
     bin_dir = kube_binaries(args.release)
-    shutil.rmtree(args.work_dir, ignore_errors=True)
-    os.makedirs(args.work_dir)
+    fleet_module.fresh_work_dir(args.work_dir)
     kinds = fleet_module.ONE_MDEV_TYPE if args.mdev_types == "one" else fleet_module.KINDS
     fleet = Fleet(bin_dir, args.build_dir, args.work_dir, SOURCE_DIR, args.release, args.live,
                   kinds)

@@ -15,8 +15,10 @@ manager's and the scheduler's client throttles instead of the scheduler), and an
 the plugin's requests only.
 """
 
+import argparse
 import concurrent.futures
 import copy
+import datetime
 import http.client
 import json
 import os
@@ -24,7 +26,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -162,11 +163,13 @@ class Renderer:
     def __init__(self, build_dir, work_dir, release):
         self.build, self.dir, self.release = build_dir, work_dir, release
         self.templates = {}
+        self.lock = threading.Lock()  # the publishing threads render a kind once between them
 
     def slices(self, kind, name, counters=True):
-        if kind.name not in self.templates:
-            self.templates[kind.name] = self._render(kind)
-        items = self.templates[kind.name]
+        with self.lock:
+            if kind.name not in self.templates:
+                self.templates[kind.name] = self._render(kind)
+            items = self.templates[kind.name]
         text = json.dumps(items if counters else without_counters(items))
         return json.loads(text.replace("rendered-node-name", name))
 
@@ -418,6 +421,20 @@ class Fleet:
 
 
 def rfc3339_micro(text):
-    import datetime
     return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
         tzinfo=datetime.timezone.utc).timestamp()
+
+
+def argument_parser(live):
+    """The options the smoke and the benchmark share; `live`: the default number of plugins."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--release", default="1.37")
+    parser.add_argument("--build-dir", required=True)
+    parser.add_argument("--work-dir", required=True, help="emptied first")
+    parser.add_argument("--live", type=int, default=live, help="plugins that run")
+    return parser
+
+
+def fresh_work_dir(path):
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)

@@ -17,7 +17,6 @@ scheduler, controller manager and API server, with live plugins and published no
    (every counter set is whole again).
 """
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -29,6 +28,7 @@ sys.path[:0] = [HERE, os.path.join(os.path.dirname(HERE), "cluster")]
 
 import capacity  # noqa: E402
 import workload  # noqa: E402
+import fleet as fleet_module  # noqa: E402
 from fleet import Fleet  # noqa: E402
 from control_plane import ClusterError, wait_for  # noqa: E402
 from run import SOURCE_DIR, kube_binaries  # noqa: E402
@@ -209,16 +209,11 @@ def run_smoke(fleet, live, nodes):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--release", default="1.37")
-    parser.add_argument("--build-dir", required=True)
-    parser.add_argument("--work-dir", required=True)
-    parser.add_argument("--live", type=int, default=20)
+    parser = fleet_module.argument_parser(live=20)
     parser.add_argument("--nodes", type=int, default=200)
     args = parser.parse_args()
     bin_dir = kube_binaries(args.release)
-    shutil.rmtree(args.work_dir, ignore_errors=True)
-    os.makedirs(args.work_dir)
+    fleet_module.fresh_work_dir(args.work_dir)
     fleet = Fleet(bin_dir, args.build_dir, args.work_dir, SOURCE_DIR, args.release, args.live)
     failed = False
     try:
