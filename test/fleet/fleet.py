@@ -202,29 +202,28 @@ class Connections:
         self.local = threading.local()
 
     def request(self, method, path, body=None, content_type="application/json"):
-        for attempt in range(3):
-            conn = getattr(self.local, "conn", None)
-            if conn is None:
-                conn = self.local.conn = http.client.HTTPSConnection(
+        """One request on this thread's connection; a dropped keep-alive connection is opened
+        again, up to three attempts."""
+        headers = {"Authorization": f"Bearer {self.rest.token}", "Accept": "application/json",
+                   "User-Agent": "vfio-dra-fleet"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = content_type
+        for attempt in (1, 2, 3):
+            if getattr(self.local, "conn", None) is None:
+                self.local.conn = http.client.HTTPSConnection(
                     self.host, self.port, context=self.rest.ctx, timeout=60)
-            headers = {"Authorization": f"Bearer {self.rest.token}",
-                       "Accept": "application/json", "User-Agent": "vfio-dra-fleet"}
-            data = None
-            if body is not None:
-                data = json.dumps(body).encode()
-                headers["Content-Type"] = content_type
             try:
-                conn.request(method, path, body=data, headers=headers)
-                response = conn.getresponse()
+                self.local.conn.request(method, path, body=data, headers=headers)
+                response = self.local.conn.getresponse()
                 text = response.read().decode()
+                return response.status, (json.loads(text) if text.startswith("{") else text)
             except (OSError, http.client.HTTPException):
-                conn.close()
+                self.local.conn.close()
                 self.local.conn = None
-                if attempt == 2:
+                if attempt == 3:
                     raise
-                continue
-            return response.status, (json.loads(text) if text.startswith("{") else text)
-        raise ClusterError("unreachable")
 
     def must(self, method, path, body=None, ok=(200, 201), content_type="application/json"):
         status, answer = self.request(method, path, body, content_type)

@@ -238,7 +238,7 @@ def complete_pools(slices):
 
 
 def allocated(claims):
-    """(pool, device) -> consumesCounters at the time asked, for every allocated device."""
+    """The (pool, device) of every allocated device."""
     out = set()
     for claim in claims:
         allocation = claim.get("status", {}).get("allocation")
