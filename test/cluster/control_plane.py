@@ -14,6 +14,8 @@ Readiness is polled (/readyz, /healthz), never slept for; stop() ends the proces
 
 import json
 import os
+import random
+import shutil
 import socket
 import ssl
 import subprocess
@@ -62,10 +64,35 @@ class Fatal(ClusterError):
     """A failure waiting cannot mend (a process exited): wait_for raises it at once."""
 
 
+def _ephemeral_range():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(v) for v in f.read().split())
+            return low, high
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on, from below the kernel's ephemeral range.
+
+    A port the kernel hands out for bind(0) comes from the same range as every outgoing
+    connection's source port, so between this call and the component's own bind any test's
+    connection could take it (an etcd once failed so with "address already in use"). Below the
+    range, only another listener chosen the same way can, which is what the random pick and the
+    caller's retry (start_etcd) are for.
+    """
+    low, _ = _ephemeral_range()
+    first = 10000 if low > 12000 else 1024
+    for _ in range(200):
+        port = random.randrange(first, low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise ClusterError(f"no free loopback port in {first}-{low - 1} after 200 tries")
 
 
 def wait_for(what, predicate, timeout, on_timeout=None):
@@ -246,7 +273,21 @@ class ControlPlane:
                                    f"{proc.tail()}") from error
             raise
 
-    def start_etcd(self):
+    def start_etcd(self, attempts=3):
+        for attempt in range(attempts):
+            try:
+                self._start_etcd_once()
+                return
+            except Fatal as error:
+                # Another run's component took a port between free_port() and etcd's bind: new
+                # ports mend it. Any other exit is the failure to report.
+                if "address already in use" not in str(error) or attempt + 1 == attempts:
+                    raise
+                self.processes.pop("etcd").stop()
+                # A data directory that names the old peer URL would outvote the new flags.
+                shutil.rmtree(os.path.join(self.dir, "etcd"), ignore_errors=True)
+
+    def _start_etcd_once(self):
         self.etcd_port, peer = free_port(), free_port()
         self._start("etcd", [
             os.path.join(self.bin, "etcd"), "--data-dir", os.path.join(self.dir, "etcd"),
