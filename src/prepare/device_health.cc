@@ -6,6 +6,7 @@
 #include <set>
 
 #include "slicepublisher/device_attributes.h"
+#include "slicepublisher/device_taints.h"
 #include "sysfs/sysfs_parse.h"
 
 namespace vfio_dra::prepare {
@@ -127,10 +128,15 @@ std::vector<DeviceHealthStatus> CheckDeviceHealth(
                                         });
       status.healthy = status.healthy && !blocking;
       // Both: the device's own problem (a prepared vGPU that is gone) says what the VM lost, the
-      // taint's reason why the node stopped offering the device.
+      // taint's reason why the node stopped offering the device. A lost taint's reason is the
+      // problem itself, said in full: the two would say "is gone" twice.
+      const bool lost = std::any_of(
+          device.taints.begin(), device.taints.end(), [](const slicepublisher::DeviceTaint& t) {
+            return t.key.ends_with(std::string("/") + slicepublisher::taint::kLost);
+          });
       if (reason != published.taint_reasons->end() && reason->second != status.message) {
-        status.message =
-            status.message.empty() ? reason->second : status.message + "; " + reason->second;
+        status.message = status.message.empty() || lost ? reason->second
+                                                        : status.message + "; " + reason->second;
       }
     }
     reported.insert({published.pool, device.name});

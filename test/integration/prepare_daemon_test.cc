@@ -650,14 +650,17 @@ class DeviceTaintTest : public PrepareDaemonTest {
     return found;
   }
   // Waits for the health stream to report the device with `health` and a message that holds
-  // (or, without `with_reason`, does not hold) the case's reason.
+  // the case's reason once (or, without `with_reason`, does not hold it).
   void ExpectHealth(const TaintCase& c, v1::HealthStatus health, bool with_reason) {
     auto watched = sim_.WatchHealth(
         plugin_,
         [&](const HealthMessage& m) {
           const auto* d = HealthOf(m, c.device);
-          return d != nullptr && d->health() == health &&
-                 (d->message().find(c.reason) != std::string::npos) == with_reason;
+          if (d == nullptr || d->health() != health) return false;
+          const size_t at = d->message().find(c.reason);
+          if (!with_reason) return at == std::string::npos;
+          return at != std::string::npos &&
+                 d->message().find(c.reason, at + 1) == std::string::npos;
         },
         std::chrono::seconds(30));
     ASSERT_TRUE(watched.ok()) << c.device << ": " << watched.error().message << daemon_->Log();
