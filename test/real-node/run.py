@@ -284,9 +284,11 @@ def vmi(template):
                          {"name": "dev", "claimName": "dev", "requestName": "dev"}]}}}}
 
 
-def vmm_pod(name, template):
+def vmm_pod(name, template, hold=False):
     """What virt-launcher's pod looks like to the node: a container that gets the claim's devices
-    and finds them as virt-launcher does; it reports what it found into the results directory."""
+    and finds them as virt-launcher does; it reports what it found into the results directory.
+    With `hold`, it then keeps its device's VFIO group open while it runs, as a running VMM does
+    (vfio_holders() finds it from the node)."""
     # KubeVirt 1.9's virt-launcher code (kubevirt-vmi launcher-devices, hack/kubevirt-binary.sh)
     # reads the metadata file and makes the domain's <hostdev>; its last line names the device.
     script = (
@@ -296,7 +298,9 @@ def vmm_pod(name, template):
         "launched=$(/bin/kubevirt-vmi launcher-devices --vmi \"$VMI\"); "
         "echo launcher-exit=$?; echo \"$launched\"; "
         "dev=$(echo \"$launched\" | tail -n 1 | cut -d ' ' -f 3); echo device=$dev; "
-        "/bin/vfio-check $dev; echo vfio-check-exit=$?; "
+        "/bin/vfio-check $dev; echo vfio-check-exit=$?; " +
+        ("group=$(ls /dev/vfio | grep -v '^vfio$' | head -n 1); exec 3<>/dev/vfio/$group; "
+         "echo holding=/dev/vfio/$group; " if hold else "") +
         "echo done; exec /bin/busybox sleep 100000")
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
             "spec": {"nodeSelector": {"kubernetes.io/hostname": NODE},
@@ -387,9 +391,9 @@ def pod_claim_uid(cluster, pod):
     return cluster.get_json("resourceclaim", claim_name)
 
 
-def start_vmm_pod(cluster, node, name, template, check, device):
+def start_vmm_pod(cluster, node, name, template, check, device, hold=False):
     started = time.monotonic()
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(vmm_pod(name, template)))
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(vmm_pod(name, template, hold)))
     scheduled = wait_pod(cluster, node, name, lambda p: p["spec"].get("nodeName"),
                          "to be scheduled", 300)
     scheduled_after = time.monotonic() - started
@@ -402,6 +406,28 @@ def start_vmm_pod(cluster, node, name, template, check, device):
     check(len(results) == 1 and results[0]["device"] == device,
           f"the scheduler allocated {device} to {name}'s claim", results)
     return pod, claim, elapsed
+
+
+def vfio_holders(node, group_node):
+    """The node's processes that have `group_node` (/dev/vfio/N) open, by PID. Matched by device
+    number: a container's descriptor reads as the path under its root (/merged/dev/vfio/N)."""
+    script = (f"want=$(stat -c %t:%T {group_node}); "
+              "for p in /proc/[0-9]*; do for f in $p/fd/*; do "
+              "[ -c \"$f\" ] && [ \"$(stat -L -c %t:%T \"$f\" 2>/dev/null)\" = \"$want\" ] && "
+              "echo ${p#/proc/}; done; done | sort -u; exit 0")
+    return node.run("vfio-holders", script).split()
+
+
+def log_stamp(line):
+    """The container runtime's timestamp at the start of a pod log line (after grep -H's file)."""
+    stamp = line.split(":", 1)[1].split()[0]
+    when = datetime.datetime.strptime(stamp[:26].rstrip("Z"), "%Y-%m-%dT%H:%M:%S.%f")
+    return when.replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def pod_of_log_line(line):
+    """The plugin pod a plugin_logs() line came from (/var/log/pods/NS_NAME_UID/...)."""
+    return line.split("/")[4].split("_")[1]
 
 
 def delete_pod(cluster, node, name):
@@ -418,7 +444,8 @@ def scenario_node(cluster, node, check):
     cluster.kubectl("apply", "-f", "-", input=json.dumps(claim_template("gpu", "gpu.vfio.dra.io")))
     cluster.kubectl("apply", "-f", "-", input=json.dumps(claim_template("nic",
                                                                         "hostdev.vfio.dra.io")))
-    pod, claim, elapsed = start_vmm_pod(cluster, node, "vmm-gpu", "gpu", check, "gpu-0000-01-00-0")
+    pod, claim, elapsed = start_vmm_pod(cluster, node, "vmm-gpu", "gpu", check, "gpu-0000-01-00-0",
+                                         hold=True)
     uid = claim["metadata"]["uid"]
     report = read_result(node, "vmm-gpu")
     print(report, flush=True)
@@ -527,41 +554,106 @@ def scenario_node(cluster, node, check):
           "after the plugin's pod was replaced the GPU is still on vfio-pci and still the claim's")
     check(running(cluster.get_json("pod", "vmm-gpu")), "vmm-gpu runs on")
 
-    # 4. A rolling update (maxSurge 1: two plugin pods for a while) while a new claim comes.
-    cluster.kubectl("rollout", "restart", "daemonset/vfio-dra-plugin", "-n", "vfio-dra")
-    wait_for("the DaemonSet's surge pod", lambda: (node.check_alive(),
-                                                   len(plugin_pods(cluster)) >= 2)[1], 300,
-             on_timeout=node.guest_log)
-    surge = [p["metadata"]["name"] for p in plugin_pods(cluster)]
+    # 4. A rolling update (maxSurge 1: two plugin pods for a while) while a new claim comes, and
+    # while vmm-gpu's VMM holds its GPU's group open. minReadySeconds keeps the old pod until the
+    # new claim is prepared, so the prepare happens with both pods running and registered however
+    # fast the machine is; setting it back lets the rollout finish.
+    group_node = "/dev/vfio/" + node.run(
+        "gpu-group", f"basename $(readlink /sys/bus/pci/devices/{GPU}/iommu_group)").strip()
+    holders = vfio_holders(node, group_node)
+    check(len(holders) == 1 and f"holding={group_node}" in report,
+          f"before the rollout vmm-gpu's VMM (one process) holds {group_node} open", holders)
+    old_pods = wait_for("the replaced plugin pod to be gone (one plugin pod)", lambda: (
+        node.check_alive(), [p["metadata"]["name"] for p in plugin_pods(cluster)])[1]
+        if len(plugin_pods(cluster)) == 1 else None, 300, on_timeout=node.guest_log)
+    cluster.kubectl("patch", "daemonset/vfio-dra-plugin", "-n", "vfio-dra", "--type=merge", "-p",
+                    json.dumps({"spec": {"minReadySeconds": 3600, "template": {"metadata": {
+                        "annotations": {"vfio-dra.io/rollout": "real-node"}}}}}))
+
+    def both_ready():
+        node.check_alive()
+        ready = [p for p in plugin_pods(cluster) if pod_ready(p)]
+        return ready if len(ready) == 2 else None
+    both = wait_for("the DaemonSet's surge pod to be Ready beside the old one", both_ready, 300,
+                    on_timeout=node.guest_log)
+    new_pods = [p["metadata"]["name"] for p in both if p["metadata"]["name"] not in old_pods]
+    check(len(old_pods) == 1 and len(new_pods) == 1, "the rollout runs a new plugin pod beside "
+          "the old one", {"old": old_pods, "new": new_pods})
     _, nic_claim, _ = start_vmm_pod(cluster, node, "vmm-nic", "nic", check, "hostdev-0000-02-00-0")
+    nic_uid = nic_claim["metadata"]["uid"]
+    logs = plugin_logs(node).splitlines()
+    preparers = [pod_of_log_line(line) for line in logs
+                 if "prepared claim" in line and nic_uid in line]
+    ready_now = sorted(p["metadata"]["name"] for p in plugin_pods(cluster) if pod_ready(p))
+    check(len(preparers) == 1 and preparers[0] in old_pods + new_pods and
+          ready_now == sorted(old_pods + new_pods),
+          "vmm-nic's claim was prepared once, by one of the two plugin pods, while both ran",
+          {"preparers": preparers, "ready": ready_now})
+    check.note(f"vmm-nic's claim was prepared by {preparers} (old {old_pods}, new {new_pods})")
+    cluster.kubectl("patch", "daemonset/vfio-dra-plugin", "-n", "vfio-dra", "--type=merge", "-p",
+                    json.dumps({"spec": {"minReadySeconds": 0}}))
     cluster.kubectl("rollout", "status", "daemonset/vfio-dra-plugin", "-n", "vfio-dra",
                     "--timeout=600s")
     # rollout status returns once the new pod is available; the old one is still stopping.
-    wait_for("the old plugin pod to be gone", lambda: (node.check_alive(),
-                                                       len(plugin_pods(cluster)) == 1)[1], 300,
-             on_timeout=node.guest_log)
-    preparers = [line.split("/")[4].split("_")[1] for line in plugin_logs(node).splitlines()
-                 if "prepared claim" in line and nic_claim["metadata"]["uid"] in line]
-    check.note(f"vmm-nic's claim was prepared by {preparers} (plugin pods then: {surge})")
+    wait_for("the old plugin pod to be gone", lambda: (node.check_alive(), [
+        p["metadata"]["name"] for p in plugin_pods(cluster)] == new_pods)[1], 300,
+        on_timeout=node.guest_log)
     nic_report = read_result(node, "vmm-nic")
     check("viable=1" in nic_report and "dra-hostdevice-dev pci 0000:02:00.0" in nic_report and
           "device=0000:02:00.0 fd=ok" in nic_report,
           "vmm-nic, started during the update, has its device: virt-launcher's code makes a PCI "
           "<hostdev> of the host device and the container opens it")
+    pod = cluster.get_json("pod", "vmm-gpu")
+    check(running(pod) and pod["status"]["containerStatuses"][0]["containerID"] == container_id
+          and pod["status"]["containerStatuses"][0]["restartCount"] == 0,
+          "after the rollout vmm-gpu runs on, in the same container")
+    state = node_state(node, "state-rollout")
+    check(vfio_holders(node, group_node) == holders and state["drivers"].get(GPU) == "vfio-pci"
+          and mentions(state, uid), f"after the rollout the same VMM process still holds "
+          f"{group_node}, the GPU is on vfio-pci and still the claim's",
+          {"holders": vfio_holders(node, group_node), "driver": state["drivers"].get(GPU)})
 
-    # 5. The kubelet's health view of a device that goes away under a running pod.
+    # 5. A device that goes away under a running pod: the kubelet shows it Unhealthy with the
+    # plugin's reason, and the server's slice keeps it, tainted, while the claim holds it.
     node.run("remove-nic", "echo 1 > /sys/bus/pci/devices/0000:02:00.0/remove")
     unhealthy = wait_for("vmm-nic's device to show Unhealthy in its status", lambda: (
         node.check_alive(), [r for r in resource_health(cluster.get_json("pod", "vmm-nic"), "dev")
                              if r.get("health") == "Unhealthy"])[1], 180,
         on_timeout=lambda: json.dumps(cluster.get_json("pod", "vmm-nic")["status"], indent=1))
-    check(bool(unhealthy), "the pod's status shows the removed device Unhealthy", unhealthy)
+    check(len(unhealthy) == 1 and
+          unhealthy[0].get("message", "").count("PCI function 0000:02:00.0 is gone") == 1,
+          "the pod's status shows the removed device Unhealthy, with the plugin's reason", unhealthy)
+
+    def lost_taint():
+        node.check_alive()
+        for item in cluster.get_json("resourceslices")["items"]:
+            if item["spec"].get("nodeName") != NODE:
+                continue
+            for device in item["spec"].get("devices", []):
+                if device["name"] == "hostdev-0000-02-00-0":
+                    return [t for t in device.get("taints", [])
+                            if t["key"] == "vfio.dra.io/lost"] or None
+        return None
+    taints = wait_for("the lost taint on hostdev-0000-02-00-0 in the server's slice", lost_taint,
+                      180, on_timeout=node.guest_log)
+    check(len(taints) == 1 and taints[0].get("effect") == "NoSchedule" and
+          taints[0].get("value") == "removed",
+          "the server's slice keeps the removed device, tainted vfio.dra.io/lost=removed "
+          "NoSchedule, while its claim is prepared", taints)
     delete_pod(cluster, node, "vmm-nic")
     node.run("rescan", "echo 1 > /sys/bus/pci/rescan")
     state = node_state(node, "state-nic-back")
     check(state["drivers"].get("0000:02:00.0") == before["drivers"].get("0000:02:00.0"),
           "after a rescan the NIC is back on its host driver", state["drivers"])
-    check(not mentions(state, nic_claim["metadata"]["uid"]), "nothing of vmm-nic's claim is left")
+    check(not mentions(state, nic_uid), "nothing of vmm-nic's claim is left")
+    untainted = wait_for("hostdev-0000-02-00-0 published again without the lost taint",
+                         lambda: lost_taint() is None and any(
+                             d["name"] == "hostdev-0000-02-00-0"
+                             for i in cluster.get_json("resourceslices")["items"]
+                             if i["spec"].get("nodeName") == NODE
+                             for d in i["spec"].get("devices", [])), 180,
+                         on_timeout=node.guest_log)
+    check(untainted, "after the claim and the rescan the device is published untainted")
 
     # 6. Deleting the VMM's pod: the kubelet unprepares, the GPU goes back, nothing is left.
     delete_pod(cluster, node, "vmm-gpu")
