@@ -31,6 +31,9 @@ TEST_PACKAGES=(
   # pkg-config is in PACKAGES), its CNI plugins (/usr/lib/cni) and socat for the kubelet's
   # port-forward
   libseccomp-dev containernetworking-plugins socat
+  # AppArmor's parser: the real node's kernel enforces AppArmor (the plugin's profile from
+  # deploy/apparmor and containerd's default), with the parser of this root file system
+  apparmor
 )
 
 if [ "${1:-}" != "--build-only" ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi

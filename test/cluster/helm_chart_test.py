@@ -83,6 +83,30 @@ def main():
     print(f"helm template with default values = kubectl kustomize deploy/daemonset "
           f"({len(chart)} objects)")
 
+    # The optional features: each value renders what its kustomize component adds.
+    for setting, components in (("sriovNetwork.enabled=true", ["sriov-network"]),
+                                ("deviceHolders.enabled=true", ["device-holders"]),
+                                ("sriovNetwork.enabled=true,deviceHolders.enabled=true",
+                                 ["sriov-network", "device-holders"])):
+        with tempfile.TemporaryDirectory() as overlay:
+            with open(os.path.join(overlay, "kustomization.yaml"), "w") as f:
+                yaml.safe_dump({
+                    "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                    # kustomize takes only relative paths
+                    "resources": [os.path.relpath(os.path.join(SOURCE, "deploy", "daemonset"),
+                                                  overlay)],
+                    "components": [os.path.relpath(os.path.join(SOURCE, "deploy", "features", c),
+                                                   overlay) for c in components]}, f)
+            with_feature = objects(run([kubectl, "kustomize", "--load-restrictor",
+                                        "LoadRestrictionsNone", overlay]).stdout)
+        featured = template(helm, "--set", setting)
+        key = ("DaemonSet", "vfio-dra", "vfio-dra-plugin")
+        check(featured[key] == with_feature[key],
+              f"--set {setting} differs from deploy/features/{components}:\n"
+              f"chart:     {featured[key]['spec']['template']['spec']}\n"
+              f"kustomize: {with_feature[key]['spec']['template']['spec']}")
+    print("each optional feature renders as its kustomize component")
+
     # Every option set.
     values = {
         "namespace": {"create": False, "name": "vms-infra"},

@@ -30,6 +30,12 @@ mkdir -p "$ROOT/run/out"
 mount --bind /out "$ROOT/run/out"
 RUN=$(sed -n 's/.*vfio_dra\.run=\([^ ]*\).*/\1/p' /proc/cmdline)
 echo "guest-init: running $RUN"
+if [ "$ROOT" = /merged ]; then
+  # The real node's root is moved onto /, as switch_root does, so that the kernel names its files
+  # as a node's (/etc/..., not /merged/etc/...): AppArmor matches profiles' rules against those
+  # names. This init keeps its own root (the initramfs), where /out still is.
+  cd /merged && mount -o move . / && ROOT=.
+fi
 chroot "$ROOT" /bin/sh -c "cd / && exec $RUN" >/out/guest.log 2>&1
 echo $? >/out/exit-code
 sync

@@ -12,6 +12,8 @@ Usage: check_manifests.py [--self-test] REPO_ROOT PLUGIN_BINARY MAKE_FIXTURE_BIN
   fixture nodes) and compares `type` only with kinds that exist;
 - examples: claim and request names are consistent as KubeVirt's admitter demands, device
   classes exist, opaque configs are VfioConfig objects;
+- the DaemonSet is the least-privilege pod (no privileged, no capability, seccomp and the
+  AppArmor profile of deploy/apparmor, host paths read-only unless written);
 - every --flag and deploy/ path the README names exists.
 Prints every problem found, then exits 1 if there was any. --self-test instead breaks a copy of
 the manifests in known ways, one at a time, and checks that each break is reported.
@@ -68,7 +70,8 @@ def check_objects(docs):
             for key in ("apiVersion", "kind"):
                 if not obj.get(key):
                     problem(where, f"has no {key}")
-            if obj.get("kind") != "Kustomization" and not (obj.get("metadata") or {}).get("name"):
+            if (obj.get("kind") not in ("Kustomization", "Component") and
+                    not (obj.get("metadata") or {}).get("name")):
                 problem(where, "has no metadata.name")
 
 
@@ -181,6 +184,51 @@ def check_daemonset(docs, plugin, fixture_tool):
                 if run.returncode != 0:
                     problem(f"ConfigMap {cm_name}", f"the plugin rejects the policy: "
                             f"{run.stderr.strip()}")
+
+
+# Host paths the plugin writes (README, "Security"); every other hostPath is mounted read-only.
+WRITTEN_HOST_PATHS = {"/sys", "/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins",
+                      "/var/run/cdi"}
+
+
+def apparmor_profiles(root):
+    names = set()
+    directory = os.path.join(root, "deploy", "apparmor")
+    for name in os.listdir(directory) if os.path.isdir(directory) else []:
+        with open(os.path.join(directory, name), encoding="utf-8") as f:
+            names.update(re.findall(r"^profile\s+(\S+)", f.read(), re.M))
+    return names
+
+
+def check_least_privilege(root, docs):
+    """The default install is the hardened pod the README's Security section describes."""
+    for rel, ds in objects_of(docs, "DaemonSet", under="deploy/daemonset"):
+        pod = ds["spec"]["template"]["spec"]
+        for key in ("hostPID", "hostNetwork", "hostIPC"):
+            if pod.get(key):
+                problem(rel, f"sets {key}, which only an optional feature (deploy/features) adds")
+        container = pod["containers"][0]
+        sc = container.get("securityContext") or {}
+        wanted = {"privileged": False, "allowPrivilegeEscalation": False,
+                  "readOnlyRootFilesystem": True}
+        for key, value in wanted.items():
+            if sc.get(key) is not value:
+                problem(rel, f"securityContext.{key} must be {value}, is {sc.get(key)}")
+        caps = sc.get("capabilities") or {}
+        if caps.get("drop") != ["ALL"] or caps.get("add"):
+            problem(rel, f"capabilities must drop ALL and add none, are {caps}")
+        if (sc.get("seccompProfile") or {}).get("type") != "RuntimeDefault":
+            problem(rel, f"seccompProfile must be RuntimeDefault, is {sc.get('seccompProfile')}")
+        apparmor = sc.get("appArmorProfile") or {}
+        if (apparmor.get("type") != "Localhost" or
+                apparmor.get("localhostProfile") not in apparmor_profiles(root)):
+            problem(rel, f"appArmorProfile {apparmor} is not a Localhost profile of "
+                         f"deploy/apparmor (it has {sorted(apparmor_profiles(root))})")
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        for mount in container.get("volumeMounts", []):
+            host = (volumes.get(mount["name"], {}).get("hostPath") or {}).get("path")
+            if host and host not in WRITTEN_HOST_PATHS and not mount.get("readOnly"):
+                problem(rel, f"mounts the host's {host} writable; nothing is written there")
 
 
 def make_fixture(fixture_tool, name, directory):
@@ -373,6 +421,7 @@ def check(root, plugin, fixture_tool):
     check_objects(docs)
     check_kustomization(root, docs)
     check_daemonset(docs, plugin, fixture_tool)
+    check_least_privilege(root, docs)
     check_selectors(docs, published_attributes(plugin, fixture_tool))
     check_examples(docs)
     check_readme(root, plugin)
@@ -405,6 +454,14 @@ BREAKS = [
      "has no metadata.name"),
     ("deploy/daemonset/kustomization.yaml", "  - deviceclasses.yaml\n", "",
      "does not list deviceclasses.yaml"),
+    ("deploy/daemonset/daemonset.yaml", "privileged: false", "privileged: true",
+     "securityContext.privileged must be False"),
+    ("deploy/daemonset/daemonset.yaml", "add: []", 'add: ["SYS_ADMIN"]',
+     "capabilities must drop ALL and add none"),
+    ("deploy/daemonset/daemonset.yaml", "localhostProfile: vfio-dra-plugin",
+     "localhostProfile: vfio-dra", "is not a Localhost profile of deploy/apparmor"),
+    ("deploy/daemonset/daemonset.yaml", "mountPath: /lib/modules\n              readOnly: true",
+     "mountPath: /lib/modules", "mounts the host's /lib/modules writable"),
     ("README.md", "`--unbind-timeout`", "`--unbind-timeouts`",
      "names --unbind-timeouts, which no vfio-dra-plugin command has"),
     ("README.md", "`./hack/test.sh --quick`", "`./hack/test.sh --quik`",

@@ -73,6 +73,20 @@ cp "$NODE_DIR/10-pods.conflist" /etc/cni/net.d/
 mkdir -p /opt/cni && ln -sfn /usr/lib/cni /opt/cni/bin
 echo "vm-node" >/proc/sys/kernel/hostname
 
+# AppArmor enforcing, as on a Debian or Ubuntu node: with securityfs mounted containerd confines
+# every container (its default profile for the test's pods), and the plugin's own profile
+# (deploy/apparmor, copied by run.py) is loaded as the node's provisioning would load it. The
+# kernel's parameter says whether AppArmor is on (Debian's kernel turns it on by default).
+mountpoint -q /sys/kernel/security || mount -t securityfs securityfs /sys/kernel/security ||
+  fail "cannot mount securityfs"
+[[ "$(cat /sys/module/apparmor/parameters/enabled 2>/dev/null)" == Y ]] ||
+  fail "AppArmor is not enabled in the node's kernel (/sys/module/apparmor/parameters/enabled)"
+apparmor_parser --replace --skip-cache "$NODE_DIR/apparmor/vfio-dra-plugin" \
+  >"$LOGS/apparmor.log" 2>&1 || fail "apparmor_parser: $(tail -3 "$LOGS/apparmor.log")"
+grep -q '^vfio-dra-plugin (enforce)$' /sys/kernel/security/apparmor/profiles ||
+  fail "the profile vfio-dra-plugin is not loaded in enforce mode"
+log "AppArmor: $(grep -c . /sys/kernel/security/apparmor/profiles) profiles loaded, vfio-dra-plugin enforcing"
+
 PATH=$RUNTIME_BIN:$KUBE_BIN:$PATH
 export PATH
 containerd --config "$NODE_DIR/containerd.toml" >"$LOGS/containerd.log" 2>&1 &
