@@ -141,6 +141,10 @@ state = "/run/containerd"
             {"type": "portmap", "capabilities": {"portMappings": True}}]}
         with open(os.path.join(self.dir, "10-pods.conflist"), "w") as f:
             json.dump(conflist, f)
+        # The plugin's AppArmor profile, which guest-node.sh loads as a node's provisioning would.
+        os.makedirs(os.path.join(self.dir, "apparmor"), exist_ok=True)
+        shutil.copy(os.path.join(SOURCE_DIR, "deploy", "apparmor", "vfio-dra-plugin"),
+                    os.path.join(self.dir, "apparmor", "vfio-dra-plugin"))
         with open(os.path.join(self.out, "node.env"), "w") as f:
             f.write(f"NODE_DIR={self.dir}\nKUBE_BIN={self.kube_bin}\n"
                     f"RUNTIME_BIN={self.runtime_bin}\nIMAGES='{' '.join(self.images)}'\n")
@@ -436,7 +440,49 @@ def delete_pod(cluster, node, name):
         "get", "pod", name, check=False).returncode != 0)[1], 300, on_timeout=node.guest_log)
 
 
+# The plugin's process as the node's kernel sees it: its capabilities, no_new_privs, seccomp
+# mode and AppArmor label (the main thread of the container's `vfio-dra-plugin serve`).
+CONFINEMENT_SCRIPT = """
+pid=$(pgrep -o -f '^/usr/bin/vfio-dra-plugin serve')
+[ -n "$pid" ] || { echo "no plugin process"; exit 1; }
+grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):' /proc/$pid/status
+echo "AppArmor: $(cat /proc/$pid/attr/current)"
+"""
+
+
+def plugin_confinement(node, name):
+    fields = {}
+    for line in node.run(name, CONFINEMENT_SCRIPT).splitlines():
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    return fields
+
+
+def apparmor_denials(node, profile):
+    """The kernel's AppArmor denials of `profile` since the node booted (its audit messages)."""
+    return node.run("apparmor-denials", f"dmesg | grep 'apparmor=\"DENIED\"' | "
+                    f"grep 'profile=\"{profile}\"'; exit 0").splitlines()
+
+
+def check_least_privilege(cluster, node, check):
+    """The plugin runs as deploy/daemonset says (README, "Security"), enforced by the kernel."""
+    pod = plugin_pod(cluster)
+    context = pod["spec"]["containers"][0]["securityContext"]
+    check(context.get("privileged") is False and not pod["spec"].get("hostPID") and
+          not pod["spec"].get("hostNetwork"), "the plugin's pod is not privileged and has "
+          "neither the host's PID nor its network namespace", context)
+    seen = plugin_confinement(node, "confinement")
+    check(seen.get("CapEff") == "0000000000000000" and seen.get("CapPrm") == "0000000000000000",
+          "the plugin's process has no capability (effective and permitted sets empty)", seen)
+    check(seen.get("NoNewPrivs") == "1", "no_new_privs is set (allowPrivilegeEscalation false)",
+          seen)
+    check(seen.get("Seccomp") == "2", "the runtime's seccomp filter is on (mode 2)", seen)
+    check(seen.get("AppArmor") == "vfio-dra-plugin (enforce)",
+          "the kernel enforces the AppArmor profile vfio-dra-plugin on it", seen)
+
+
 def scenario_node(cluster, node, check):
+    check_least_privilege(cluster, node, check)
     before = node_state(node, "state-before")
     print(f"the node's functions before any claim: {before['drivers']}", flush=True)
 
@@ -465,6 +511,10 @@ def scenario_node(cluster, node, check):
           "as a VMM does: the group into a type1 container, the GPU's device fd from the group "
           "(named by virt-launcher's <hostdev>), a page mapped for DMA")
     check("vfio-check-exit=0" in report, "vfio-check passed")
+    label = node.run("vmm-label", "cat /proc/$(pgrep -o -f 'sleep 100000')/attr/current")
+    check(label.strip() == "cri-containerd.apparmor.d (enforce)", "the VMM's container runs "
+          "under containerd's default AppArmor profile (AppArmor is on for every container)",
+          label)
     during = node_state(node, "state-gpu")
     check(during["drivers"].get(GPU) == "vfio-pci" and
           during["drivers"].get("0000:01:00.1") == "vfio-pci",
@@ -663,13 +713,116 @@ def scenario_node(cluster, node, check):
           "the GPU and its companion are back on the drivers they had", after["drivers"])
     check(not mentions(after, uid), "no CDI spec, metadata file or checkpoint entry of the claim",
           mentions(after, uid))
+    # Everything above ran with the hardened pod: the profile denied it nothing it needed, and
+    # nothing at all (a denial is a path the profile misses or the plugin should not touch).
+    denials = apparmor_denials(node, "vfio-dra-plugin")
+    check(not denials, "the kernel logged no AppArmor denial for vfio-dra-plugin",
+          denials[:3])
     with open(os.path.join(node.out, "logs", "kubelet.log"), errors="replace") as f:
         watcher_errors = [line for line in f if "Error when handling create event" in line]
     check(not watcher_errors, "the kubelet's plugin watcher logged no error about the plugin's "
           "sockets", watcher_errors[:2])
 
 
-SCENARIOS = {"node": scenario_node}
+def patch_plugin_template(cluster, ops):
+    cluster.kubectl("patch", "daemonset/vfio-dra-plugin", "-n", "vfio-dra", "--type=json", "-p",
+                    json.dumps(ops))
+
+
+def only_new_plugin_pod(cluster, node, old_names, ready, what):
+    """Waits for the rollout's new plugin pod (Ready, or running its container at least) and,
+    when it is Ready, for the old one to be gone, so that the kubelet has only the new one."""
+    def settled():
+        node.check_alive()
+        pods = plugin_pods(cluster)
+        new = [p for p in pods if p["metadata"]["name"] not in old_names]
+        if len(new) != 1:
+            return None
+        if ready:
+            return new[0] if pod_ready(new[0]) and len(pods) == 1 else None
+        return new[0] if new[0].get("status", {}).get("containerStatuses") else None
+    return wait_for(what, settled, 600, on_timeout=node.guest_log)
+
+
+def pod_events(cluster, name):
+    return [e.get("message", "") for e in cluster.get_json(
+        "events", "--field-selector", f"involvedObject.name={name}")["items"]]
+
+
+def scenario_privileges(cluster, node, check):
+    """Each write privilege of the hardened pod taken away, one at a time: the step that needs it
+    fails, and the plugin says what is missing (README, "Security"). The pod holds no capability,
+    so there is none to take away; what it holds are the AppArmor profile and the writable host
+    paths."""
+    check_least_privilege(cluster, node, check)
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(claim_template("gpu", "gpu.vfio.dra.io")))
+    template = cluster.get_json("daemonset", "vfio-dra-plugin", "-n", "vfio-dra")["spec"][
+        "template"]
+    container = template["spec"]["containers"][0]
+    mount_index = {m["name"]: i for i, m in enumerate(container["volumeMounts"])}
+    base = "/spec/template/spec/containers/0"
+
+    def read_only(volume):
+        return [{"op": "add", "path": f"{base}/volumeMounts/{mount_index[volume]}/readOnly",
+                 "value": True}]
+    apparmor_default = [{"op": "replace", "path": f"{base}/securityContext/appArmorProfile",
+                         "value": {"type": "RuntimeDefault"}}]
+    gpu_before = node_state(node, "privileges-before")["drivers"].get(GPU)
+    # (what is taken away, the patch, whether the pod still becomes Ready, what its log then
+    # says, what a GPU claim's prepare then fails with (None: it never gets there)).
+    missing_sysfs = "privilege missing: write access to /sys/"
+    cases = [
+        ("the host's /sys read-write", read_only("sys"), True,
+         [missing_sysfs, "Read-only file system"], missing_sysfs),
+        ("the AppArmor profile vfio-dra-plugin (RuntimeDefault instead)", apparmor_default, True,
+         [missing_sysfs, "Permission denied"], missing_sysfs),
+        ("/var/run/cdi read-write", read_only("cdi"), True, None, "/var/run/cdi"),
+        ("the kubelet's plugin registry read-write", read_only("plugins-registry"), False,
+         ["/var/lib/kubelet/plugins_registry", "Read-only file system"], None),
+        ("its data directory read-write", read_only("plugins"), False,
+         ["/var/lib/kubelet/plugins/vfio.dra.io", "Read-only file system"], None),
+    ]
+    for number, (what, ops, ready, logged, refused) in enumerate(cases):
+        old = [p["metadata"]["name"] for p in plugin_pods(cluster)]
+        patch_plugin_template(cluster, ops)
+        pod = only_new_plugin_pod(cluster, node, old, ready, f"the plugin pod without {what}")
+        name = pod["metadata"]["name"]
+        if logged:
+            lines = wait_for(f"{name}'s log to say {logged}", lambda: (node.check_alive(), [
+                line for line in plugin_logs(node).splitlines()
+                if pod_of_log_line(line) == name and all(t in line for t in logged)])[1], 300,
+                on_timeout=lambda: "\n".join(line for line in plugin_logs(node).splitlines()
+                                             if pod_of_log_line(line) == name)[-3000:])
+            check(bool(lines), f"without {what}, the plugin's log says what is missing",
+                  lines[:1])
+        if refused:
+            vmm = f"vmm-denied-{number}"
+            cluster.kubectl("apply", "-f", "-", input=json.dumps(vmm_pod(vmm, "gpu")))
+            events = wait_for(f"{vmm}'s prepare to fail", lambda: (node.check_alive(), [
+                m for m in pod_events(cluster, vmm) if refused in m])[1], 300,
+                on_timeout=lambda: "\n".join(pod_events(cluster, vmm)) + node.guest_log(20))
+            check(bool(events), f"without {what}, a GPU claim's prepare fails and the kubelet's "
+                  f"event carries the plugin's reason ({refused!r})", events[:1])
+            delete_pod(cluster, node, vmm)
+            driver = node_state(node, f"privileges-{number}")["drivers"].get(GPU)
+            check(driver == gpu_before, "the refused prepare left the GPU on its host driver",
+                  driver)
+        # Back to the shipped pod (a new revision, so that a new pod replaces both).
+        old = [p["metadata"]["name"] for p in plugin_pods(cluster)]
+        restored = json.loads(json.dumps(template))
+        restored["metadata"].setdefault("annotations", {})["vfio-dra.io/restored"] = str(number)
+        patch_plugin_template(cluster, [{"op": "replace", "path": "/spec/template",
+                                         "value": restored}])
+        only_new_plugin_pod(cluster, node, old, True, "the shipped plugin pod back")
+    state = node_state(node, "privileges-after")
+    check(state["drivers"].get(GPU) == gpu_before and not state["cdi"],
+          "after every case the GPU is on its host driver and no CDI spec is left",
+          {"driver": state["drivers"].get(GPU), "cdi": sorted(state["cdi"])})
+    denials = apparmor_denials(node, "vfio-dra-plugin")
+    check(not denials, "the kernel logged no AppArmor denial for vfio-dra-plugin", denials[:3])
+
+
+SCENARIOS = {"node": scenario_node, "privileges": scenario_privileges}
 
 
 def main():
