@@ -118,6 +118,16 @@ int RunCli(int argc, char** argv, const ServeEnvironment& environment) {
   discover->add_option("--pci-ids", discover_options.pci_ids, "pci.ids file for device names")
       ->capture_default_str();
   discover->add_option("--modules-alias", discover_options.modules_alias, kModulesAliasHelp);
+  discover
+      ->add_option("--dev-root", discover_options.dev_root,
+                   "where /dev is mounted (as for serve; for the privilege check)")
+      ->capture_default_str();
+  discover->add_option("--host-netns", discover_options.host_netns,
+                       "the network namespace serve is given (for the privilege check)");
+  discover
+      ->add_option("--process-status", discover_options.process_status,
+                   "for tests: read the effective capabilities from this file")
+      ->group("");  // not for production; hidden from --help
 
   vfio_dra::cmd::SlicesOptions slices_options;
   CLI::App* slices = app.add_subcommand(
