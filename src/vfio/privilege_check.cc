@@ -31,29 +31,34 @@ constexpr const char* kGrantHostNetns =
 constexpr const char* kGrantHolders =
     "grant it with the Helm value deviceHolders.enabled=true (hostPID and SYS_PTRACE)";
 
-const char* FeatureWords(PrivilegedFeature feature) {
+struct FeatureText {
+  const char* name;   // for labels and JSON
+  const char* words;  // for the message
+};
+
+FeatureText TextOf(PrivilegedFeature feature) {
   switch (feature) {
     case PrivilegedFeature::kPciPassthrough:
-      return "PCI passthrough (binding devices to their VFIO driver)";
+      return {"pci-passthrough", "PCI passthrough (binding devices to their VFIO driver)"};
     case PrivilegedFeature::kMdev:
-      return "mediated devices (mdev create and remove)";
+      return {"mdev", "mediated devices (mdev create and remove)"};
     case PrivilegedFeature::kVgpuVf:
-      return "NVIDIA vGPUs on SR-IOV VFs (nvidia/current_vgpu_type)";
+      return {"vgpu-vf", "NVIDIA vGPUs on SR-IOV VFs (nvidia/current_vgpu_type)"};
     case PrivilegedFeature::kDeviceNodes:
-      return "handing VFIO device nodes to VMs";
+      return {"device-nodes", "handing VFIO device nodes to VMs"};
     case PrivilegedFeature::kVfNetwork:
-      return "VF network settings (MAC, VLAN, trust)";
+      return {"vf-network", "VF network settings (MAC, VLAN, trust)"};
     case PrivilegedFeature::kHolderNaming:
-      return "naming the processes that hold a busy device";
+      return {"device-holders", "naming the processes that hold a busy device"};
   }
-  return "?";
+  return {"?", "?"};
 }
 
 bool Has(uint64_t caps, int cap) { return (caps >> cap) & 1U; }
 
 std::string CapabilityAbsent(uint64_t caps) {
   char hex[20];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(caps));
+  (void)std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(caps));
   return std::string("the capability is not in the plugin's effective set (CapEff ") + hex + ")";
 }
 
@@ -129,26 +134,10 @@ void CheckVfNetwork(uint64_t caps, const PrivilegeCheckOptions& options,
 
 }  // namespace
 
-const char* PrivilegedFeatureName(PrivilegedFeature feature) {
-  switch (feature) {
-    case PrivilegedFeature::kPciPassthrough:
-      return "pci-passthrough";
-    case PrivilegedFeature::kMdev:
-      return "mdev";
-    case PrivilegedFeature::kVgpuVf:
-      return "vgpu-vf";
-    case PrivilegedFeature::kDeviceNodes:
-      return "device-nodes";
-    case PrivilegedFeature::kVfNetwork:
-      return "vf-network";
-    case PrivilegedFeature::kHolderNaming:
-      return "device-holders";
-  }
-  return "?";
-}
+const char* PrivilegedFeatureName(PrivilegedFeature feature) { return TextOf(feature).name; }
 
 std::string MissingPrivilege::Line() const {
-  return "privilege missing: " + privilege + " for " + FeatureWords(feature) + ": " + error + "; " +
+  return "privilege missing: " + privilege + " for " + TextOf(feature).words + ": " + error + "; " +
          grant;
 }
 
@@ -235,7 +224,7 @@ const MissingPrivilege* FindMissing(const std::vector<MissingPrivilege>& missing
 }
 
 Result<uint64_t> ReadEffectiveCapabilities(const std::string& process_status) {
-  auto text = ReadFileToString(process_status, 64 * 1024);
+  auto text = ReadFileToString(process_status, size_t{64} * 1024);
   if (!text.ok()) return text.error();
   std::istringstream lines(*text);
   std::string line;
