@@ -61,7 +61,9 @@ void AddServeFlags(CLI::App& serve, ServeOptions& o) {
       ->capture_default_str();
   serve.add_option("--host-netns", o.host_netns,
                    "network namespace (a path like /proc/1/ns/net) in which SR-IOV PFs are "
-                   "configured; default: the plugin's own");
+                   "configured, entered with setns (CAP_SYS_ADMIN; another process's also needs "
+                   "CAP_SYS_PTRACE); default: the plugin's own, the host's with hostNetwork "
+                   "(then CAP_NET_ADMIN is all VF settings need)");
   serve
       .add_option("--simulated-vf-network-dir", o.simulated_vf_network_dir,
                   "for tests with a simulated sysfs tree: keep VF network settings in files here "
