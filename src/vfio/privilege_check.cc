@@ -1,8 +1,8 @@
 #include "vfio/privilege_check.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -78,22 +78,20 @@ std::optional<MissingPrivilege> ProbeSysfs(PrivilegedFeature feature,
 }
 
 // The directory of /dev/vfio nodes, when VFIO is loaded (otherwise the missing driver is
-// reported by the prepare that needs it).
+// reported by the prepare that needs it). Prepare only stats the nodes it hands out (it never
+// lists or opens them), so this stats their directory, as they are reached.
 std::optional<MissingPrivilege> CheckDeviceNodes(const sysfs::SysfsReader& sysfs,
                                                  const std::string& dev_root) {
   const std::string dir = dev_root + "/vfio";
-  DIR* opened = ::opendir(dir.c_str());
-  if (opened != nullptr) {
-    ::closedir(opened);
-    return std::nullopt;
-  }
-  const int err = errno;
+  struct stat st {};
+  const int err = ::stat(dir.c_str(), &st) != 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+  if (err == 0) return std::nullopt;
   if (err == ENOENT && !sysfs.Exists("class/misc/vfio") &&
       !sysfs.Exists("bus/pci/drivers/vfio-pci")) {
     return std::nullopt;
   }
-  return MissingPrivilege{"read access to " + dir, PrivilegedFeature::kDeviceNodes,
-                          "listing it failed: " + ErrnoText(err), kGrantDev};
+  return MissingPrivilege{"access to " + dir, PrivilegedFeature::kDeviceNodes,
+                          "stat of it failed: " + ErrnoText(err), kGrantDev};
 }
 
 bool OtherProcessNamespace(const std::string& path) {

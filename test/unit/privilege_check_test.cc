@@ -203,8 +203,8 @@ TEST_F(PrivilegeCheckTest, ADevRootWithoutVfioNodesIsNamed) {
   Use("workstation");
   options_.dev_root = node_->dir() + "/container-dev";
   fs::create_directories(options_.dev_root);
-  EXPECT_THAT(Lines(), ElementsAre("privilege missing: read access to " + options_.dev_root +
-                                   "/vfio for handing VFIO device nodes to VMs: listing it "
+  EXPECT_THAT(Lines(), ElementsAre("privilege missing: access to " + options_.dev_root +
+                                   "/vfio for handing VFIO device nodes to VMs: stat of it "
                                    "failed: No such file or directory (errno 2); mount the "
                                    "host's /dev at --dev-root and load the AppArmor profile "
                                    "deploy/apparmor/vfio-dra-plugin (or run Unconfined)"));
