@@ -460,6 +460,17 @@ TEST_F(PrepareDaemonTest, ServeWarnsOncePerMissingPrivilegeAndAClaimNeedingOneFa
   EXPECT_EQ(unprepared->claims().at(gpu_uid).error(), "");
 }
 
+// With every privilege the node's devices need, serve logs no privilege line.
+TEST_F(PrepareDaemonTest, ServeWarnsOfNoPrivilegeWhenNoneIsMissing) {
+  std::ofstream(dir_ + "/status") << "CapEff:\t000001ffffffffff\n";
+  StartDaemon({"VFIO_DRA_SIM_PROCESS_STATUS=" + dir_ + "/status"});
+  ASSERT_TRUE(server_->WaitForSlices([](const auto& s) { return s.size() >= 2; },
+                                     std::chrono::seconds(20)));
+  const std::string log = daemon_->Log();
+  EXPECT_THAT(log, HasSubstr("node devices"));  // the first scan, which the check follows
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("privilege missing"))) << log;
+}
+
 TEST_F(PrepareDaemonTest, AnUnbindThatHangsFailsOnlyThatClaimWithinTheDeadline) {
   server_->PutClaim(
       Claim("gpu", "11111111-0000-4000-8000-000000000001", {{"gpu", "gpu-0000-01-00-0"}}));
