@@ -61,7 +61,9 @@ void AddServeFlags(CLI::App& serve, ServeOptions& o) {
       ->capture_default_str();
   serve.add_option("--host-netns", o.host_netns,
                    "network namespace (a path like /proc/1/ns/net) in which SR-IOV PFs are "
-                   "configured; default: the plugin's own");
+                   "configured, entered with setns (CAP_SYS_ADMIN; another process's also needs "
+                   "CAP_SYS_PTRACE); default: the plugin's own, the host's with hostNetwork "
+                   "(then CAP_NET_ADMIN is all VF settings need)");
   serve
       .add_option("--simulated-vf-network-dir", o.simulated_vf_network_dir,
                   "for tests with a simulated sysfs tree: keep VF network settings in files here "
@@ -118,6 +120,16 @@ int RunCli(int argc, char** argv, const ServeEnvironment& environment) {
   discover->add_option("--pci-ids", discover_options.pci_ids, "pci.ids file for device names")
       ->capture_default_str();
   discover->add_option("--modules-alias", discover_options.modules_alias, kModulesAliasHelp);
+  discover
+      ->add_option("--dev-root", discover_options.dev_root,
+                   "where /dev is mounted (as for serve; for the privilege check)")
+      ->capture_default_str();
+  discover->add_option("--host-netns", discover_options.host_netns,
+                       "the network namespace serve is given (for the privilege check)");
+  discover
+      ->add_option("--process-status", discover_options.process_status,
+                   "for tests: read the effective capabilities from this file")
+      ->group("");  // not for production; hidden from --help
 
   vfio_dra::cmd::SlicesOptions slices_options;
   CLI::App* slices = app.add_subcommand(

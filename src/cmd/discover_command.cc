@@ -13,6 +13,8 @@
 #include "discovery/pci_names.h"
 #include "sysfs/bounded_reads.h"
 #include "sysfs/sysfs_parse.h"
+#include "sysfs/sysfs_writer.h"
+#include "vfio/privilege_check.h"
 
 namespace vfio_dra::cmd {
 namespace {
@@ -40,6 +42,27 @@ void ReadDriverOverrides(const sysfs::SysfsReader& sysfs, discovery::Inventory& 
   }
 }
 
+// The privilege check's lines, as a section after the table.
+std::string PrivilegeSection(const std::vector<vfio::MissingPrivilege>& missing) {
+  std::string out = "\nPrivileges for the features of these devices: ";
+  if (missing.empty()) return out + "none missing\n";
+  out += std::to_string(missing.size()) + " missing\n";
+  for (const vfio::MissingPrivilege& m : missing) out += "  " + m.Line() + "\n";
+  return out;
+}
+
+nlohmann::json PrivilegeJson(const std::vector<vfio::MissingPrivilege>& missing) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const vfio::MissingPrivilege& m : missing) {
+    out.push_back({{"feature", vfio::PrivilegedFeatureName(m.feature)},
+                   {"privilege", m.privilege},
+                   {"error", m.error},
+                   {"grant", m.grant},
+                   {"message", m.Line()}});
+  }
+  return out;
+}
+
 }  // namespace
 
 int RunDiscover(const DiscoverOptions& options) {
@@ -60,10 +83,20 @@ int RunDiscover(const DiscoverOptions& options) {
                             sources->warnings.end());
   const discovery::DeviceSelection& selection = scan->selection;
   const discovery::DiscoverContext context{options.sysfs_root, policy.source};
+  vfio::PrivilegeCheckOptions check;
+  check.dev_root = options.dev_root;
+  check.host_netns = options.host_netns;
+  check.process_status = options.process_status;
+  sysfs::KernelSysfsWriter probe;  // ProbeWritable only
+  const std::vector<vfio::MissingPrivilege> missing = vfio::CheckPrivileges(
+      vfio::PrivilegeNeedsOf(scan->inventory, selection), sysfs, probe, check);
   if (options.output == "json") {
-    std::cout << discovery::DiscoverJson(inventory, selection, context).dump(2) << std::endl;
+    nlohmann::json out = discovery::DiscoverJson(inventory, selection, context);
+    out["missingPrivileges"] = PrivilegeJson(missing);
+    std::cout << out.dump(2) << std::endl;
   } else {
-    std::cout << discovery::DiscoverTable(inventory, selection, context);
+    std::cout << discovery::DiscoverTable(inventory, selection, context)
+              << PrivilegeSection(missing);
   }
   return 0;
 }

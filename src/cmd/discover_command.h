@@ -1,5 +1,7 @@
 // `vfio-dra-plugin discover`: a read-only look at what vfio-dra would publish on this node and
-// why it would not publish the rest. Never writes to sysfs.
+// why it would not publish the rest, and which privileges the plugin would lack for them (as
+// `serve` logs them at start). Never writes to sysfs: the privilege check opens attributes for
+// writing and closes them unwritten.
 #pragma once
 
 #include <string>
@@ -12,6 +14,10 @@ struct DiscoverOptions {
   std::string output = "table";  // table | json
   std::string pci_ids = "/usr/share/misc/pci.ids";
   std::string modules_alias;  // empty: this kernel's, when reading the real /sys
+  // As `serve` is given them, for the privilege check.
+  std::string dev_root = "/dev";
+  std::string host_netns;
+  std::string process_status = "/proc/self/status";  // tests: another process's capabilities
 };
 
 // Returns the exit code: 0, or 1 when the policy cannot be loaded.

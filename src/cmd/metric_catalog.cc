@@ -25,6 +25,10 @@ void DeclareMetricCatalog(MetricsRegistry& metrics) {
                          "ResourceSlice writes, by operation (create, update, delete)");
   metrics.DeclareCounter("vfio_dra_slice_syncs_total",
                          "ResourceSlice syncs, by result (ok, error)");
+  metrics.DeclareGauge("vfio_dra_privilege_missing",
+                       "1 for each privilege the features of this node's devices need and the "
+                       "plugin lacks, by feature and privilege (the start-up log says how to "
+                       "grant it)");
   metrics.DeclareGauge("vfio_dra_checkpoint_claims", "claims in the prepare checkpoint, by state");
   metrics.DeclareGauge("vfio_dra_claim_status_pending",
                        "claims whose status.devices write has not landed yet (retried in the "

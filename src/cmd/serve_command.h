@@ -17,6 +17,8 @@ namespace vfio_dra::cmd {
 struct ServeEnvironment {
   std::function<std::unique_ptr<sysfs::SysfsWriter>(const ServeOptions&)> make_sysfs_writer;
   std::function<void(const std::string&)> before_prepare_step;
+  // Where the daemon reads its effective capabilities (CapEff) for the privilege check.
+  std::string process_status = "/proc/self/status";
 };
 
 // Returns the process exit code. Signals SIGTERM and SIGINT must already be blocked in every

@@ -101,6 +101,8 @@ Status ServeDaemon::BuildPreparation() {
                                           vfio::MakeNetlinkVfNetwork(options_.host_netns, &*sysfs_))
                                     : std::shared_ptr<vfio::VfNetwork>(vfio::MakeFileVfNetwork(
                                           options_.simulated_vf_network_dir));
+  preparer_options.missing_privileges = [this] { return MissingPrivileges(); };
+  preparer_options.holders_gap = vfio::HolderNamingGap(environment_.process_status).value_or("");
   preparer_options.pods = pod_reader_ ? &*pod_reader_ : nullptr;
   preparer_options.claim_status = claim_status_queue_ ? &*claim_status_queue_ : nullptr;
   // What a claim held is re-evaluated at once: a device kept only for it (lost) goes at the
@@ -168,6 +170,7 @@ void ServeDaemon::BuildPublishing() {
                                {{"pci_devices", std::to_string(scan->selection.devices.size())},
                                 {"mdev_types", std::to_string(scan->selection.mdev_types.size())},
                                 {"policy", policy_.source}});
+                     CheckPrivileges(*scan);
                      reconciler_->SetScan(*scan);
                    },
                    watch_options, root_.WithComponent("discovery"),
@@ -196,6 +199,34 @@ std::shared_ptr<const discovery::NodeScan> ServeDaemon::Scan() {
   layout_retry_ = pass.retry;
   if (pass.created > 0) scan = scan_once();
   return scan;
+}
+
+void ServeDaemon::CheckPrivileges(const discovery::NodeScan& scan) {
+  const vfio::PrivilegeNeeds needs = vfio::PrivilegeNeedsOf(scan.inventory, scan.selection);
+  std::set<vfio::PrivilegedFeature> features;
+  for (const auto& entry : needs.features) features.insert(entry.first);
+  if (checked_features_ == features) return;
+  checked_features_ = features;
+  vfio::PrivilegeCheckOptions check;
+  check.dev_root = options_.dev_root;
+  check.host_netns = options_.host_netns;
+  check.vf_network_in_kernel = options_.simulated_vf_network_dir.empty();
+  check.process_status = environment_.process_status;
+  auto missing = std::make_shared<const std::vector<vfio::MissingPrivilege>>(
+      vfio::CheckPrivileges(needs, *sysfs_, *sysfs_writer_, check));
+  for (const vfio::MissingPrivilege& m : *missing) {
+    const std::string line = m.Line();
+    if (!logged_privileges_.insert(line).second) continue;
+    log_.Warn(line,
+              {{"feature", vfio::PrivilegedFeatureName(m.feature)}, {"privilege", m.privilege}});
+  }
+  std::lock_guard<std::mutex> lock(privileges_mu_);
+  missing_privileges_ = std::move(missing);
+}
+
+std::shared_ptr<const std::vector<vfio::MissingPrivilege>> ServeDaemon::MissingPrivileges() const {
+  std::lock_guard<std::mutex> lock(privileges_mu_);
+  return missing_privileges_;
 }
 
 // The GPUs' whole frame buffers seen idle, for the next scan and the next start.
@@ -254,6 +285,12 @@ void ServeDaemon::DeclareMetrics() {
           static_cast<double>(writes.failed));
     m.Set("vfio_dra_claim_status_writes_total", {{"result", "given_up"}},
           static_cast<double>(writes.given_up));
+    if (const auto missing = MissingPrivileges()) {
+      for (const vfio::MissingPrivilege& p : *missing) {
+        m.Set("vfio_dra_privilege_missing",
+              {{"feature", vfio::PrivilegedFeatureName(p.feature)}, {"privilege", p.privilege}}, 1);
+      }
+    }
     const prepare::CheckpointCounts counts = preparer_->Counts();
     m.Set("vfio_dra_checkpoint_claims", {{"state", "PrepareStarted"}}, counts.started);
     m.Set("vfio_dra_checkpoint_claims", {{"state", "PrepareCompleted"}}, counts.completed);

@@ -9,7 +9,11 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "base/log.h"
 #include "base/metrics.h"
@@ -37,6 +41,7 @@
 #include "slicepublisher/published_devices.h"
 #include "slicepublisher/slice_reconciler.h"
 #include "sysfs/sysfs_reader.h"
+#include "vfio/privilege_check.h"
 
 namespace vfio_dra::cmd {
 
@@ -69,6 +74,10 @@ class ServeDaemon {
   std::shared_ptr<const discovery::NodeScan> Scan();
   // Keeps the GPUs' whole frame buffers a scan saw (vgpu_gpu_sizes_file.h) when they changed.
   void KeepVgpuSizes(const discovery::NodeScan& scan);
+  // Checks the privileges of the features the scan's devices enable, when they are not the ones
+  // checked last (the first scan, then a new kind of device), and warns once per missing one.
+  void CheckPrivileges(const discovery::NodeScan& scan);
+  std::shared_ptr<const std::vector<vfio::MissingPrivilege>> MissingPrivileges() const;
 
   const ServeOptions& options_;
   const ServeEnvironment& environment_;
@@ -107,6 +116,12 @@ class ServeDaemon {
   // periodic check scans in full although no device changed.
   std::atomic<bool> layout_retry_{false};
   std::atomic<uint64_t> layout_retries_{0};
+  // The privilege check: its features and logged lines are the watcher thread's alone; the
+  // result is read by prepares and metrics.
+  std::optional<std::set<vfio::PrivilegedFeature>> checked_features_;
+  std::set<std::string> logged_privileges_;
+  mutable std::mutex privileges_mu_;
+  std::shared_ptr<const std::vector<vfio::MissingPrivilege>> missing_privileges_;
   // Publishing.
   std::optional<slicepublisher::SliceReconciler> reconciler_;
   std::optional<discovery::DeviceWatcher> watcher_;

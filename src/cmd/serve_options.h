@@ -39,7 +39,8 @@ struct ServeOptions {
   int close_idle_connections_seconds = 1200;
   std::string metrics_address = ":8080";  // empty: no metrics and health endpoint
   // The network namespace whose netdevs SR-IOV VFs are configured through; empty: the process's
-  // own. The DaemonSet uses /proc/1/ns/net (hostPID): the host's, without hostNetwork.
+  // own, which is the host's with hostNetwork (CAP_NET_ADMIN suffices then). /proc/1/ns/net with
+  // hostPID is the host's without hostNetwork, at the cost of CAP_SYS_ADMIN and CAP_SYS_PTRACE.
   std::string host_netns;
   // Tests with a simulated sysfs tree: VF network settings live in files here instead of the
   // kernel (see vfio/vf_network.h). Empty: rtnetlink.

@@ -1,6 +1,7 @@
 // What a prepare decision refuses before anything is recorded or touched: a device another claim
-// holds (or may hold: an unreadable record), a vGPU VF that is not as the plan needs it, and after
-// a reboot a recorded function that is now another device.
+// holds (or may hold: an unreadable record), a vGPU VF that is not as the plan needs it, a device
+// whose feature lacks a privilege the process does not have, and after a reboot a recorded
+// function that is now another device.
 #include <algorithm>
 
 #include "prepare/vfio_device_preparer.h"
@@ -18,7 +19,51 @@ Error HeldByOther(const std::string& device, const std::string& what, const Clai
           "a force-deleted pod, once it cleans the pod up)");
 }
 
+// The features preparing `device` uses: a function already on its VFIO driver is used as it is,
+// and an mdev or vGPU vfio-dra does not make is handed out as it is.
+std::vector<vfio::PrivilegedFeature> FeaturesOf(const PlannedDevice& device,
+                                                const sysfs::SysfsReader& sysfs) {
+  using vfio::PrivilegedFeature;
+  std::vector<PrivilegedFeature> features{PrivilegedFeature::kDeviceNodes};
+  switch (device.kind) {
+    case PlannedKind::kPci:
+      for (const std::string& f : device.functions) {
+        auto driver = sysfs.LinkBaseName("bus/pci/devices/" + f + "/driver");
+        if (!driver.ok() || *driver != VfioDriverOf(device, f)) {
+          features.push_back(PrivilegedFeature::kPciPassthrough);
+          break;
+        }
+      }
+      if (device.vf_link && !device.config.network.Empty()) {
+        features.push_back(PrivilegedFeature::kVfNetwork);
+      }
+      break;
+    case PlannedKind::kMdev:
+      if (device.mdev_created_by_driver) features.push_back(PrivilegedFeature::kMdev);
+      break;
+    case PlannedKind::kVgpu:
+      if (MakesVgpu(device)) features.push_back(PrivilegedFeature::kVgpuVf);
+      break;
+  }
+  return features;
+}
+
 }  // namespace
+
+Status VfioDevicePreparer::CheckPrivilegesOf(const std::vector<PlannedDevice>& plan) const {
+  if (!options_.missing_privileges) return Status::Ok();
+  const auto missing = options_.missing_privileges();
+  if (missing == nullptr || missing->empty()) return Status::Ok();
+  for (const PlannedDevice& device : plan) {
+    for (vfio::PrivilegedFeature feature : FeaturesOf(device, sysfs_)) {
+      if (const vfio::MissingPrivilege* m = vfio::FindMissing(*missing, feature)) {
+        return MakeError(ErrorKind::kFailedPrecondition,
+                         "device " + device.result.device + " is not prepared: " + m->Line());
+      }
+    }
+  }
+  return Status::Ok();
+}
 
 Status VfioDevicePreparer::CheckOverlap(const CheckpointView& view, const std::string& uid,
                                         const std::vector<PlannedDevice>& plan) const {

@@ -184,6 +184,11 @@ Result<VfioDevicePreparer::PrepareDecision> VfioDevicePreparer::DecidePrepare(
       continue;
     }
     d.plan = std::move(**plan);
+    // A completed prepare is repeated without new work on the node (unless it was of an earlier
+    // boot, which RecordDecision replays); a new one must not start what it cannot finish.
+    if (!d.was_completed || d.existing->boot_id != checkpoint_.boot_id()) {
+      if (Status s = CheckPrivilegesOf(d.plan); !s.ok()) return s.error().Wrap(who);
+    }
     if (Status s = CheckOverlap(*view, claim.uid, d.plan); !s.ok()) return s.error().Wrap(who);
     if (Status s = RecordDecision(claim, d, who, deadline); !s.ok()) return s.error();
     return d;

@@ -53,6 +53,7 @@
 #include "sysfs/sysfs_writer.h"
 #include "vfio/device_lock_gate.h"
 #include "vfio/mdev_lifecycle.h"
+#include "vfio/privilege_check.h"
 #include "vfio/vfio_nodes.h"
 #include "vfio/vfio_pci_binder.h"
 #include "vfio/vgpu_vf_lifecycle.h"
@@ -82,6 +83,12 @@ struct PreparerOptions {
   // Writes the network VFs' status into their claims in the background (a prepare does not wait
   // for it, nor fail with it); may be null (nothing is written).
   kube::ClaimStatusQueue* claim_status = nullptr;
+  // What the process lacks for each feature (vfio/privilege_check.h), as last checked: a device
+  // whose feature lacks a privilege is refused before anything is touched. May be empty, and may
+  // return null (not checked yet).
+  std::function<std::shared_ptr<const std::vector<vfio::MissingPrivilege>>()> missing_privileges;
+  // Why a busy device's holders may go unnamed (vfio::HolderNamingGap); empty: they are named.
+  std::string holders_gap;
   // Runs after an unprepare has undone a claim: the devices it held are free (a device that is
   // gone is published only while a claim holds it). May be empty.
   std::function<void()> after_unprepare;
@@ -175,6 +182,8 @@ class VfioDevicePreparer final : public DevicePreparer {
   // vfio-dra makes, holding the type of a vGPU handed out as it is. Nothing is touched.
   Status CheckNewVgpus(const std::vector<PlannedDevice>& plan,
                        const std::optional<ClaimRecord>& existing) const;
+  // Each planned device's features have the privileges they need (nothing is touched yet).
+  Status CheckPrivilegesOf(const std::vector<PlannedDevice>& plan) const;
   // After a reboot: every recorded function must still be the device it was.
   Status CheckIdentities(const ClaimRecord& record) const;
   // `macs` receives the MAC of each network VF (by device name), for the metadata and status.

@@ -22,4 +22,11 @@ int KernelSysfsWriter::Write(const std::string& path, std::string_view value) {
   return close_error;
 }
 
+int KernelSysfsWriter::ProbeWritable(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  ::close(fd);
+  return 0;
+}
+
 }  // namespace vfio_dra::sysfs

@@ -129,12 +129,15 @@ Result<Connection> Connect(const std::string& netns_path) {
                      "cannot open the network namespace " +
                          (own.get() < 0 ? std::string("of this thread") : netns_path) + ": " +
                          std::strerror(errno) +
-                         " (the host's is /proc/1/ns/net with hostPID: true; check --host-netns)");
+                         " (the host's is /proc/1/ns/net with hostPID: true, and opening it needs "
+                         "CAP_SYS_PTRACE; or drop --host-netns and run with hostNetwork: true)");
   }
   if (setns(target.get(), CLONE_NEWNET) != 0) {
     return MakeError(ErrorKind::kPermissionDenied,
                      "cannot enter the network namespace " + netns_path + ": " +
-                         std::strerror(errno) + " (needs CAP_SYS_ADMIN: a privileged container)");
+                         std::strerror(errno) +
+                         " (needs CAP_SYS_ADMIN; or drop --host-netns and run with hostNetwork: "
+                         "true and CAP_NET_ADMIN: the Helm value sriovNetwork.enabled=true)");
   }
   Status created = CreateSockets(out);
   if (setns(own.get(), CLONE_NEWNET) != 0) {

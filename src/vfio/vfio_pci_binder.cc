@@ -44,7 +44,8 @@ std::string VfioPciBinder::Holders(const std::string& address) const {
   if (auto cdevs = sysfs_.List(DeviceAttribute(address, "vfio-dev")); cdevs.ok()) {
     for (const std::string& cdev : *cdevs) add(options_.dev_root + "/vfio/devices/" + cdev);
   }
-  return DescribeHolders(FindDeviceHolders(options_.proc_root, devices));
+  const std::string found = DescribeHolders(FindDeviceHolders(options_.proc_root, devices));
+  return options_.holders_gap.empty() ? found : found + " (" + options_.holders_gap + ")";
 }
 
 Error VfioPciBinder::InUse(const std::string& address, const Error& error) const {

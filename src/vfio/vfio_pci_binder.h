@@ -43,6 +43,8 @@ struct BinderOptions {
   std::chrono::milliseconds unbind_timeout{std::chrono::seconds(20)};
   std::string dev_root = "/dev";    // where the /dev/vfio nodes are, to find who holds them
   std::string proc_root = "/proc";  // the processes to look through
+  // Why holders may be missing from the description (HolderNamingGap); empty: they are not.
+  std::string holders_gap{};
 };
 
 class VfioPciBinder {

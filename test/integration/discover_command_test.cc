@@ -41,11 +41,15 @@ class DiscoverCommandTest : public ::testing::TestWithParam<std::string> {
     char tmpl[] = "/tmp/vfio-dra-discover-XXXXXX";
     dir_ = mkdtemp(tmpl);
     WritePciIds(dir_ + "/pci.ids");
+    // The privilege check sees a /dev with VFIO and every capability, whatever this machine has.
+    std::filesystem::create_directories(dir_ + "/dev/vfio");
+    std::ofstream(dir_ + "/status") << "CapEff:\t000001ffffffffff\n";
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   CommandResult Discover(const std::vector<std::string>& extra) {
-    std::vector<std::string> args = {VFIO_DRA_PLUGIN_BINARY, "discover",  "--sysfs-root",
-                                     dir_ + "/sys",          "--pci-ids", dir_ + "/pci.ids"};
+    std::vector<std::string> args = {
+        VFIO_DRA_PLUGIN_BINARY, "discover",   "--sysfs-root", dir_ + "/sys",      "--pci-ids",
+        dir_ + "/pci.ids",      "--dev-root", dir_ + "/dev",  "--process-status", dir_ + "/status"};
     args.insert(args.end(), extra.begin(), extra.end());
     AddModulesAlias(args);
     return RunCommand(args, std::chrono::seconds(30));
@@ -127,6 +131,30 @@ TEST_P(DiscoverCommandTest, SlicesMatchTheGoldenFileForEachRelease) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DiscoverCommandTest, ::testing::ValuesIn(FixtureNames()));
+
+// What the plugin would lack is a section of the table, one line per missing privilege as `serve`
+// logs it, and a list in the JSON form.
+TEST_F(DiscoverCommandTest, ShowsEachMissingPrivilegeInTheTableAndTheJson) {
+  ASSERT_TRUE(BuildFixture("sriov", dir_ + "/sys"));
+  std::ofstream(dir_ + "/status") << "CapEff:\t000001ffffffefff\n";  // no CAP_NET_ADMIN
+  const std::string line =
+      "privilege missing: CAP_NET_ADMIN for VF network settings (MAC, VLAN, trust): the "
+      "capability is not in the plugin's effective set (CapEff 000001ffffffefff); grant it with "
+      "the Helm value sriovNetwork.enabled=true (hostNetwork and NET_ADMIN)";
+  CommandResult table = Discover({});
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_THAT(
+      table.output,
+      HasSubstr("\nPrivileges for the features of these devices: 1 missing\n  " + line + "\n"));
+  CommandResult json_out = Discover({"-o", "json"});
+  ASSERT_EQ(json_out.exit_code, 0) << json_out.output;
+  auto json = nlohmann::json::parse(json_out.output, nullptr, false);
+  ASSERT_FALSE(json.is_discarded()) << json_out.output;
+  ASSERT_EQ(json["missingPrivileges"].size(), 1u) << json_out.output;
+  EXPECT_EQ(json["missingPrivileges"][0]["feature"], "vf-network");
+  EXPECT_EQ(json["missingPrivileges"][0]["privilege"], "CAP_NET_ADMIN");
+  EXPECT_EQ(json["missingPrivileges"][0]["message"], line);
+}
 
 TEST(SlicesCommand, TheV1beta1ShapeAndYaml) {
   char tmpl[] = "/tmp/vfio-dra-slices-XXXXXX";
@@ -238,7 +266,8 @@ TEST(DiscoverCommand, AFunctionAnotherProcessIsStuckOnIsReportedAndTheCommandAns
   std::filesystem::remove_all(dir);
 }
 
-// Reads this machine's real /sys (read only: discover has no code path that writes).
+// Reads this machine's real /sys (read only: discover has no code path that writes; its privilege
+// check opens attributes for writing and closes them unwritten, which sysfs does not act on).
 TEST(DiscoverCommand, RunsOnThisMachinesRealSysfs) {
   CommandResult result = RunCommand({VFIO_DRA_PLUGIN_BINARY, "discover"}, std::chrono::seconds(30));
   EXPECT_EQ(result.exit_code, 0) << result.output;

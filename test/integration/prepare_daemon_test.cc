@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -391,6 +392,83 @@ TEST_F(PrepareDaemonTest, AClaimOfEachKindIsPreparedAndUnpreparedThroughTheKubel
         << "write outside the managed devices: " << w.path << " <- " << w.value;
   }
   EXPECT_GT(writes.size(), 10u);
+}
+
+// The privilege check at start: an AppArmor-style denial of the mdev types' create files and no
+// CAP_SYS_PTRACE give one warning each; the metrics show them; a claim of an mdev fails at once
+// with the warning's text and no sysfs write, while a GPU (whose attributes are writable) is
+// prepared.
+TEST_F(PrepareDaemonTest, ServeWarnsOncePerMissingPrivilegeAndAClaimNeedingOneFailsWithIt) {
+  const std::string vgpu_uid = "11111111-0000-4000-8000-000000000004";
+  const std::string gpu_uid = "11111111-0000-4000-8000-000000000001";
+  server_->PutClaim(Claim("vgpu", vgpu_uid, {{"vgpu", "mdev-0000-3b-00-0-nvidia-222-0"}}));
+  server_->PutClaim(Claim("gpu", gpu_uid, {{"gpu", "gpu-0000-01-00-0"}}));
+  std::ofstream(dir_ + "/status") << "CapEff:\t000001fffff7ffff\n";  // no CAP_SYS_PTRACE
+  const std::string write_log = dir_ + "/writes.log";
+  StartDaemon({"VFIO_DRA_SIM_WRITE_LOG=" + write_log,
+               "VFIO_DRA_SIM_DENY_WRITES=class/mdev_bus:" + std::to_string(EACCES),
+               "VFIO_DRA_SIM_PROCESS_STATUS=" + dir_ + "/status"});
+  // The check runs on the first scan, before its devices are published.
+  ASSERT_TRUE(server_->WaitForSlices([](const auto& s) { return s.size() >= 2; },
+                                     std::chrono::seconds(20)));
+  const std::string mdev_line_start =
+      "privilege missing: write access to " + dir_ + "/sys/class/mdev_bus/0000:3b:00.0/";
+  const std::string mdev_line_end =
+      "/create for mediated devices (mdev create and remove): opening it for writing failed: "
+      "Permission denied (errno 13); mount the host's /sys read-write and load the AppArmor "
+      "profile deploy/apparmor/vfio-dra-plugin (or run Unconfined)";
+  const std::string ptrace_line =
+      "privilege missing: CAP_SYS_PTRACE for naming the processes that hold a busy device: the "
+      "capability is not in the plugin's effective set (CapEff 000001fffff7ffff); /proc/<pid>/fd "
+      "of other users' processes (KubeVirt's VMM runs as uid 107) cannot be read, so a busy "
+      "device's holders may go unnamed; grant it with the Helm value deviceHolders.enabled=true "
+      "(hostPID and SYS_PTRACE)";
+  const std::string log = daemon_->Log();
+  std::vector<std::string> warnings;
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("privilege missing") != std::string::npos) warnings.push_back(line);
+  }
+  ASSERT_EQ(warnings.size(), 2u) << log;
+  EXPECT_THAT(warnings[0], HasSubstr(" warning serve \"" + mdev_line_start));
+  EXPECT_THAT(warnings[0], HasSubstr(mdev_line_end + "\" feature=mdev privilege=\"write access"));
+  EXPECT_THAT(warnings[1], HasSubstr(" warning serve \"" + ptrace_line +
+                                     "\" feature=device-holders privilege=CAP_SYS_PTRACE"));
+
+  httplib::Client http("127.0.0.1", MetricsPort());
+  auto metrics = http.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_THAT(metrics->body, HasSubstr("vfio_dra_privilege_missing{feature=\"device-holders\","
+                                       "privilege=\"CAP_SYS_PTRACE\"} 1"));
+  EXPECT_THAT(metrics->body, HasSubstr("vfio_dra_privilege_missing{feature=\"mdev\""));
+
+  auto refused = sim_.Prepare(plugin_, {{"vms", "vgpu", vgpu_uid}});
+  ASSERT_TRUE(refused.ok()) << refused.error().message;
+  const std::string error = refused->claims().at(vgpu_uid).error();
+  EXPECT_THAT(error, HasSubstr("device mdev-0000-3b-00-0-nvidia-222-0 is not prepared: " +
+                               mdev_line_start));
+  EXPECT_THAT(error, HasSubstr(mdev_line_end));
+  EXPECT_TRUE(SimulatedKernel::ReadWriteLog(write_log).empty());
+  EXPECT_TRUE(fs::is_empty(dir_ + "/sys/bus/mdev/devices"));
+
+  auto prepared = sim_.Prepare(plugin_, {{"vms", "gpu", gpu_uid}});
+  ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+  EXPECT_EQ(prepared->claims().at(gpu_uid).error(), "") << daemon_->Log();
+  EXPECT_EQ(Driver("0000:01:00.0"), "vfio-pci");
+  auto unprepared = sim_.Unprepare(plugin_, {{"vms", "gpu", gpu_uid}});
+  ASSERT_TRUE(unprepared.ok()) << unprepared.error().message;
+  EXPECT_EQ(unprepared->claims().at(gpu_uid).error(), "");
+}
+
+// With every privilege the node's devices need, serve logs no privilege line.
+TEST_F(PrepareDaemonTest, ServeWarnsOfNoPrivilegeWhenNoneIsMissing) {
+  std::ofstream(dir_ + "/status") << "CapEff:\t000001ffffffffff\n";
+  StartDaemon({"VFIO_DRA_SIM_PROCESS_STATUS=" + dir_ + "/status"});
+  ASSERT_TRUE(server_->WaitForSlices([](const auto& s) { return s.size() >= 2; },
+                                     std::chrono::seconds(20)));
+  const std::string log = daemon_->Log();
+  EXPECT_THAT(log, HasSubstr("node devices"));  // the first scan, which the check follows
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("privilege missing"))) << log;
 }
 
 TEST_F(PrepareDaemonTest, AnUnbindThatHangsFailsOnlyThatClaimWithinTheDeadline) {

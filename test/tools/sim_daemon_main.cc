@@ -6,6 +6,11 @@
 //   VFIO_DRA_SIM_STEP_LOG=FILE    append every step name to FILE
 //   VFIO_DRA_SIM_WRITE_LOG=FILE   append every sysfs write (JSON lines) to FILE
 //   VFIO_DRA_SIM_HANG_UNBIND=BDF  unbinds of that function block (until the process exits)
+//   VFIO_DRA_SIM_DENY_WRITES=PATH:ERRNO[,PATH:ERRNO...]
+//                                 writes to those sysfs paths (relative to the root; empty: all)
+//                                 fail with that errno number (SimulatedKernel::DenyWrites)
+//   VFIO_DRA_SIM_PROCESS_STATUS=FILE  read the effective capabilities from FILE, not
+//                                 /proc/self/status
 //   VFIO_DRA_TEST_PAUSE_AT=STEP[,STEP...] with VFIO_DRA_TEST_PAUSE_DIR=DIR
 //                                 pause at those steps until the test resumes (step_pause.h)
 #include <signal.h>
@@ -13,6 +18,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "cmd/cli.h"
@@ -44,8 +50,17 @@ int main(int argc, char** argv) {
     if (const std::string hang = Env("VFIO_DRA_SIM_HANG_UNBIND"); !hang.empty()) {
       kernel->HangUnbind(hang);
     }
+    std::stringstream denials(Env("VFIO_DRA_SIM_DENY_WRITES"));
+    for (std::string denial; std::getline(denials, denial, ',');) {
+      const size_t colon = denial.rfind(':');
+      if (colon == std::string::npos) continue;
+      kernel->DenyWrites(denial.substr(0, colon), std::stoi(denial.substr(colon + 1)));
+    }
     return std::unique_ptr<vfio_dra::sysfs::SysfsWriter>(std::move(kernel));
   };
+  if (const std::string status = Env("VFIO_DRA_SIM_PROCESS_STATUS"); !status.empty()) {
+    environment.process_status = status;
+  }
   const std::string crash_at = Env("VFIO_DRA_SIM_CRASH_AT_STEP");
   const std::string step_log = Env("VFIO_DRA_SIM_STEP_LOG");
   auto pause = vfio_dra::testing::StepPauseFromEnvironment();

@@ -280,6 +280,31 @@ void SimulatedKernel::ReleaseHangs() {
   cv_.notify_all();
 }
 
+void SimulatedKernel::DenyWrites(const std::string& relative, int err) {
+  std::lock_guard<std::mutex> lock(mu_);
+  denied_[relative] = err;
+}
+
+int SimulatedKernel::DeniedError(const std::string& rel) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [prefix, err] : denied_) {
+    if (prefix.empty() || rel == prefix || rel.rfind(prefix + "/", 0) == 0) return err;
+  }
+  return 0;
+}
+
+int SimulatedKernel::ProbeWritable(const std::string& path) {
+  const bool inside = path.rfind(root_ + "/", 0) == 0;
+  if (!inside) return EACCES;
+  if (const int denied = DeniedError(path.substr(root_.size() + 1)); denied != 0) return denied;
+  // Non-blocking: a locked attribute is a FIFO (see the header comment), and opening one for
+  // writing must not wait for a reader.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return errno == ENXIO ? 0 : errno;
+  ::close(fd);
+  return 0;
+}
+
 void SimulatedKernel::FailMdevCreate(int err) {
   std::lock_guard<std::mutex> lock(mu_);
   fail_mdev_create_ = err;
@@ -402,7 +427,10 @@ int SimulatedKernel::Write(const std::string& path, std::string_view value) {
   }
   int result = EACCES;
   std::string simulation_error;
-  if (inside) {
+  const int denied = inside ? DeniedError(rel) : 0;
+  if (denied != 0) {
+    result = denied;
+  } else if (inside) {
     try {
       WaitWhileLocked(device);
       result = Apply(parts, rel, arg);

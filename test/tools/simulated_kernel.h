@@ -72,6 +72,9 @@ class SimulatedKernel final : public sysfs::SysfsWriter {
   SimulatedKernel& operator=(const SimulatedKernel&) = delete;
 
   int Write(const std::string& path, std::string_view value) override;
+  // Opens the fixture file for writing without writing, as the kernel's sysfs would: ENOENT for
+  // a missing attribute, the errno of a DenyWrites path.
+  int ProbeWritable(const std::string& path) override;
 
   // Faults.
   void FailVfioBind(const std::string& address, int err);  // every bind to vfio-pci
@@ -87,6 +90,10 @@ class SimulatedKernel final : public sysfs::SysfsWriter {
   void OpenVgpuVf(const std::string& address);
   void CloseVgpuVf(const std::string& address);
   void RemoveDevice(const std::string& address);  // hot-unplug: the function vanishes
+  // Writes (and ProbeWritable) to `relative` and to everything under it fail with `err` before
+  // the kernel sees them: EROFS as on a read-only /sys mount, EACCES as under an AppArmor profile
+  // that denies the path. An empty `relative` denies the whole tree.
+  void DenyWrites(const std::string& relative, int err);
   // Writes currently blocked in a hang.
   int Hanging() const;
   bool WaitUntilHanging(int count, std::chrono::milliseconds timeout) const;
@@ -182,6 +189,9 @@ class SimulatedKernel final : public sysfs::SysfsWriter {
   int hanging_ = 0;
   int in_flight_ = 0;
   int fail_mdev_create_ = 0;
+  std::map<std::string, int> denied_;  // DenyWrites: relative path -> errno
+  // The errno DenyWrites set for `rel`, or 0. Called without mu_.
+  int DeniedError(const std::string& rel) const;
   struct HeldAttribute {
     std::string name;     // relative to the device directory
     std::string content;  // what the attribute read before the lock

@@ -106,6 +106,31 @@ TEST_F(SimulatedKernelTest, RefusesWhatTheKernelRefuses) {
   EXPECT_EQ(writes.back().result, ENODEV);
 }
 
+// A denied path (a read-only mount, an AppArmor rule) fails writes and probes with the errno set
+// for it and everything under it, and the kernel does nothing; a probe opens and changes nothing.
+TEST_F(SimulatedKernelTest, DeniedPathsFailWritesAndProbesAndProbesChangeNothing) {
+  const std::string override =
+      node_->sysfs_root() + "/bus/pci/devices/0000:06:00.0/driver_override";
+  EXPECT_EQ(kernel_->ProbeWritable(override), 0);
+  EXPECT_EQ(kernel_->ProbeWritable(node_->sysfs_root() + "/bus/pci/devices/0000:06:00.0/nope"),
+            ENOENT);
+  EXPECT_TRUE(kernel_->Writes().empty());
+  kernel_->DenyWrites("bus/pci/devices/0000:06:00.0", EACCES);
+  kernel_->DenyWrites("bus/pci/drivers/nvme/unbind", EROFS);
+  EXPECT_EQ(kernel_->ProbeWritable(override), EACCES);
+  EXPECT_EQ(Write("bus/pci/devices/0000:06:00.0/driver_override", "vfio-pci"), EACCES);
+  EXPECT_EQ(Write("bus/pci/drivers/nvme/unbind", "0000:06:00.0"), EROFS);
+  EXPECT_EQ(Driver("0000:06:00.0"), "nvme");
+  std::ifstream in(override);
+  std::string content;
+  std::getline(in, content);
+  EXPECT_EQ(content, "(null)");
+  // Another device is not denied.
+  EXPECT_EQ(Write("bus/pci/devices/0000:01:00.0/driver_override", "vfio-pci"), 0);
+  kernel_->DenyWrites("", EROFS);  // the whole tree
+  EXPECT_EQ(Write("bus/pci/devices/0000:01:00.0/driver_override", "\n"), EROFS);
+}
+
 TEST_F(SimulatedKernelTest, SriovVfsAreCreatedAndRemovedThroughSriovNumvfs) {
   EXPECT_EQ(Write("bus/pci/devices/0000:5e:00.0/sriov_numvfs", "2"), EBUSY) << "4 -> 2 needs 0";
   EXPECT_EQ(Write("bus/pci/devices/0000:5e:00.0/sriov_numvfs", "0"), 0);

@@ -199,6 +199,8 @@ class PrepareTest : public ::testing::Test {
     options.vf_network = vfio::MakeFileVfNetwork(VfNetDir());
     options.pods = &pods_;
     options.claim_status = status_queue_.get();
+    options.missing_privileges = [this] { return missing_privileges_; };
+    options.holders_gap = holders_gap_;
     fs::create_directories(DataDir());
     fs::create_directories(CdiDir());
     auto opened = prepare::VfioDevicePreparer::Open(options, *sysfs_, *kernel_, published_,
@@ -297,6 +299,25 @@ class PrepareTest : public ::testing::Test {
   std::chrono::milliseconds unbind_timeout_{std::chrono::seconds(5)};
   // Waits until the status writes due now are done (not those waiting for a retry).
   void SettleStatus() { ASSERT_TRUE(status_queue_->WaitUntilSettled(std::chrono::seconds(60))); }
+
+  // What the daemon's privilege check found: CheckPrivileges on the published devices with the
+  // kernel's VF network (rtnetlink) and the capabilities `cap_eff`.
+  void CheckPrivileges(const std::string& cap_eff) {
+    const std::string status = node_->dir() + "/status";
+    std::ofstream(status) << "CapEff:\t" << cap_eff << "\n";
+    discovery::ScanContext context;
+    context.vfio_drivers = vfio_drivers_.get();
+    auto scan = discovery::ScanNode(*sysfs_, nullptr, discovery::AdminPolicy{}, context);
+    vfio::PrivilegeCheckOptions check;
+    check.dev_root = DevRoot();
+    check.process_status = status;
+    missing_privileges_ =
+        std::make_shared<const std::vector<vfio::MissingPrivilege>>(vfio::CheckPrivileges(
+            vfio::PrivilegeNeedsOf(scan->inventory, scan->selection), *sysfs_, *kernel_, check));
+    Open();
+  }
+  std::shared_ptr<const std::vector<vfio::MissingPrivilege>> missing_privileges_;
+  std::string holders_gap_;
 
   FakePods pods_;
   FakeClock clock_;
@@ -495,6 +516,67 @@ TEST_F(PrepareTest, AVfGetsItsNetworkSettingsBeforeBindingAndThemRestoredAfter) 
   EXPECT_EQ(VfState("0000:5e:00.0", 3),
             json::parse(R"({"mac":"00:00:00:00:00:00","vlan":0,"qos":0,"spoofchk":true,
                             "trust":false})"));
+}
+
+// Without CAP_NET_ADMIN a claim that sets a VF's MAC is refused with the privilege check's line,
+// before anything is recorded or written; a claim of a VF that sets nothing does not need it.
+TEST_F(PrepareTest, AVfWithAMacIsRefusedWithoutNetAdminBeforeAnySysfsWrite) {
+  Use("sriov");
+  SeedVfs("0000:5e:00.0", 8);
+  CheckPrivileges("000001ffffffefff");  // all but CAP_NET_ADMIN
+  ASSERT_EQ(missing_privileges_->size(), 1u);
+  const std::string line = missing_privileges_->front().Line();
+  EXPECT_THAT(line, HasSubstr("privilege missing: CAP_NET_ADMIN for VF network settings"));
+  kube::ResourceClaim claim = Claim({{"nic", "vf-0000-5e-02-3"}});
+  AddConfig(claim, {{"apiVersion", "vfio.dra.io/v1alpha1"},
+                    {"kind", "VfioConfig"},
+                    {"macAddress", "02:00:00:00:00:01"}});
+  auto prepared = Prepare(claim);
+  ASSERT_FALSE(prepared.ok());
+  EXPECT_EQ(prepared.error().message,
+            "claim vms/gpu-claim: device vf-0000-5e-02-3 is not prepared: " + line);
+  EXPECT_EQ(prepared.error().kind, ErrorKind::kFailedPrecondition);
+  EXPECT_TRUE(kernel_->Writes().empty());
+  EXPECT_EQ(Recorded(kUid), std::nullopt);
+  EXPECT_EQ(VfState("0000:5e:00.0", 3)["mac"], "00:00:00:00:00:00");
+  EXPECT_EQ(Driver("0000:5e:02.3"), "iavf");
+  EXPECT_TRUE(CdiFiles().empty());
+
+  auto plain = Prepare(Claim({{"nic", "vf-0000-5e-02-3"}}));
+  ASSERT_TRUE(plain.ok()) << plain.error().message;
+  EXPECT_EQ(Driver("0000:5e:02.3"), "vfio-pci");
+}
+
+// A read-only /sys: the GPU's claim is refused naming the attribute, before any write.
+TEST_F(PrepareTest, AGpuIsRefusedOnAReadOnlySysfsBeforeAnyWrite) {
+  Use("workstation");
+  kernel_->DenyWrites("", EROFS);
+  CheckPrivileges("000001ffffffffff");
+  ASSERT_EQ(missing_privileges_->size(), 1u);
+  auto prepared = Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}));
+  ASSERT_FALSE(prepared.ok());
+  EXPECT_EQ(prepared.error().message,
+            "claim vms/gpu-claim: device gpu-0000-01-00-0 is not "
+            "prepared: " +
+                missing_privileges_->front().Line());
+  EXPECT_THAT(prepared.error().message, HasSubstr("Read-only file system"));
+  EXPECT_TRUE(kernel_->Writes().empty());
+  EXPECT_EQ(Recorded(kUid), std::nullopt);
+}
+
+// Without CAP_SYS_PTRACE the message of a busy device says its holders may be unnamed, and why.
+TEST_F(PrepareTest, ABusyDeviceSaysItsHoldersMayBeUnnamedWithoutSysPtrace) {
+  unbind_timeout_ = std::chrono::milliseconds(300);
+  holders_gap_ = "holders may be unnamed: without CAP_SYS_PTRACE (test)";
+  Use("workstation");
+  kernel_->HangUnbind("0000:01:00.1");
+  auto prepared = Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}));
+  ASSERT_FALSE(prepared.ok());
+  EXPECT_THAT(prepared.error().message,
+              HasSubstr("no process in this PID namespace holds its /dev/vfio nodes (holders may "
+                        "be unnamed: without CAP_SYS_PTRACE (test))"));
+  kernel_->ReleaseHangs();
+  kernel_->WaitIdle();
 }
 
 // Killed after the MAC was set and before the VF was bound: the record written first lets
