@@ -130,6 +130,10 @@ int RunCli(int argc, char** argv, const ServeEnvironment& environment) {
       ->add_option("--process-status", discover_options.process_status,
                    "for tests: read the effective capabilities from this file")
       ->group("");  // not for production; hidden from --help
+  discover->add_flag("--no-write-probes", discover_options.no_write_probes,
+                     "never open a sysfs attribute for writing: leave sysfs write access out of "
+                     "the privilege check (it opens one attribute of each kind the plugin writes, "
+                     "and writes nothing)");
 
   vfio_dra::cmd::SlicesOptions slices_options;
   CLI::App* slices = app.add_subcommand(

@@ -43,10 +43,13 @@ void ReadDriverOverrides(const sysfs::SysfsReader& sysfs, discovery::Inventory& 
 }
 
 // The privilege check's lines, as a section after the table.
-std::string PrivilegeSection(const std::vector<vfio::MissingPrivilege>& missing) {
+std::string PrivilegeSection(const std::vector<vfio::MissingPrivilege>& missing,
+                             bool write_probed) {
   std::string out = "\nPrivileges for the features of these devices: ";
-  if (missing.empty()) return out + "none missing\n";
-  out += std::to_string(missing.size()) + " missing\n";
+  const std::string unprobed =
+      write_probed ? "" : " (sysfs write access not probed: --no-write-probes)";
+  if (missing.empty()) return out + "none missing" + unprobed + "\n";
+  out += std::to_string(missing.size()) + " missing" + unprobed + "\n";
   for (const vfio::MissingPrivilege& m : missing) out += "  " + m.Line() + "\n";
   return out;
 }
@@ -88,15 +91,19 @@ int RunDiscover(const DiscoverOptions& options) {
   check.host_netns = options.host_netns;
   check.process_status = options.process_status;
   sysfs::KernelSysfsWriter probe;  // ProbeWritable only
-  const std::vector<vfio::MissingPrivilege> missing = vfio::CheckPrivileges(
-      vfio::PrivilegeNeedsOf(scan->inventory, selection), sysfs, probe, check);
+  vfio::PrivilegeNeeds needs = vfio::PrivilegeNeedsOf(scan->inventory, selection);
+  if (options.no_write_probes) {
+    for (auto& [feature, attributes] : needs.features) attributes.clear();
+  }
+  const std::vector<vfio::MissingPrivilege> missing =
+      vfio::CheckPrivileges(needs, sysfs, probe, check);
   if (options.output == "json") {
     nlohmann::json out = discovery::DiscoverJson(inventory, selection, context);
     out["missingPrivileges"] = PrivilegeJson(missing);
     std::cout << out.dump(2) << std::endl;
   } else {
     std::cout << discovery::DiscoverTable(inventory, selection, context)
-              << PrivilegeSection(missing);
+              << PrivilegeSection(missing, !options.no_write_probes);
   }
   return 0;
 }

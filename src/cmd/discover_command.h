@@ -18,6 +18,9 @@ struct DiscoverOptions {
   std::string dev_root = "/dev";
   std::string host_netns;
   std::string process_status = "/proc/self/status";  // tests: another process's capabilities
+  // Never open a sysfs attribute for writing (not even unwritten): the privilege section then
+  // leaves sysfs write access out, and says so.
+  bool no_write_probes = false;
 };
 
 // Returns the exit code: 0, or 1 when the policy cannot be loaded.

@@ -268,13 +268,17 @@ TEST(DiscoverCommand, AFunctionAnotherProcessIsStuckOnIsReportedAndTheCommandAns
 
 // Reads this machine's real /sys (read only: discover has no code path that writes; its privilege
 // check opens attributes for writing and closes them unwritten, which sysfs does not act on).
+// This machine's /sys is never opened for writing (the project's rule): --no-write-probes.
 TEST(DiscoverCommand, RunsOnThisMachinesRealSysfs) {
-  CommandResult result = RunCommand({VFIO_DRA_PLUGIN_BINARY, "discover"}, std::chrono::seconds(30));
+  CommandResult result = RunCommand({VFIO_DRA_PLUGIN_BINARY, "discover", "--no-write-probes"},
+                                    std::chrono::seconds(30));
   EXPECT_EQ(result.exit_code, 0) << result.output;
   EXPECT_THAT(result.output, HasSubstr("Node devices (sysfs root /sys"));
   EXPECT_THAT(result.output, HasSubstr("Published: "));
+  EXPECT_THAT(result.output, HasSubstr("(sysfs write access not probed: --no-write-probes)"));
   CommandResult json =
-      RunCommand({VFIO_DRA_PLUGIN_BINARY, "discover", "-o", "json"}, std::chrono::seconds(30));
+      RunCommand({VFIO_DRA_PLUGIN_BINARY, "discover", "--no-write-probes", "-o", "json"},
+                 std::chrono::seconds(30));
   EXPECT_EQ(json.exit_code, 0);
   EXPECT_FALSE(nlohmann::json::parse(json.output, nullptr, false).is_discarded());
 }
