@@ -109,6 +109,10 @@ Status RemoveFilesAndTemporaries(const std::string& dir, const std::vector<std::
   const auto remove = [&](const std::string& path, const char* what) {
     if (::unlink(path.c_str()) == 0 || errno == ENOENT || first) return;
     const int err = errno;
+    // On a read-only mount unlink says EROFS before it looks the name up, for a file that is not
+    // there too: that file is gone, as wanted (an unprepare must not hang on it for ever).
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 && errno == ENOENT) return;
     first = MakeError(ErrorKind::kUnavailable, std::string(what) + path + ": " + ErrnoText(err));
   };
   for (const std::string& name : names) remove(dir + "/" + name, "cannot remove ");
