@@ -217,8 +217,14 @@ void ServeDaemon::CheckPrivileges(const discovery::NodeScan& scan) {
   for (const vfio::MissingPrivilege& m : *missing) {
     const std::string line = m.Line();
     if (!logged_privileges_.insert(line).second) continue;
-    log_.Warn(line,
-              {{"feature", vfio::PrivilegedFeatureName(m.feature)}, {"privilege", m.privilege}});
+    const std::string feature = vfio::PrivilegedFeatureName(m.feature);
+    // Naming a busy device's holders is best effort, and off in the default install: saying so
+    // at every start is information, not a warning an admin must act on.
+    if (m.feature == vfio::PrivilegedFeature::kHolderNaming) {
+      log_.Info(line, {{"feature", feature}, {"privilege", m.privilege}});
+    } else {
+      log_.Warn(line, {{"feature", feature}, {"privilege", m.privilege}});
+    }
   }
   std::lock_guard<std::mutex> lock(privileges_mu_);
   missing_privileges_ = std::move(missing);

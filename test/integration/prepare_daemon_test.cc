@@ -432,7 +432,7 @@ TEST_F(PrepareDaemonTest, ServeWarnsOncePerMissingPrivilegeAndAClaimNeedingOneFa
   ASSERT_EQ(warnings.size(), 2u) << log;
   EXPECT_THAT(warnings[0], HasSubstr(" warning serve \"" + mdev_line_start));
   EXPECT_THAT(warnings[0], HasSubstr(mdev_line_end + "\" feature=mdev privilege=\"write access"));
-  EXPECT_THAT(warnings[1], HasSubstr(" warning serve \"" + ptrace_line +
+  EXPECT_THAT(warnings[1], HasSubstr(" info serve \"" + ptrace_line +
                                      "\" feature=device-holders privilege=CAP_SYS_PTRACE"));
 
   httplib::Client http("127.0.0.1", MetricsPort());
