@@ -156,7 +156,9 @@ std::vector<std::string> PluginArgs(const Options& o, const std::string& dir,
             "--kubelet-registrar-directory-path=" + dir + "/registry",
             "--kubelet-plugins-directory-path=" + dir + "/plugins"};
   }
-  return {VFIO_DRA_SIM_DAEMON_BINARY,
+  // PEER_BENCH_VFIO_DRA_BINARY: another build of vfio-dra-sim-daemon (a before/after comparison).
+  const char* other = std::getenv("PEER_BENCH_VFIO_DRA_BINARY");
+  return {other != nullptr && *other != '\0' ? other : VFIO_DRA_SIM_DAEMON_BINARY,
           "serve",
           "--node-name",
           "node1",
