@@ -122,7 +122,9 @@ for name in sorted(os.listdir(results)):
 figures = [
     ("Start to published", "ms", lambda d: d["start_to_published_ms"]),
     ("Idle RSS", "MiB", lambda d: d["idle_rss_mib"]),
-    ("Idle CPU", "% of a core", lambda d: d["idle_cpu_percent_of_a_core"]),
+    ("Idle CPU (utime+stime)", "% of a core", lambda d: d["idle_cpu_percent_of_a_core"]),
+    ("Idle CPU (threads' schedstat)", "% of a core",
+     lambda d: d["idle_cpu_percent_of_a_core_schedstat"]),
     ("Prepare p50, one claim at a time", "ms", lambda d: d["prepare_1"]["p50_ms"]),
     ("Prepare p99, claims at once", "ms", lambda d: d["prepare_at_once"]["p99_ms"]),
     ("Plugin CPU per claim (prepare + unprepare)", "ms",
@@ -145,10 +147,10 @@ loads = sorted(float(d["loadavg_before"].split()[0]) for v in data.values() for 
 print("\nLoad average (1 min) at the start of the runs: %.2f to %.2f (median %.2f); the machine "
       "was not quiet." % (loads[0], loads[-1], statistics.median(loads)))
 failures = sum(d["failures"] for v in data.values() for d in v)
-published = {k: v[0]["published_devices"] for k, v in data.items()}
-print("Published devices (plugin, count): " +
-      ", ".join("%s %d: %d in %d slices" % (k[0], k[1], published[k], data[k][0]["slices"])
-                for k in sorted(published)) + "; failed calls: %d" % failures)
+print("Published (plugin, devices asked: devices published; slices at the end of each run): " +
+      ", ".join("%s %d: %d; %s" % (k[0], k[1], data[k][0]["published_devices"],
+                                   "/".join(str(d["slices"]) for d in data[k]))
+                for k in sorted(data)) + "; failed calls: %d" % failures)
 if json_out:
     json.dump({"%s-%d" % k: v for k, v in data.items()}, open(json_out, "w"), indent=1)
 sys.exit(1 if failures else 0)
