@@ -41,9 +41,9 @@
 #include "kubelet_simulator.h"
 #include "latency_summary.h"
 #include "process_cpu.h"
-#include "self_signed_certificate.h"
 #include "slicepublisher/device_names.h"
 #include "sysfs_fixture.h"
+#include "tls_apiserver.h"
 
 namespace {
 
@@ -78,7 +78,7 @@ std::string MakeTemp(const std::string& pattern) {
   return made == nullptr ? "" : made;
 }
 
-// The PCI address of VF `i` of the node vfio-dra_node builds.
+// The PCI address of VF `i` of the node BuildVfNode builds.
 std::string VfAddress(int i) {
   const int devfn = 16 + i % kVfsPerPf;
   return fmt::format("0000:{:02x}:{:02x}.{:x}", 0x40 + i / kVfsPerPf, devfn >> 3, devfn & 7);
@@ -142,8 +142,7 @@ nlohmann::json Claim(const Options& o, int i) {
 }
 
 std::vector<std::string> PluginArgs(const Options& o, const std::string& dir,
-                                    const std::string& cdi_dir, const std::string& mem_dir,
-                                    const std::string& kubeconfig) {
+                                    const std::string& mem_dir, const std::string& kubeconfig) {
   if (o.plugin == "reference") {
     // The client's rate limit raised, as vfio-dra's claim reads run without one here (its
     // default of 5/s would measure the limit in a round of 32).
@@ -152,43 +151,22 @@ std::vector<std::string> PluginArgs(const Options& o, const std::string& dir,
             "--kubeconfig=" + kubeconfig,
             "--kube-api-qps=1000",
             "--kube-api-burst=1000",
-            "--cdi-root=" + cdi_dir,
+            "--cdi-root=" + mem_dir + "/cdi",
             "--num-devices=" + std::to_string(o.devices),
             "--kubelet-registrar-directory-path=" + dir + "/registry",
             "--kubelet-plugins-directory-path=" + dir + "/plugins"};
   }
   // PEER_BENCH_VFIO_DRA_BINARY: another build of vfio-dra-sim-daemon (a before/after comparison).
   const char* other = std::getenv("PEER_BENCH_VFIO_DRA_BINARY");
-  return {other != nullptr && *other != '\0' ? other : VFIO_DRA_SIM_DAEMON_BINARY,
-          "serve",
-          "--node-name",
-          "node1",
-          "--kubeconfig",
-          kubeconfig,
-          "--registrar-dir",
-          dir + "/registry",
-          "--plugin-data-dir",
-          dir + "/data",
-          "--cdi-dir",
-          cdi_dir,
-          "--sysfs-root",
-          mem_dir + "/sys",
-          "--dev-root",
-          mem_dir + "/dev",
-          "--metrics-address",
-          "127.0.0.1:0",
-          "--simulated-vf-network-dir",
-          mem_dir + "/vfnet",
-          "--claim-api-qps",
-          "0"};
-}
-
-long StatusKb(pid_t pid, const std::string& field) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(field + ":", 0) == 0) return std::stol(line.substr(field.size() + 1));
+  std::vector<std::string> args =
+      testing::ServeCommand(other != nullptr && *other != '\0' ? other : VFIO_DRA_SIM_DAEMON_BINARY,
+                            kubeconfig, dir + "/registry", dir + "/data", mem_dir);
+  for (const char* flag : {"--metrics-address", "127.0.0.1:0", "--claim-api-qps", "0"}) {
+    args.emplace_back(flag);
   }
-  return -1;
+  args.push_back("--simulated-vf-network-dir");
+  args.push_back(mem_dir + "/vfnet");
+  return args;
 }
 
 // Nanoseconds on a CPU of `pid`'s threads now (/proc/PID/task/*/schedstat): finer than
@@ -278,9 +256,8 @@ int main(int argc, char** argv) {
   Options o;
   if (int code = Parse(argc, argv, o); code != 0) return code;
   const std::string dir = MakeTemp(o.base + "/vfio-dra-peer-bench-XXXXXX");
-  const std::string cdi_dir = MakeTemp(o.cdi_base + "/vfio-dra-peer-bench-cdi-XXXXXX");
   const std::string mem_dir = MakeTemp(o.cdi_base + "/vfio-dra-peer-bench-node-XXXXXX");
-  if (dir.empty() || cdi_dir.empty() || mem_dir.empty()) {
+  if (dir.empty() || mem_dir.empty() || !std::filesystem::create_directory(mem_dir + "/cdi")) {
     std::cerr << "peer_bench: cannot make temporary directories under " << o.base << " and "
               << o.cdi_base << "\n";
     return 1;
@@ -289,18 +266,11 @@ int main(int argc, char** argv) {
     std::cerr << "peer_bench: cannot write the simulated node under " << mem_dir << "\n";
     return 1;
   }
-  if (Status cert = testing::MakeSelfSignedCertificate(dir, "apiserver", "IP:127.0.0.1");
-      !cert.ok()) {
-    std::cerr << "peer_bench: " << cert.error().message << "\n";
-    return 1;
-  }
   testing::FakeApiServerOptions server_options;
-  server_options.tls_cert_file = dir + "/apiserver.crt";
-  server_options.tls_key_file = dir + "/apiserver.key";
   server_options.threads = 4 * kAtOnce;
-  testing::FakeApiServer server(server_options);
-  server.Start();
-  server.PutNode("node1", "6a0a1d47-0000-4000-8000-0000000000aa");
+  const auto started = bench::StartTlsApiServer(dir, server_options, "peer_bench");
+  if (started == nullptr) return 1;
+  testing::FakeApiServer& server = *started;
   const int claims = std::min(kAtOnce, o.devices);
   for (int i = 0; i < claims; ++i) server.PutClaim(Claim(o, i));
   const std::string kubeconfig = server.WriteKubeconfig(dir);
@@ -311,7 +281,7 @@ int main(int argc, char** argv) {
   // client-go 0.36 starts its informers with a watch that sends the initial objects
   // (WatchListClient), which the fake API server does not serve; with the gate off the reference
   // lists and then watches, as vfio-dra does.
-  testing::DaemonProcess plugin_process(PluginArgs(o, dir, cdi_dir, mem_dir, kubeconfig),
+  testing::DaemonProcess plugin_process(PluginArgs(o, dir, mem_dir, kubeconfig),
                                         dir + "/plugin.log",
                                         {"KUBE_FEATURE_WatchListClient=false"});
   size_t published = 0;
@@ -350,7 +320,7 @@ int main(int argc, char** argv) {
   const double idle_window_s = std::chrono::duration<double>(Clock::now() - idle_t0).count();
   const double idle_cpu_ms = bench::CpuMs(pid) - idle_cpu0;
   const double idle_thread_cpu_ms = static_cast<double>(ThreadsCpuNs(pid) - idle_ns0) / 1e6;
-  const double idle_rss_mib = static_cast<double>(StatusKb(pid, "VmRSS")) / 1024.0;
+  const double idle_rss_mib = static_cast<double>(bench::StatusKb(pid, "VmRSS")) / 1024.0;
   // What the plugin asked the API server while idle (a watch that ends and is made again, a
   // slice rewritten): "METHOD path -> status" with counts.
   std::map<std::string, int> idle_requests;
@@ -412,7 +382,6 @@ int main(int argc, char** argv) {
   plugin_process.Signal(SIGTERM);
   plugin_process.WaitForExit(std::chrono::seconds(10));
   server.Stop();
-  std::filesystem::remove_all(cdi_dir);
   std::filesystem::remove_all(mem_dir);
   if (std::getenv("PEER_BENCH_KEEP") == nullptr) std::filesystem::remove_all(dir);
   return failures == 0 ? 0 : 1;

@@ -45,9 +45,9 @@
 #include "kubelet_simulator.h"
 #include "latency_summary.h"
 #include "process_cpu.h"
-#include "self_signed_certificate.h"
 #include "slicepublisher/device_names.h"
 #include "sysfs_fixture.h"
+#include "tls_apiserver.h"
 
 namespace {
 
@@ -219,20 +219,13 @@ int main(int argc, char** argv) {
   }
 
   // As on a node, the daemon reads claims over TLS, verified against the server's CA.
-  if (Status cert = testing::MakeSelfSignedCertificate(dir, "apiserver", "IP:127.0.0.1");
-      !cert.ok()) {
-    std::cerr << "prepare_bench: " << cert.error().message << "\n";
-    return 1;
-  }
   testing::FakeApiServerOptions server_options;
-  server_options.tls_cert_file = dir + "/apiserver.crt";
-  server_options.tls_key_file = dir + "/apiserver.key";
   // The daemon's connections and the floor's, kept alive, each hold a server thread: as many as
   // the widest round, twice, as an API server serves thousands.
   server_options.threads = 4 * kPods;
-  testing::FakeApiServer server(server_options);
-  server.Start();
-  server.PutNode("node1", "6a0a1d47-0000-4000-8000-0000000000aa");
+  const auto started = bench::StartTlsApiServer(dir, server_options, "prepare_bench");
+  if (started == nullptr) return 1;
+  testing::FakeApiServer& server = *started;
   for (int i = 0; i < kPods; ++i) {
     const int devfn = 16 + i;
     char address[16];
