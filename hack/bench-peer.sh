@@ -11,6 +11,8 @@
 # a 1.35+ server takes at most 128 devices a slice, so its build splits that slice at 128; and
 # the fake API server reads JSON only, so its client sends JSON instead of protobuf (two changes
 # to a copy of the module, made here at build time; nothing of it is committed).
+# VFIO_DRA_BEFORE names another build of vfio-dra-sim-daemon (an earlier commit's): it then runs
+# too, in the same alternation, as a third column.
 # The binary is cached under ~/.cache/vfio-dra/dra-example-driver/VERSION/ (VFIO_DRA_KUBE_CACHE
 # overrides the root); PEER_BENCH names a built bench/peer_bench (else hack/build.sh builds it).
 set -euo pipefail
@@ -97,18 +99,28 @@ if [ -z "$bench" ]; then
 fi
 results=$(mktemp -d)
 trap 'rm -rf "$results"' EXIT
-# Alternating: each run of each device count starts with the plugin the previous one ended with.
-order="vfio-dra reference"
+plugins="vfio-dra reference"
+[ -n "${VFIO_DRA_BEFORE:-}" ] && plugins="vfio-dra before reference"
+reversed=$(echo "$plugins" | awk '{for (i = NF; i > 0; i--) printf "%s%s", $i, (i > 1 ? " " : "\n")}')
 for run in $(seq 1 "$runs"); do
+  i=0
   for n in $devices; do
+    # Alternating: each device count's runs take the plugins in turn forwards and backwards, and
+    # so do the device counts of one run.
+    order=$plugins
+    [ $(((run + i) % 2)) = 0 ] && order=$reversed
+    i=$((i + 1))
     for plugin in $order; do
       load=$(cut -d' ' -f1-3 /proc/loadavg)
-      "$bench" --plugin "$plugin" --reference-binary "$reference" --devices "$n" \
-        --idle-seconds "$idle_seconds" --rounds "$rounds" >"$results/$plugin-$n-$run.json"
+      binary=
+      [ "$plugin" = before ] && binary=$VFIO_DRA_BEFORE
+      PEER_BENCH_VFIO_DRA_BINARY=$binary "$bench" \
+        --plugin "$([ "$plugin" = before ] && echo vfio-dra || echo "$plugin")" \
+        --reference-binary "$reference" --devices "$n" --idle-seconds "$idle_seconds" \
+        --rounds "$rounds" >"$results/$plugin-$n-$run.json"
       python3 -c 'import json,sys; p=sys.argv[1]; d=json.load(open(p)); d["loadavg_before"]=sys.argv[2]
-d["loadavg_after"]=open("/proc/loadavg").read().split()[:3]; json.dump(d, open(p, "w"))' \
-        "$results/$plugin-$n-$run.json" "$load"
-      order=$(echo "$order" | awk '{print $2, $1}')
+d["plugin"]=sys.argv[3]; d["loadavg_after"]=open("/proc/loadavg").read().split()[:3]
+json.dump(d, open(p, "w"))' "$results/$plugin-$n-$run.json" "$load" "$plugin"
     done
   done
 done
@@ -130,8 +142,10 @@ figures = [
     ("Plugin CPU per claim (prepare + unprepare)", "ms",
      lambda d: d["cpu_ms_per_claim_prepare_and_unprepare"]),
 ]
-print("| Figure (median of %d runs) | Devices | vfio-dra | reference | vfio-dra / reference |" % runs)
-print("|---|---|---|---|---|")
+before = any(k[0] == "before" for k in data)
+print("| Figure (median of %d runs) | Devices |%s vfio-dra | reference | vfio-dra / reference |" %
+      (runs, " vfio-dra before |" if before else ""))
+print("|---|---|%s---|---|---|" % ("---|" if before else ""))
 for what, unit, get in figures:
     for n in devices:
         mine, theirs = data[("vfio-dra", int(n))], data[("reference", int(n))]
@@ -142,7 +156,12 @@ for what, unit, get in figures:
             label += " (%d)" % mine[0]["at_once"]
         fmt = "%.3f" if unit.startswith("%") else "%.1f" if unit != "ms" or a >= 10 else "%.2f"
         ratio = "%.2fx" % (a / b) if b > 0 else "n/a"
-        print("| %s | %s | %s %s | %s %s | %s |" % (label, n, fmt % a, unit, fmt % b, unit, ratio))
+        earlier = ""
+        if before:
+            e = statistics.median(get(d) for d in data[("before", int(n))])
+            earlier = " %s %s |" % (fmt % e, unit)
+        print("| %s | %s |%s %s %s | %s %s | %s |" %
+              (label, n, earlier, fmt % a, unit, fmt % b, unit, ratio))
 loads = sorted(float(d["loadavg_before"].split()[0]) for v in data.values() for d in v)
 print("\nLoad average (1 min) at the start of the runs: %.2f to %.2f (median %.2f); the machine "
       "was not quiet." % (loads[0], loads[-1], statistics.median(loads)))
