@@ -27,7 +27,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <latch>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -190,24 +189,6 @@ size_t PublishedDevices(const std::vector<nlohmann::json>& slices) {
   return n;
 }
 
-// Runs `one(i)` for i in [0, pods) at once; returns each call's latency.
-template <typename One>
-std::vector<double> AtOnce(int pods, One one) {
-  std::vector<double> round(static_cast<size_t>(pods));
-  std::latch start(pods);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < pods; ++i) {
-    threads.emplace_back([&, i] {
-      start.arrive_and_wait();
-      const auto t0 = Clock::now();
-      one(i);
-      round[static_cast<size_t>(i)] = Ms(Clock::now() - t0);
-    });
-  }
-  for (auto& t : threads) t.join();
-  return round;
-}
-
 int Usage(const std::string& problem) {
   std::cerr << "peer_bench: " << problem
             << "\nusage: peer_bench --plugin vfio-dra|reference [--reference-binary PATH] "
@@ -344,7 +325,7 @@ int main(int argc, char** argv) {
     if (!r.ok() && failures++ == 0) first_failure = "unprepare: " + r.error().message;
   };
   // Warm-up: connections to the API server for a round at once.
-  (void)AtOnce(claims, prepare);
+  (void)bench::AtOnce(claims, prepare);
   unprepare_all();
   std::vector<double> one, many;
   double cpu_ms = 0;
@@ -356,7 +337,7 @@ int main(int argc, char** argv) {
       unprepare_all();
     }
     const double cpu0 = bench::CpuMs(pid);
-    const auto round = AtOnce(claims, prepare);
+    const auto round = bench::AtOnce(claims, prepare);
     unprepare_all();
     cpu_ms += bench::CpuMs(pid) - cpu0;
     many.insert(many.end(), round.begin(), round.end());

@@ -27,9 +27,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
-#include <latch>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "base/clock.h"
 #include "base/directory_sync.h"
@@ -69,19 +67,7 @@ template <typename One, typename Between>
 std::vector<double> Measure(int pods, int rounds, One one, Between between) {
   std::vector<double> samples;
   for (int r = 0; r < rounds; ++r) {
-    std::vector<double> round(static_cast<size_t>(pods));
-    std::latch start(pods);
-    std::vector<std::thread> threads;
-    threads.reserve(static_cast<size_t>(pods));
-    for (int i = 0; i < pods; ++i) {
-      threads.emplace_back([&, i] {
-        start.arrive_and_wait();
-        const auto t0 = Clock::now();
-        one(i);
-        round[static_cast<size_t>(i)] = Ms(Clock::now() - t0);
-      });
-    }
-    for (auto& t : threads) t.join();
+    const std::vector<double> round = bench::AtOnce(pods, one);
     samples.insert(samples.end(), round.begin(), round.end());
     between();
   }
