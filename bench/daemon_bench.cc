@@ -27,8 +27,8 @@
 #include "kubelet_simulator.h"
 #include "latency_summary.h"
 #include "process_cpu.h"
-#include "self_signed_certificate.h"
 #include "sysfs_fixture.h"
+#include "tls_apiserver.h"
 
 namespace {
 
@@ -78,14 +78,6 @@ std::vector<double> StartTimes(const std::string& dir, const std::string& kubeco
     daemon.WaitForExit(std::chrono::seconds(10));
   }
   return times;
-}
-
-long StatusKb(pid_t pid, const std::string& field) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(field + ":", 0) == 0) return std::stol(line.substr(field.size() + 1));
-  }
-  return -1;
 }
 
 struct ThreadCpu {
@@ -179,18 +171,11 @@ int main(int argc, char** argv) {
   // As on a node: TLS, verified against the server's CA, with a bearer token; the daemon's
   // footprint includes OpenSSL's handshake and its watch connections' TLS state.
   std::filesystem::create_directories(base);
-  if (Status cert = testing::MakeSelfSignedCertificate(base, "apiserver", "IP:127.0.0.1");
-      !cert.ok()) {
-    std::cerr << "daemon_bench: " << cert.error().message << "\n";
-    return 1;
-  }
   testing::FakeApiServerOptions server_options;
-  server_options.tls_cert_file = base + "/apiserver.crt";
-  server_options.tls_key_file = base + "/apiserver.key";
   server_options.token = "daemon-bench-token";
-  testing::FakeApiServer server(server_options);
-  server.Start();
-  server.PutNode("node1", "6a0a1d47-0000-4000-8000-0000000000aa");
+  const auto started = bench::StartTlsApiServer(base, server_options, "daemon_bench");
+  if (started == nullptr) return 1;
+  testing::FakeApiServer& server = *started;
   nlohmann::json out;
 
   const std::string small = base + "/vfio-dra-daemon-bench-small";
@@ -245,10 +230,10 @@ int main(int argc, char** argv) {
       {"cpu_percent_of_a_core", 100.0 * static_cast<double>(cpu_ns) / 1e9 / seconds},
       {"cpu_percent_of_a_core_ticks",
        100.0 * static_cast<double>(ticks) / static_cast<double>(sysconf(_SC_CLK_TCK)) / seconds},
-      {"rss_mib", static_cast<double>(StatusKb(pid, "VmRSS")) / 1024.0},
-      {"rss_anon_mib", static_cast<double>(StatusKb(pid, "RssAnon")) / 1024.0},
-      {"rss_file_mib", static_cast<double>(StatusKb(pid, "RssFile")) / 1024.0},
-      {"peak_rss_mib", static_cast<double>(StatusKb(pid, "VmHWM")) / 1024.0}};
+      {"rss_mib", static_cast<double>(bench::StatusKb(pid, "VmRSS")) / 1024.0},
+      {"rss_anon_mib", static_cast<double>(bench::StatusKb(pid, "RssAnon")) / 1024.0},
+      {"rss_file_mib", static_cast<double>(bench::StatusKb(pid, "RssFile")) / 1024.0},
+      {"peak_rss_mib", static_cast<double>(bench::StatusKb(pid, "VmHWM")) / 1024.0}};
   out["idle_rss_by_mapping_kib"] = RssByMapping(pid);
   // Which threads spend the idle CPU, in microseconds over the window, by thread name.
   for (const auto& [name, ns] : cpu_ns_by_thread) out["idle_cpu_us_by_thread"][name] = ns / 1000;

@@ -27,9 +27,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
-#include <latch>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "base/clock.h"
 #include "base/directory_sync.h"
@@ -45,9 +43,9 @@
 #include "kubelet_simulator.h"
 #include "latency_summary.h"
 #include "process_cpu.h"
-#include "self_signed_certificate.h"
 #include "slicepublisher/device_names.h"
 #include "sysfs_fixture.h"
+#include "tls_apiserver.h"
 
 namespace {
 
@@ -69,19 +67,7 @@ template <typename One, typename Between>
 std::vector<double> Measure(int pods, int rounds, One one, Between between) {
   std::vector<double> samples;
   for (int r = 0; r < rounds; ++r) {
-    std::vector<double> round(static_cast<size_t>(pods));
-    std::latch start(pods);
-    std::vector<std::thread> threads;
-    threads.reserve(static_cast<size_t>(pods));
-    for (int i = 0; i < pods; ++i) {
-      threads.emplace_back([&, i] {
-        start.arrive_and_wait();
-        const auto t0 = Clock::now();
-        one(i);
-        round[static_cast<size_t>(i)] = Ms(Clock::now() - t0);
-      });
-    }
-    for (auto& t : threads) t.join();
+    const std::vector<double> round = bench::AtOnce(pods, one);
     samples.insert(samples.end(), round.begin(), round.end());
     between();
   }
@@ -219,20 +205,13 @@ int main(int argc, char** argv) {
   }
 
   // As on a node, the daemon reads claims over TLS, verified against the server's CA.
-  if (Status cert = testing::MakeSelfSignedCertificate(dir, "apiserver", "IP:127.0.0.1");
-      !cert.ok()) {
-    std::cerr << "prepare_bench: " << cert.error().message << "\n";
-    return 1;
-  }
   testing::FakeApiServerOptions server_options;
-  server_options.tls_cert_file = dir + "/apiserver.crt";
-  server_options.tls_key_file = dir + "/apiserver.key";
   // The daemon's connections and the floor's, kept alive, each hold a server thread: as many as
   // the widest round, twice, as an API server serves thousands.
   server_options.threads = 4 * kPods;
-  testing::FakeApiServer server(server_options);
-  server.Start();
-  server.PutNode("node1", "6a0a1d47-0000-4000-8000-0000000000aa");
+  const auto started = bench::StartTlsApiServer(dir, server_options, "prepare_bench");
+  if (started == nullptr) return 1;
+  testing::FakeApiServer& server = *started;
   for (int i = 0; i < kPods; ++i) {
     const int devfn = 16 + i;
     char address[16];

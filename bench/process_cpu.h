@@ -1,5 +1,5 @@
-// The CPU time a benchmarked process has used, from /proc: what daemon_bench reports for the idle
-// daemon and prepare_bench per claim.
+// The CPU time a benchmarked process has used, and its memory, from /proc: what daemon_bench and
+// peer_bench report for the idle daemon and prepare_bench per claim.
 #pragma once
 
 #include <sys/types.h>
@@ -25,6 +25,15 @@ inline long long CpuTicks(pid_t pid) {
     if (i == 15) break;
   }
   return ticks;
+}
+
+// A "Field:" value of /proc/<pid>/status in KiB (VmRSS, VmHWM, ...); -1 when absent.
+inline long StatusKb(pid_t pid, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(field + ":", 0) == 0) return std::stol(line.substr(field.size() + 1));
+  }
+  return -1;
 }
 
 inline double CpuMs(pid_t pid) {

@@ -136,8 +136,9 @@ void AddVgpuVfs(const sysfs::SysfsReader& sysfs, Digest& digest) {
 }
 
 // The health signals device taints come from, which change with no uevent and no change to
-// anything else the probe reads: each function's fatal AER count, and the link state of each
-// SR-IOV PF that has VFs (only those links taint anything). Neither takes the device lock.
+// anything else the probe reads: the fatal AER count of each function that has one, and the link
+// state of each SR-IOV PF that has VFs (only those links taint anything). Neither takes the device
+// lock.
 void AddHealth(int bus, const std::vector<std::string>& functions,
                const std::vector<std::string>& pfs, Digest& digest) {
   for (const std::string& name : functions) AddFile(bus, (name + "/aer_dev_fatal").c_str(), digest);
@@ -173,8 +174,15 @@ uint64_t ChangeProbe::Probe() {
       // are remembered for the next probes.
       ungrouped_.clear();
       with_vfs_.clear();
+      with_aer_.clear();
       for (const std::string& name : functions) {
         if (ReadLink(bus, name + "/iommu_group", target).empty()) ungrouped_.push_back(name);
+        // The kernel gives an AER-capable function its counters when it adds it, and no other
+        // function ever gets them: on a node of VFs without AER, reading every function's would
+        // be a failed open per VF at every check (most of an idle daemon's probe at 1,000 VFs).
+        if (::faccessat(bus, (name + "/aer_dev_fatal").c_str(), F_OK, 0) == 0) {
+          with_aer_.push_back(name);
+        }
         // A PF gains or loses its VFs only with the function list changing (they are listed).
         if (!ReadLink(bus, name + "/virtfn0", target).empty()) with_vfs_.push_back(name);
       }
@@ -186,7 +194,7 @@ uint64_t ChangeProbe::Probe() {
       digest.Add(ReadLink(bus, name + "/iommu_group", target));
     }
     digest.Add("health");
-    AddHealth(bus, functions, with_vfs_, digest);
+    AddHealth(bus, with_aer_, with_vfs_, digest);
     ::close(bus);
   }
   digest.Add("drivers");

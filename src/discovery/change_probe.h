@@ -7,8 +7,10 @@
 // NVIDIA vGPU VF its current and creatable vGPU types (a type change makes no uevent). It
 // never reads attributes that take the kernel's device lock (driver_override, sriov_numvfs,
 // uevent), so a device stuck in an unbind cannot stall it. It also reads what device taints come
-// from and no uevent announces: each function's aer_dev_fatal, and the operstate of the network
-// interfaces of each SR-IOV PF that has VFs (device_taints.h).
+// from and no uevent announces: the aer_dev_fatal of each function that has one (the kernel makes
+// it when it adds an AER-capable function, so which functions have one is read with the IOMMU
+// links below), and the operstate of the network interfaces of each SR-IOV PF that has VFs
+// (device_taints.h).
 //
 // IOMMU groups: the kernel lists a hot-added function on the bus before it links the function into
 // its group (the IOMMU core runs from the bus's add notifier), so a scan can catch a function
@@ -47,6 +49,7 @@ class ChangeProbe {
   uint64_t function_list_ = 0;  // digest of the bus's function list at the last probe
   std::vector<std::string> ungrouped_;
   std::vector<std::string> with_vfs_;  // SR-IOV PFs with VFs at the last full read of the links
+  std::vector<std::string> with_aer_;  // functions with AER counters at that read
 };
 
 }  // namespace vfio_dra::discovery

@@ -16,10 +16,12 @@
 #include <mutex>
 #include <optional>
 #include <system_error>
+#include <thread>
 #include <unordered_map>
 
 #include "base/elastic_thread_pool.h"
 #include "base/file_io.h"
+#include "base/thread_name.h"
 
 namespace vfio_dra::plugin {
 namespace {
@@ -63,18 +65,34 @@ std::optional<std::chrono::steady_clock::time_point> SteadyDeadline(
 
 }  // namespace
 
-// The generic service of one server: looks each call's method up and runs its handler on the
-// handler threads. Outlives its server's calls (SocketServer stops the server first).
-class GenericDispatcher final : public grpc::CallbackGenericService {
+// The generic service of one server: requests its calls on the server's completion queue,
+// whose one thread (below) hands each event to its call, looks each call's method up and runs
+// its handler on the handler threads. The asynchronous API rather than the callback one: gRPC
+// 1.51 serves callbacks on its own "nexting" threads, which wake 1.1 times a second each even
+// with no call (hard-coded); a thread of ours blocked in CompletionQueue::Next wakes only for an
+// event. Outlives its server's calls: SocketServer stops the server, waits until every call is
+// gone, and only then shuts the queue down.
+class GenericDispatcher {
  public:
   GenericDispatcher(std::unordered_map<std::string, GrpcMethod> methods, const char* thread_name,
                     Logger log)
       : methods_(std::move(methods)),
         log_(std::move(log)),
         handlers_(thread_name, kHandlerIdleLifetime) {}
+  ~GenericDispatcher() { StopQueue(); }
+  GenericDispatcher(const GenericDispatcher&) = delete;
+  GenericDispatcher& operator=(const GenericDispatcher&) = delete;
 
-  grpc::ServerGenericBidiReactor* CreateReactor(
-      grpc::GenericCallbackServerContext* context) override;
+  grpc::AsyncGenericService& service() { return service_; }
+  // Takes the server's queue, requests the first call and starts the queue's thread.
+  void Serve(std::unique_ptr<grpc::ServerCompletionQueue> queue);
+  // Asks gRPC for the next call (one waiting request at a time: calls are requested again as
+  // soon as one arrives, before its handler runs).
+  void RequestNextCall();
+  const GrpcMethod* Find(const std::string& method) const {
+    const auto it = methods_.find(method);
+    return it == methods_.end() ? nullptr : &it->second;
+  }
 
   // A place for one more running handler; false when kMaxRunningCalls already run.
   bool Admit() {
@@ -88,10 +106,27 @@ class GenericDispatcher final : public grpc::CallbackGenericService {
     --running_;
     if (running_ == 0) idle_.notify_all();
   }
-  // Returns once no handler runs.
+  // Calls in existence, requested ones included; the queue may shut down only at zero.
+  void AddCall() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++calls_;
+  }
+  void RemoveCall() {
+    std::lock_guard<std::mutex> lock(mu_);
+    --calls_;
+    if (calls_ == 0) idle_.notify_all();
+  }
+  // Returns once no handler runs and no call is left (the server must be shut down, so that the
+  // waiting request has come back).
   void WaitIdle() {
     std::unique_lock<std::mutex> lock(mu_);
-    idle_.wait(lock, [&] { return running_ == 0; });
+    idle_.wait(lock, [&] { return running_ == 0 && calls_ == 0; });
+  }
+  // Shuts the queue down and joins its thread; only once WaitIdle returned.
+  void StopQueue() {
+    if (!queue_thread_.joinable()) return;
+    queue_->Shutdown();
+    queue_thread_.join();
   }
 
   ElasticThreadPool& handlers() { return handlers_; }
@@ -101,29 +136,64 @@ class GenericDispatcher final : public grpc::CallbackGenericService {
   const std::unordered_map<std::string, GrpcMethod> methods_;
   Logger log_;
   ElasticThreadPool handlers_;
+  grpc::AsyncGenericService service_;
+  std::unique_ptr<grpc::ServerCompletionQueue> queue_;
+  std::thread queue_thread_;
   std::mutex mu_;
   std::condition_variable idle_;
   size_t running_ = 0;
+  size_t calls_ = 0;
 };
 
 namespace {
 
-// One call: reads the single request message, runs the handler on a handler thread and answers
-// through gRPC. Deletes itself when gRPC is done with it (OnDone), which is after Finish, which
-// the handler thread calls last.
-class Call final : public grpc::ServerGenericBidiReactor, public CallContext, public MessageSink {
+// One call: requested from gRPC, then reads the single request message, runs the handler on a
+// handler thread and answers through gRPC. Every event of the call (requested, read, write,
+// finish, done) comes back on the queue's thread as one of its Events. Deletes itself on that
+// thread once gRPC says the call is done and its finish has completed (they come in either
+// order), or when the request comes back empty (the server is shutting down: gRPC then never
+// reports the call done).
+class Call final : public CallContext, public MessageSink {
  public:
-  Call(GenericDispatcher& dispatcher, grpc::GenericCallbackServerContext* context,
-       const GrpcMethod* method)
-      : dispatcher_(dispatcher),
-        method_(method),
-        peer_(context->peer()),
-        deadline_(SteadyDeadline(context->deadline())) {
-    if (method_ == nullptr) {
-      Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "unknown method " + context->method()));
-      return;
+  enum class Kind { kRequested, kRead, kWrite, kFinish, kDone };
+  struct Event {
+    Call* call;
+    Kind kind;
+  };
+
+  explicit Call(GenericDispatcher& dispatcher) : dispatcher_(dispatcher) { dispatcher_.AddCall(); }
+  ~Call() override { dispatcher_.RemoveCall(); }
+
+  void Request(grpc::ServerCompletionQueue* queue) {
+    context_.AsyncNotifyWhenDone(&done_);
+    dispatcher_.service().RequestCall(&context_, &stream_, queue, queue, &requested_);
+  }
+
+  // On the queue's thread.
+  void OnEvent(Kind kind, bool ok) {
+    switch (kind) {
+      case Kind::kRequested:
+        return OnRequested(ok);
+      case Kind::kRead:
+        return OnRead(ok);
+      case Kind::kWrite: {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          write_done_ = true;
+          write_ok_ = ok;
+        }
+        write_finished_.notify_all();
+        return;
+      }
+      case Kind::kFinish:
+        finish_done_ = true;
+        break;
+      case Kind::kDone:
+        done_seen_ = true;
+        if (context_.IsCancelled()) Cancel();
+        break;
     }
-    StartRead(&request_);
+    if (finish_done_ && done_seen_) delete this;
   }
 
   // CallContext
@@ -150,13 +220,30 @@ class Call final : public grpc::ServerGenericBidiReactor, public CallContext, pu
     write_buffer_ = ToBuffer(message);
     write_done_ = false;
     lock.unlock();
-    StartWrite(&write_buffer_);
+    stream_.Write(write_buffer_, &write_);
     lock.lock();
     write_finished_.wait(lock, [&] { return write_done_; });
     return write_ok_;
   }
 
-  void OnReadDone(bool ok) override {
+ private:
+  void OnRequested(bool ok) {
+    if (!ok) {
+      delete this;
+      return;
+    }
+    dispatcher_.RequestNextCall();
+    peer_ = context_.peer();
+    deadline_ = SteadyDeadline(context_.deadline());
+    method_ = dispatcher_.Find(context_.method());
+    if (method_ == nullptr) {
+      Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "unknown method " + context_.method()));
+      return;
+    }
+    stream_.Read(&request_, &read_);
+  }
+
+  void OnRead(bool ok) {
     if (!ok) {
       Finish(grpc::Status(grpc::StatusCode::INTERNAL, "the call carried no request message"));
       return;
@@ -176,29 +263,20 @@ class Call final : public grpc::ServerGenericBidiReactor, public CallContext, pu
     }
   }
 
-  void OnWriteDone(bool ok) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      write_done_ = true;
-      write_ok_ = ok;
-    }
-    write_finished_.notify_all();
-  }
+  void Finish(const grpc::Status& status) { stream_.Finish(status, &finish_); }
 
-  void OnCancel() override {
+  // Runs the wakes the handler left; on the queue's thread, outside mu_: a wake takes its
+  // service's lock, under which the service asks IsCancelled.
+  void Cancel() {
     cancelled_.store(true);
     std::vector<std::function<void()>> wakes;
     {
       std::lock_guard<std::mutex> lock(mu_);
       wakes.swap(on_cancel_);
     }
-    // Outside mu_: a wake takes its service's lock, under which the service asks IsCancelled.
     for (const auto& wake : wakes) wake();
   }
 
-  void OnDone() override { delete this; }
-
- private:
   // On a handler thread. Exceptions end here, as an INTERNAL status, never in gRPC's threads.
   void Serve() {
     const std::string request = ToString(request_);
@@ -216,7 +294,7 @@ class Call final : public grpc::ServerGenericBidiReactor, public CallContext, pu
     dispatcher_.Release();
     if (status.ok() && method_->unary) {
       response_ = ToBuffer(response);
-      StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
+      stream_.WriteAndFinish(response_, grpc::WriteOptions(), grpc::Status::OK, &finish_);
     } else {
       Finish(ToGrpc(status));
     }
@@ -224,9 +302,20 @@ class Call final : public grpc::ServerGenericBidiReactor, public CallContext, pu
   }
 
   GenericDispatcher& dispatcher_;
-  const GrpcMethod* const method_;
-  const std::string peer_;
-  const std::optional<std::chrono::steady_clock::time_point> deadline_;
+  grpc::GenericServerContext context_;
+  grpc::GenericServerAsyncReaderWriter stream_{&context_};
+  Event requested_{this, Kind::kRequested};
+  Event read_{this, Kind::kRead};
+  Event write_{this, Kind::kWrite};
+  Event finish_{this, Kind::kFinish};
+  Event done_{this, Kind::kDone};
+  // Set on the queue's thread before the handler starts, read-only after.
+  const GrpcMethod* method_ = nullptr;
+  std::string peer_;
+  std::optional<std::chrono::steady_clock::time_point> deadline_;
+  // The queue's thread's alone.
+  bool finish_done_ = false;
+  bool done_seen_ = false;
   grpc::ByteBuffer request_;
   grpc::ByteBuffer response_;
   std::atomic<bool> cancelled_{false};
@@ -240,11 +329,21 @@ class Call final : public grpc::ServerGenericBidiReactor, public CallContext, pu
 
 }  // namespace
 
-grpc::ServerGenericBidiReactor* GenericDispatcher::CreateReactor(
-    grpc::GenericCallbackServerContext* context) {
-  const auto it = methods_.find(context->method());
-  return new Call(*this, context, it == methods_.end() ? nullptr : &it->second);
+void GenericDispatcher::Serve(std::unique_ptr<grpc::ServerCompletionQueue> queue) {
+  queue_ = std::move(queue);
+  RequestNextCall();
+  queue_thread_ = std::thread([this] {
+    NameThisThread("grpc-queue");
+    void* tag = nullptr;
+    bool ok = false;
+    while (queue_->Next(&tag, &ok)) {
+      auto* event = static_cast<Call::Event*>(tag);
+      event->call->OnEvent(event->kind, ok);
+    }
+  });
 }
+
+void GenericDispatcher::RequestNextCall() { (new Call(*this))->Request(queue_.get()); }
 
 Result<std::unique_ptr<SocketServer>> SocketServer::Start(
     const std::string& path, mode_t mode, const std::vector<GrpcMethod>& methods,
@@ -273,7 +372,8 @@ Result<std::unique_ptr<SocketServer>> SocketServer::Start(
       std::make_unique<GenericDispatcher>(std::move(table), thread_name, std::move(log));
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + path, grpc::InsecureServerCredentials());
-  builder.RegisterCallbackGenericService(dispatcher.get());
+  builder.RegisterAsyncGenericService(&dispatcher->service());
+  std::unique_ptr<grpc::ServerCompletionQueue> queue = builder.AddCompletionQueue();
   builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxMessageBytes));
   builder.SetMaxSendMessageSize(static_cast<int>(kMaxMessageBytes));
   if (close_idle_after.count() > 0) {
@@ -286,6 +386,7 @@ Result<std::unique_ptr<SocketServer>> SocketServer::Start(
     return MakeError(ErrorKind::kUnavailable,
                      "cannot listen on unix socket " + path + " (is the directory writable?)");
   }
+  dispatcher->Serve(std::move(queue));
   std::unique_ptr<SocketServer> result(new SocketServer(std::move(dispatcher), std::move(server)));
   auto fail = [&](const std::string& what) -> Error {
     const int err = errno;
@@ -311,6 +412,7 @@ void SocketServer::Shutdown(std::chrono::milliseconds grace) {
   server_->Shutdown(std::chrono::system_clock::now() + grace);
   server_->Wait();
   dispatcher_->WaitIdle();
+  dispatcher_->StopQueue();
 }
 
 }  // namespace vfio_dra::plugin

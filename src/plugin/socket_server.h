@@ -1,17 +1,16 @@
 // SocketServer: one gRPC C++ server (grpc::Server) on one unix socket, serving GrpcMethods. The
-// methods are dispatched by their full path through gRPC's callback generic service, so the
-// services stay plain C++ over generated messages (grpc_method.h); each call's handler runs on a
-// thread of its own (reused from earlier calls when one is idle), because handlers block on device
-// work and gRPC's callback threads must not. gRPC does the protocol: flow control, message limits
-// (4 MiB each way), deadlines, cancellation, and closing connections idle for `close_idle_after`
-// (GRPC_ARG_MAX_CONNECTION_IDLE_MS: kubelet 1.34.0 deadlocks when its own 30-minute idle timer
-// takes the connection to the plugin idle; a connection the server ends is an ordinary reconnect
-// for it).
-// Invariants: the socket is bound at its final name and no other name appears in its directory
-// (the kubelet's plugin watcher stats every name that does); at most kMaxRunningCalls handlers run
-// at once,
-// whatever the clients do; Shutdown lets running calls finish for the grace period, then cancels
-// them and returns once every handler has returned.
+// methods are dispatched by their full path through gRPC's asynchronous generic service, so the
+// services stay plain C++ over generated messages (grpc_method.h); one thread of ours takes the
+// call events from the server's completion queue and sleeps while none come; each call's handler
+// runs on a thread of its own (reused from earlier calls when one is idle), because handlers block
+// on device work and the queue's thread must not. gRPC does the protocol: flow control, message
+// limits (4 MiB each way), deadlines, cancellation, and closing connections idle for
+// `close_idle_after` (GRPC_ARG_MAX_CONNECTION_IDLE_MS: kubelet 1.34.0 deadlocks when its own
+// 30-minute idle timer takes the connection to the plugin idle; a connection the server ends is an
+// ordinary reconnect for it). Invariants: the socket is bound at its final name and no other name
+// appears in its directory (the kubelet's plugin watcher stats every name that does); at most
+// kMaxRunningCalls handlers run at once, whatever the clients do; Shutdown lets running calls
+// finish for the grace period, then cancels them and returns once every handler has returned.
 #pragma once
 
 #include <sys/types.h>

@@ -709,6 +709,9 @@ class DeviceTaintTest : public PrepareDaemonTest {
   void SetUp() override {
     PrepareDaemonTest::SetUp();
     every_instance_args_ = {"--rescan-interval", "1"};
+    // The GPU counts PCIe errors (AER) from the start, as the kernel gives a capable function its
+    // counters when it adds it; the periodic check reads those of the functions that have them.
+    std::ofstream(Devices() + "0000:01:00.0/aer_dev_fatal") << "Undefined 0\nTOTAL_ERR_FATAL 0\n";
   }
   std::string Devices() const { return dir_ + "/sys/bus/pci/devices/"; }
   // Waits for the device to be published with (or without) the case's taint; the published

@@ -280,6 +280,36 @@ TEST(ChangeProbe, SeesAerFatalCountsAndTheLinkOfPfsWithVfs) {
   EXPECT_EQ(probe.Probe(), clean);
 }
 
+// The kernel gives an AER-capable function its counters when it adds it: the probe reads the
+// counters of the functions that had them when it listed the functions (on a node of VFs without
+// AER, one failed open per VF at every check otherwise), and looks again when the list changes.
+TEST(ChangeProbe, ReadsAerCountsOnlyOfFunctionsThatHadThemWhenListed) {
+  FixtureNode node("vm-host");
+  sysfs::SysfsReader sysfs(node.sysfs_root());
+  const std::string devices = node.sysfs_root() + "/bus/pci/devices/";
+  const auto write = [](const std::string& path, const std::string& text) {
+    std::ofstream(path, std::ios::trunc) << text;
+  };
+  const std::string clean = "Undefined 0\nDLP 0\nTOTAL_ERR_FATAL 0\n";
+  const std::string fatal = "Undefined 0\nDLP 1\nTOTAL_ERR_FATAL 1\n";
+  write(devices + "0000:5e:02.1/aer_dev_fatal", clean);
+  ChangeProbe probe(sysfs);
+  const uint64_t listed = probe.Probe();
+  // Counters appearing on a function listed without them (no kernel does this) are not read...
+  write(devices + "0000:01:00.0/aer_dev_fatal", fatal);
+  EXPECT_EQ(probe.Probe(), listed);
+  // ...while those of a function that had them are.
+  write(devices + "0000:5e:02.1/aer_dev_fatal", fatal);
+  EXPECT_NE(probe.Probe(), listed);
+  write(devices + "0000:5e:02.1/aer_dev_fatal", clean);
+  EXPECT_EQ(probe.Probe(), listed);
+  // A changed function list looks at every function again.
+  std::filesystem::remove(devices + "0000:00:1f.6");
+  const uint64_t relisted = probe.Probe();
+  write(devices + "0000:01:00.0/aer_dev_fatal", clean);
+  EXPECT_NE(probe.Probe(), relisted);
+}
+
 // A rescan is handed on only when its fingerprint changed: the health signals must be part of
 // it, or an AER count or PF link change found by the rescan the probe asked for taints nothing.
 TEST(NodeScanFingerprint, FollowsAerCountsAndPfLinks) {
