@@ -24,5 +24,5 @@ done
 test/e2e-vm/prepare-vm.sh >/dev/null
 test/real-node/binaries.sh >/dev/null
 exec /usr/bin/python3 test/real-node/soak.py --release 1.37 --build-dir "$BUILD_DIR" \
-  --work-dir "$BUILD_DIR/test/real-node/soak" --minutes "$minutes" "${seed[@]}" \
+  --work-dir "$BUILD_DIR/test/real-node/soak-bench" --minutes "$minutes" "${seed[@]}" \
   --benchmarks docs/benchmarks.md

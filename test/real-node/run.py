@@ -872,6 +872,26 @@ def bring_up(cluster, node, check):
     print("the plugin's pod is Ready", flush=True)
 
 
+def on_node(args, body, what):
+    """Makes the control plane and the node, brings them up, runs body(cluster, node, check),
+    and stops both; a failure is a failed check named what() and printed with the logs that
+    explain it. Returns the checks."""
+    cluster, node = make_node(args)
+    check = Checks(os.path.join(os.path.abspath(args.work_dir), "report.txt"))
+    try:
+        bring_up(cluster, node, check)
+        body(cluster, node, check)
+    except Exception as error:  # report every failure with the logs that explain it
+        check(False, f"{what()}: {error}")
+        traceback.print_exc()
+        print(cluster.logs_tail(), file=sys.stderr)
+    finally:
+        node.stop()
+        print(node.guest_log(60), file=sys.stderr if check.failed else sys.stdout)
+        cluster.stop()
+    return check
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--release", default="1.37")
@@ -884,19 +904,7 @@ def main():
         print(f"run.py: unknown scenario {args.scenario!r} (known: {', '.join(SCENARIOS)})",
               file=sys.stderr)
         return 2
-    cluster, node = make_node(args)
-    check = Checks(os.path.join(os.path.abspath(args.work_dir), "report.txt"))
-    try:
-        bring_up(cluster, node, check)
-        scenario(cluster, node, check)
-    except Exception as error:  # report every failure with the logs that explain it
-        check(False, f"{args.scenario}: {error}")
-        traceback.print_exc()
-        print(cluster.logs_tail(), file=sys.stderr)
-    finally:
-        node.stop()
-        print(node.guest_log(60), file=sys.stderr if check.failed else sys.stdout)
-        cluster.stop()
+    check = on_node(args, scenario, lambda: args.scenario)
     print(f"{check.failed} failed check(s)" if check.failed else "all checks passed", flush=True)
     return 1 if check.failed else 0
 
