@@ -54,6 +54,7 @@ HOLD_GRACE = 30  # the holding VMM's terminationGracePeriodSeconds
 # different numbers of claims prepared: small variation is the claims', not a leak's).
 RSS_DRIFT_LIMIT_KIB = 32 * 1024
 FD_DRIFT_LIMIT = 32
+STARTING = "deleted while starting"
 # Warnings that say nothing about a pod's devices (the test cluster has no DNS service).
 IGNORED_EVENTS = ("MissingClusterDNS",)
 
@@ -560,7 +561,7 @@ class Soak:
         if kind is None:
             gpu = next(n for n, p in self.pods.items() if p["kind"] == "gpu" and not p["gone"])
             if self.pods[gpu]["deleted"] is None:
-                self.delete(gpu)
+                self.delete(gpu, outcome=None if self.pods[gpu]["ran"] else STARTING)
             self.wait_pods()
             kind = "gpu"
         name = self.create(kind, hold=True)
@@ -690,8 +691,10 @@ def figures(soak, minutes, wall):
         ("faults and workload", f"{minutes:g} min asked, {wall / 60:.1f} min run in all"),
         ("pods created", str(len(soak.pods))),
         ("pods that ran", str(outcomes.count("ran"))),
+        ("pods deleted while starting (the holding VMM's fault makes room)",
+         str(outcomes.count(STARTING))),
         ("pods ended by an error with its reason",
-         str(sum(1 for o in outcomes if o not in ("ran", "never settled")))),
+         str(sum(1 for o in outcomes if o not in ("ran", "never settled", STARTING)))),
         ("pod created -> Running with its report (median, max)",
          f"{starts[len(starts) // 2]:.1f} s, {starts[-1]:.1f} s" if starts else "-"),
         ("faults injected", f"{len(soak.faults)}: " + ", ".join(
@@ -735,7 +738,9 @@ shared by two pods, the e1000e as a host device) and faults at random times. Aft
 (the node Ready, one Ready plugin pod, deleted pods gone, the others Running, the slices as at the
 start) and at the end with every pod gone, the invariants of issue 57 are checked on the node and
 through the API server. A run of {minutes:g} minutes on a shared 2-core machine, not the hour the
-issue asks for.
+issue asks for. Not in it: a VF with a MAC and lowering a PF's VF count (the node has no VF
+enabled and its policy selects none; the emulated NVMe's VFs would not be network VFs), and the pod Unhealthy in its
+status after the removal (real_node_node checks that).
 
 {table(rows)}
 
