@@ -5,6 +5,7 @@ invariants checked after every settle and at the end.
 
   soak.py --release 1.37 --build-dir BUILD --work-dir DIR --minutes M [--seed S]
           [--benchmarks docs/benchmarks.md]
+  soak.py --self-test DIR    (the invariant checks on a made-up node, no VM)
 
 The node, the control plane and the DaemonSet are run.py's (make_node, bring_up). Every random
 choice (what the workload creates or deletes, whether a fault comes, which one, how long after
@@ -58,8 +59,8 @@ STARTING = "deleted while starting"
 # Warnings that say nothing about a pod's devices (the test cluster has no DNS service).
 IGNORED_EVENTS = ("MissingClusterDNS",)
 
-# The second and later pods of the claim SHARED_CLAIM: the mdev's UUID from the metadata file of
-# a claim by name, then what a VMM does with it (vfio-check), as vmm_pod's script reports it.
+# The pods of the claim SHARED_CLAIM (up to two at once): the mdev's UUID from the metadata file
+# of a claim by name, then what a VMM does with it (vfio-check), reported as vmm_pod's script does.
 SHARED_SCRIPT = (
     "exec >/results/$POD.txt 2>&1; "
     f"meta=/var/run/kubernetes.io/dra-device-attributes/resourceclaims/{SHARED_CLAIM}/dev; "
@@ -763,7 +764,89 @@ status after the removal (real_node_node checks that).
         f.write(text)
 
 
+# ---- the invariant checks' own test (no VM): each planted mistake must be reported ----
+
+SELF_TEST_NODE = """driver 0000:01:00.0 vfio-pci
+driver 0000:01:00.1 vfio-pci
+driver 0000:02:00.0 e1000e
+cdi vfio.dra.io-claim_u1.json {"devices":[{"name":"u1-gpu"}]}
+record u1 {"claim":"u1"}
+plugin 42 17000 16
+pod soak-gpu-1 pid=7 dev=0000:01:00.0 group=10 vfio=10,vfio, check=0
+"""
+SELF_TEST_CASES = [  # (what is planted, a text the violation must contain)
+    (("cdi vfio.dra.io-claim_u9.json {}",), "CDI spec vfio.dra.io-claim_u9.json names no"),
+    (("driver 0000:02:00.0 vfio-pci",), "0000:02:00.0 is on vfio-pci without a prepared claim"),
+    (("record u9 {}",), "a checkpoint record of claim u9"),
+    (("mdev 5e3a2c1b-0000-4000-8000-000000000001",), "exists without a prepared claim"),
+    (("pod soak-gpu-1 pid=7 dev=0000:01:00.0 group=10 vfio=10,vfio, check=1",),
+     "cannot assign its device again"),
+    (("pod soak-gpu-1 pid=7 dev=0000:01:00.0 group=10 vfio=10,11,vfio, check=0",),
+     "does not have exactly its device's group"),
+    (("driver 0000:01:00.1 snd_hda_intel",), "0000:01:00.1 is not on vfio-pci"),
+]
+
+
+class FakeNode:
+    def __init__(self, text):
+        self.text = text
+        self.out = "/nonexistent"
+
+    def run(self, name, script):
+        return self.text
+
+
+class FakeCluster:
+    def __init__(self, claims):
+        self.claims = claims
+
+    def get_json(self, kind, *args):
+        pod = {"metadata": {"name": "soak-gpu-1"},
+               "spec": {"resourceClaims": [{"name": "dev", "resourceClaimTemplateName": "gpu"}]},
+               "status": {"phase": "Running", "containerStatuses": [{"state": {"running": {}}}],
+                          "resourceClaimStatuses": [{"name": "dev", "resourceClaimName": "c1"}]}}
+        return {"items": {"pods": [pod], "resourceclaims": self.claims}[kind]}
+
+
+def self_test_claim(name, uid, device):
+    return {"metadata": {"name": name, "uid": uid}, "status": {
+        "allocation": {"devices": {"results": [
+            {"driver": "vfio.dra.io", "pool": rn.NODE, "device": device}]}},
+        "reservedFor": [{"resource": "pods", "name": "soak-gpu-1"}]}}
+
+
+def self_test(work):
+    """The checks on a node that is right find nothing; each planted mistake is found."""
+    claim = self_test_claim("c1", "u1", "gpu-0000-01-00-0")
+    cases = [((), None, [claim])] + [(lines, want, [claim]) for lines, want in SELF_TEST_CASES]
+    cases.append(((), "is allocated to 2 claims",
+                  [claim, self_test_claim("c2", "u2", "gpu-0000-01-00-0")]))
+    os.makedirs(work, exist_ok=True)
+    failures = 0
+    for lines, want, claims in cases:
+        text = SELF_TEST_NODE
+        for line in lines:
+            key = " ".join(line.split()[:2])
+            kept = [x for x in text.splitlines() if not x.startswith(key + " ")]
+            text = "\n".join(kept + [line]) + "\n"
+        check = rn.Checks(os.path.join(work, "self-test.txt"))
+        soak = Soak(FakeCluster(claims), FakeNode(text), check, 0)
+        soak.baseline = {"drivers": {"0000:01:00.0": "", "0000:01:00.1": "snd_hda_intel",
+                                     "0000:02:00.0": "e1000e"}, "mdevs": set(), "cdi": set()}
+        soak.pods["soak-gpu-1"] = {"kind": "gpu", "deleted": None, "gone": False}
+        soak.check_invariants()
+        found = [what for _, what in soak.violations]
+        right = not found if want is None else any(want in what for what in found)
+        print(f"{'ok  ' if right else 'FAIL'} {want or 'a node that is right'}: found {found}",
+              flush=True)
+        failures += not right
+    print("self-test passed" if not failures else f"self-test: {failures} case(s) failed")
+    return 1 if failures else 0
+
+
 def main():
+    if sys.argv[1:2] == ["--self-test"]:
+        return self_test(sys.argv[2] if len(sys.argv) > 2 else "/tmp")
     parser = argparse.ArgumentParser()
     parser.add_argument("--release", default="1.37")
     parser.add_argument("--build-dir", required=True)
