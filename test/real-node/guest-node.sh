@@ -89,14 +89,19 @@ log "AppArmor: $(grep -c . /sys/kernel/security/apparmor/profiles) profiles load
 
 PATH=$RUNTIME_BIN:$KUBE_BIN:$PATH
 export PATH
-containerd --config "$NODE_DIR/containerd.toml" >"$LOGS/containerd.log" 2>&1 &
-containerd_pid=$!
-for _ in $(seq 600); do
-  [[ -S /run/containerd/containerd.sock ]] && ctr version >/dev/null 2>&1 && break
-  kill -0 "$containerd_pid" 2>/dev/null || fail "containerd exited: $(tail -5 "$LOGS/containerd.log")"
-  sleep 0.2
-done
-ctr version >/dev/null 2>&1 || fail "containerd did not answer within 120 s"
+# Started again on the host's request ($OUT/restart-containerd, soak.py's fault): the running
+# containers' shims outlive it, as on a node whose containerd is restarted.
+start_containerd() {
+  containerd --config "$NODE_DIR/containerd.toml" >>"$LOGS/containerd.log" 2>&1 &
+  containerd_pid=$!
+  for _ in $(seq 600); do
+    [[ -S /run/containerd/containerd.sock ]] && ctr version >/dev/null 2>&1 && break
+    kill -0 "$containerd_pid" 2>/dev/null || fail "containerd exited: $(tail -5 "$LOGS/containerd.log")"
+    sleep 0.2
+  done
+  ctr version >/dev/null 2>&1 || fail "containerd did not answer within 120 s"
+}
+start_containerd
 log "containerd up: $(ctr version | awk '/Version/ {print $2; exit}')"
 for archive in $IMAGES; do
   ctr -n k8s.io images import --no-unpack=false "$archive" >>"$LOGS/images.log" 2>&1 ||
@@ -115,7 +120,9 @@ touch "$OUT/node-ready"
 
 # The host drives the scenario through the API server. It may also ask for what an admin on the
 # node would do or look at: a script in $OUT/cmd/NAME.sh runs here, its output goes to
-# NAME.out and its exit code, last, to NAME.rc; and $OUT/restart-kubelet restarts the kubelet.
+# NAME.out and its exit code, last, to NAME.rc; $OUT/restart-kubelet restarts the kubelet and
+# $OUT/restart-containerd containerd (each answered by $OUT/kubelet-restarted or
+# $OUT/containerd-restarted once the new process runs).
 mkdir -p "$OUT/cmd"
 while [[ ! -e "$OUT/stop" ]]; do
   for script in "$OUT"/cmd/*.sh; do
@@ -137,6 +144,14 @@ while [[ ! -e "$OUT/stop" ]]; do
     kubelet_pid=$!
     log "kubelet restarted (pid $kubelet_pid)"
     touch "$OUT/kubelet-restarted"
+  fi
+  if [[ -e "$OUT/restart-containerd" ]]; then
+    rm -f "$OUT/restart-containerd"
+    kill "$containerd_pid"
+    wait "$containerd_pid"
+    start_containerd
+    log "containerd restarted (pid $containerd_pid)"
+    touch "$OUT/containerd-restarted"
   fi
   kill -0 "$kubelet_pid" 2>/dev/null || fail "the kubelet exited: $(tail -5 "$LOGS/kubelet.log")"
   sleep 0.5

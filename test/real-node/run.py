@@ -825,18 +825,9 @@ def scenario_privileges(cluster, node, check):
 SCENARIOS = {"node": scenario_node, "privileges": scenario_privileges}
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--release", default="1.37")
-    parser.add_argument("--build-dir", required=True)
-    parser.add_argument("--work-dir", required=True)
-    parser.add_argument("scenario")
-    args = parser.parse_args()
-    scenario = SCENARIOS.get(args.scenario)
-    if scenario is None:
-        print(f"run.py: unknown scenario {args.scenario!r} (known: {', '.join(SCENARIOS)})",
-              file=sys.stderr)
-        return 2
+def make_node(args):
+    """The binaries and images (built or taken from the cache), a clean work directory, and the
+    control plane and node made from them, neither started yet."""
     hack = os.path.join(SOURCE_DIR, "hack")
     kube_bin = tool_output([os.path.join(hack, "kube-binaries.sh"), args.release,
                             "--with-kubelet"], "hack/kube-binaries.sh")
@@ -855,40 +846,65 @@ def main():
                     f"docker-archive:{plugin_archive}:{PLUGIN_IMAGE}"], check=True)
     images = [os.path.join(images_dir, "pause.tar"), os.path.join(images_dir, "test.tar"),
               plugin_archive]
-
     cluster = ControlPlane(kube_bin, os.path.join(work, "control-plane"), args.release)
-    node = None
-    check = Checks(os.path.join(work, "report.txt"))
+    return cluster, RealNode(cluster, args, kube_bin, runtime_bin, images)
+
+
+def bring_up(cluster, node, check):
+    """Starts the control plane, deploys vfio-dra with POLICY, boots the node and waits for the
+    plugin's pod on it to be Ready."""
+    cluster.start(node_names=(NODE,))
+    print(f"control plane up at {cluster.server}", flush=True)
+    cluster.kubectl("apply", "-k", os.path.join(SOURCE_DIR, "deploy", "daemonset"))
+    policy = {"apiVersion": "v1", "kind": "ConfigMap",
+              "metadata": {"name": "vfio-dra-admin-policy", "namespace": "vfio-dra"},
+              "data": {"policy.yaml": POLICY}}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(policy))
+    node.write_config()
+    booted = time.monotonic()
+    node.boot()
+    wait_node_ready(cluster, node)
+    check.note(f"TIMING Node {NODE} Ready {time.monotonic() - booted:.0f} s after QEMU started")
+    wait_for("the vfio-dra DaemonSet pod on the node to be Ready", lambda: (
+        node.check_alive(), pod_ready(plugin_pod(cluster)))[1], 600,
+        on_timeout=lambda: json.dumps((plugin_pod(cluster) or {}).get("status"), indent=1) +
+        "\n" + node.guest_log(20))
+    print("the plugin's pod is Ready", flush=True)
+
+
+def on_node(args, body, what):
+    """Makes the control plane and the node, brings them up, runs body(cluster, node, check),
+    and stops both; a failure is a failed check named what() and printed with the logs that
+    explain it. Returns the checks."""
+    cluster, node = make_node(args)
+    check = Checks(os.path.join(os.path.abspath(args.work_dir), "report.txt"))
     try:
-        cluster.start(node_names=(NODE,))
-        print(f"control plane up at {cluster.server}", flush=True)
-        cluster.kubectl("apply", "-k", os.path.join(SOURCE_DIR, "deploy", "daemonset"))
-        policy = {"apiVersion": "v1", "kind": "ConfigMap",
-                  "metadata": {"name": "vfio-dra-admin-policy", "namespace": "vfio-dra"},
-                  "data": {"policy.yaml": POLICY}}
-        cluster.kubectl("apply", "-f", "-", input=json.dumps(policy))
-        node = RealNode(cluster, args, kube_bin, runtime_bin, images)
-        node.write_config()
-        booted = time.monotonic()
-        node.boot()
-        wait_node_ready(cluster, node)
-        check.note(f"TIMING Node {NODE} Ready {time.monotonic() - booted:.0f} s after QEMU "
-                   "started")
-        wait_for("the vfio-dra DaemonSet pod on the node to be Ready", lambda: (
-            node.check_alive(), pod_ready(plugin_pod(cluster)))[1], 600,
-            on_timeout=lambda: json.dumps((plugin_pod(cluster) or {}).get("status"), indent=1) +
-            "\n" + node.guest_log(20))
-        print("the plugin's pod is Ready", flush=True)
-        scenario(cluster, node, check)
+        bring_up(cluster, node, check)
+        body(cluster, node, check)
     except Exception as error:  # report every failure with the logs that explain it
-        check(False, f"{args.scenario}: {error}")
+        check(False, f"{what()}: {error}")
         traceback.print_exc()
         print(cluster.logs_tail(), file=sys.stderr)
     finally:
-        if node is not None:
-            node.stop()
-            print(node.guest_log(60), file=sys.stderr if check.failed else sys.stdout)
+        node.stop()
+        print(node.guest_log(60), file=sys.stderr if check.failed else sys.stdout)
         cluster.stop()
+    return check
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--release", default="1.37")
+    parser.add_argument("--build-dir", required=True)
+    parser.add_argument("--work-dir", required=True)
+    parser.add_argument("scenario")
+    args = parser.parse_args()
+    scenario = SCENARIOS.get(args.scenario)
+    if scenario is None:
+        print(f"run.py: unknown scenario {args.scenario!r} (known: {', '.join(SCENARIOS)})",
+              file=sys.stderr)
+        return 2
+    check = on_node(args, scenario, lambda: args.scenario)
     print(f"{check.failed} failed check(s)" if check.failed else "all checks passed", flush=True)
     return 1 if check.failed else 0
 
