@@ -76,10 +76,18 @@ class Kind:
     def prepare_tree(self, node_dir):
         with open(os.path.join(node_dir, "policy.yaml"), "w") as f:
             f.write(self.policy)
-        for bdf in self.aer_fatal:  # as the kernel's AER driver counts one fatal error
-            path = os.path.join(node_dir, "sys", "bus", "pci", "devices", bdf, "aer_dev_fatal")
-            with open(path, "w") as f:
-                f.write("MalfTLP 1\nTOTAL_ERR_FATAL 1\n")
+        # The kernel shows aer_dev_fatal from a function's enumeration on for every function with
+        # the AER capability (the fixtures have none): the GPUs get theirs, as the AER driver
+        # counts, one fatal error on those in aer_fatal and none on the others. The plugin's
+        # probe reads the counters of the functions that had them when it listed them.
+        devices = os.path.join(node_dir, "sys", "bus", "pci", "devices")
+        for bdf in sorted(os.listdir(devices)):
+            with open(os.path.join(devices, bdf, "class")) as f:
+                if not f.read().strip().startswith("0x03"):
+                    continue
+            count = 1 if bdf in self.aer_fatal else 0
+            with open(os.path.join(devices, bdf, "aer_dev_fatal"), "w") as f:
+                f.write(f"MalfTLP {count}\nTOTAL_ERR_FATAL {count}\n")
 
 
 MDEV_ONE_TYPE_POLICY = """version: v1

@@ -141,8 +141,22 @@ def delete_all_pods(fleet, timeout=900):
     until the resourceclaim controller has deleted their claims; the stand-ins of live nodes
     unprepare what they prepared."""
     api = fleet.api
-    api.must("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods",
-             {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
+    # A busy server answers a deletion of thousands of pods with 504 after its request timeout
+    # (60 s) and goes on deleting: the request is made again, for what is left, until it is
+    # answered in time.
+    for _ in range(10):
+        try:
+            status, answer = api.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods",
+                                         {"apiVersion": "v1", "kind": "DeleteOptions",
+                                          "gracePeriodSeconds": 0})
+        except OSError:  # the client's 60 s ran out first: the same as the server's 504
+            continue
+        if status == 200:
+            break
+        if status != 504:
+            raise ClusterError(f"DELETE the fleet's pods: HTTP {status}: {str(answer)[:400]}")
+    else:
+        raise ClusterError("DELETE the fleet's pods timed out (504) ten times")
 
     def gone():
         pods = api.must("GET", f"/api/v1/namespaces/{NAMESPACE}/pods?limit=1")["items"]
