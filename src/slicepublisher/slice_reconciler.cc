@@ -166,6 +166,11 @@ bool SliceReconciler::WaitInSync(std::chrono::milliseconds timeout) {
   return synced_.wait_for(lock, timeout, [&] { return stats_.in_sync && !dirty_; });
 }
 
+bool SliceReconciler::WaitForWatchEvents(uint64_t count, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return synced_.wait_for(lock, timeout, [&] { return stats_.watch_events >= count; });
+}
+
 SliceReconciler::CachedSlice SliceReconciler::ToCached(const json& object,
                                                        const Result<SliceContent>& content) const {
   if (!content.ok()) {
@@ -189,7 +194,30 @@ void SliceReconciler::RememberWritten(const SliceContent& sent, const Sha256& se
                 HasCounters(sent) && !HasCounters(*content),
                 HasTaints(sent) && !HasTaints(*content));
   }
-  if (stored.contains("metadata")) StoreInCache(ObjectName(stored), std::move(slice));
+  if (!stored.contains("metadata")) return;
+  const std::string name = ObjectName(stored);
+  const std::string version = slice.resource_version;
+  StoreInCache(name, std::move(slice));
+  std::lock_guard<std::mutex> lock(mu_);
+  own_versions_[name].push_back(version);
+}
+
+bool SliceReconciler::IsOwnEchoLocked(const std::string& type, const std::string& name,
+                                      const std::string& uid,
+                                      const std::string& resource_version) {
+  if (!uid.empty() && own_deletes_.count(uid)) {
+    if (type == "DELETED") own_deletes_.erase(uid);  // nothing of that object comes after it
+    return true;
+  }
+  auto it = own_versions_.find(name);
+  if (it == own_versions_.end() || resource_version.empty()) return false;
+  std::deque<std::string>& versions = it->second;
+  auto at = std::find(versions.begin(), versions.end(), resource_version);
+  if (at == versions.end()) return false;
+  // Events come in order: the echoes of the writes before this one will not come any more.
+  versions.erase(versions.begin(), at + 1);
+  if (versions.empty()) own_versions_.erase(it);
+  return true;
 }
 
 void SliceReconciler::StoreInCache(const std::string& name, CachedSlice slice) {
@@ -295,6 +323,8 @@ Status SliceReconciler::ListIntoCache(std::string& resource_version) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!published_once_) listed_before_publish_ = std::move(listed);
   cache_ = std::move(fresh);
+  own_versions_.clear();
+  own_deletes_.clear();
   cache_ready_ = true;
   dirty_ = true;
   wake_.notify_all();
@@ -349,20 +379,28 @@ void SliceReconciler::WatchLoop() {
             {
               std::lock_guard<std::mutex> lock(mu_);
               auto it = cache_.find(name);
-              if (event.type == "DELETED") {
+              if (IsOwnEchoLocked(event.type, name, meta.value("uid", ""), event_rv)) {
+                changed = false;
+              } else if (event.type == "DELETED") {
                 changed = it != cache_.end();
               } else {
                 changed = it == cache_.end() || it->second.resource_version != event_rv;
               }
             }
-            if (!changed) return true;  // the echo of our own write
-            if (event.type == "DELETED") {
+            if (changed && event.type == "DELETED") {
               Forget(name);
               log_.Info("ResourceSlice removed by someone else; re-creating", {{"slice", name}});
-            } else {
+            } else if (changed) {
               Remember(event.object);
             }
-            MarkDirty();
+            std::lock_guard<std::mutex> lock(mu_);
+            if (changed) {
+              dirty_ = true;
+              stats_.in_sync = false;
+              wake_.notify_all();
+            }
+            ++stats_.watch_events;  // after the dirty mark: a test waits on it, then on a sync
+            synced_.notify_all();
             return true;
           },
           stop_watch_.get_token());
@@ -626,6 +664,7 @@ Status SliceReconciler::DeleteObsolete(const WritePlan& plan,
     }
     Forget(name);
     std::lock_guard<std::mutex> lock(mu_);
+    if (s.ok() && !slice.uid.empty()) own_deletes_.insert(slice.uid);
     ++stats_.deletes;
   }
   return Status::Ok();

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -61,6 +62,7 @@ struct ReconcilerStats {
   uint64_t updates = 0;
   uint64_t deletes = 0;
   uint64_t conflicts = 0;
+  uint64_t watch_events = 0;  // taken from the watch (echoes of our own writes included)
   // Contents sent whose stored form (the server dropped a field) is taken as theirs: at most one
   // per desired slice, as adoptions of contents no longer desired are forgotten.
   size_t adopted_forms = 0;
@@ -91,6 +93,8 @@ class SliceReconciler {
   // has been synced successfully; true at once when nothing is pending. (Waiting for a sync that
   // starts after the call would miss one that finished just before it.)
   bool WaitInSync(std::chrono::milliseconds timeout);
+  // Until the watch has taken `count` events in all (each acted on); false at the timeout.
+  bool WaitForWatchEvents(uint64_t count, std::chrono::milliseconds timeout);
 
  private:
   // What a Sync needs of a server slice: its identity, its pool fields and digests of its
@@ -162,6 +166,9 @@ class SliceReconciler {
                        const nlohmann::json& stored);
   void StoreInCache(const std::string& name, CachedSlice slice);
   void Forget(const std::string& name);
+  // Whether a watch event is the echo of a write of ours (possibly not the newest); mu_ held.
+  bool IsOwnEchoLocked(const std::string& type, const std::string& name, const std::string& uid,
+                       const std::string& resource_version);
   void LoadMaxima();
 
   kube::ApiClient& api_;
@@ -174,6 +181,13 @@ class SliceReconciler {
   bool dirty_ = true;
   std::shared_ptr<const discovery::NodeScan> scan_;
   std::map<std::string, CachedSlice> cache_;  // by slice name
+  // Our writes whose watch events have not come yet: by slice name the resourceVersions in the
+  // order written, and the UIDs of the slices we deleted. The watch can lag the writes' answers,
+  // and the echo of an earlier write is old news, not someone else's change: taken as one, it put
+  // a stale slice in the cache, which was then rewritten (a conflict and a second write each).
+  // Cleared at each list, after which the watch starts anew.
+  std::map<std::string, std::deque<std::string>> own_versions_;
+  std::set<std::string> own_deletes_;
   bool cache_ready_ = false;
   ReconcilerStats stats_;
   MdevTypeMaxima maxima_;

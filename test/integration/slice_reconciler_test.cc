@@ -9,10 +9,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 
 #include "discovery/admin_policy.h"
 #include "discovery/node_scan.h"
@@ -396,6 +399,49 @@ TEST_F(SliceReconcilerTest, AServerThatDropsCountersGetsTheFallbackWithoutALoop)
     ASSERT_TRUE(reconciler_->WaitInSync(kWait));
   }
   EXPECT_EQ(server_->SliceWrites(), writes);
+}
+
+// The watch can lag the writes' answers: here every event is held until the reconciler has
+// converged (the counters' slice created and deleted, the devices' slice created and updated),
+// then let through one at a time. Each is the late echo of a write of ours, not someone else's
+// change: none may put a stale slice back in the cache, to be rewritten (before, each did, with
+// a stale resourceVersion: a conflict and a second write; the test above failed ~1% that way).
+TEST_F(SliceReconcilerTest, LateEchoesOfOurOwnWritesAreNotRewritten) {
+  struct Gate {
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t allowed = 0;
+    size_t sent = 0;
+  };
+  auto gate = std::make_shared<Gate>();
+  auto allow = [gate](size_t n) {
+    std::lock_guard<std::mutex> lock(gate->mu);
+    gate->allowed = n;
+    gate->cv.notify_all();
+  };
+  // Open at the end however the test ends, or the server's watch thread would wait for ever.
+  std::shared_ptr<void> open_at_exit(nullptr, [&](void*) { allow(SIZE_MAX); });
+  FakeApiServerOptions options;
+  options.partitionable_devices = false;
+  options.hold_watch_event = [gate] {
+    std::unique_lock<std::mutex> lock(gate->mu);
+    gate->cv.wait(lock, [&] { return gate->sent < gate->allowed; });
+    ++gate->sent;
+  };
+  StartServer(options);
+  StartReconciler("vgpu");
+  ASSERT_TRUE(Converged(1));
+  ASSERT_TRUE(reconciler_->Stats().profile.counters_dropped);
+  const size_t writes = server_->SliceWrites();
+  const size_t events = server_->SliceEvents();
+  ASSERT_GE(events, 4u);
+  for (size_t i = 1; i <= events; ++i) {
+    allow(i);
+    ASSERT_TRUE(reconciler_->WaitForWatchEvents(i, kWait)) << "event " << i;
+    ASSERT_TRUE(reconciler_->WaitInSync(kWait));
+    EXPECT_EQ(server_->SliceWrites(), writes) << "after the echo of event " << i;
+  }
+  EXPECT_EQ(reconciler_->Stats().conflicts, 0u);
 }
 
 // A server that drops a field other than the counters (here an attribute, as a feature gate that

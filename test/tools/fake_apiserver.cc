@@ -625,6 +625,7 @@ long long FakeApiServer::NextRv() { return ++rv_; }
 void FakeApiServer::Emit(const std::string& type, const json& object) {
   slice_events_.push_back(
       Event{std::stoll(object["metadata"]["resourceVersion"].get<std::string>()), type, object});
+  ++slice_events_made_;
   while (slice_events_.size() > 1000) slice_events_.pop_front();
   changed_.notify_all();
 }
@@ -1032,6 +1033,11 @@ size_t FakeApiServer::DeleteMatchingLocked(const Selector& selector) {
   return deleted;
 }
 
+size_t FakeApiServer::SliceEvents() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return slice_events_made_;
+}
+
 size_t FakeApiServer::SliceWrites() const {
   std::lock_guard<std::mutex> lock(mu_);
   size_t n = 0;
@@ -1319,6 +1325,7 @@ void FakeApiServer::InstallRoutes() {
                       std::string line = std::move(pending->front());
                       pending->pop_front();
                       l.unlock();
+                      if (options_.hold_watch_event) options_.hold_watch_event();
                       const bool ok = sink.write(line.data(), line.size());
                       l.lock();
                       if (!ok) return false;

@@ -66,6 +66,9 @@ struct FakeApiServerOptions {
   // When set, called at the start of every request before the server's lock is taken; it may
   // block, to keep requests in flight (and their connections busy) until a test lets them go.
   std::function<void()> hold_request;
+  // When set, called before each slice watch event is sent, without the server's lock; it may
+  // block, to hold the watch behind the writes' answers as a lagging server's watch is.
+  std::function<void()> hold_watch_event;
   // When both are set the server speaks HTTPS with this certificate.
   std::string tls_cert_file;
   std::string tls_key_file;
@@ -178,6 +181,8 @@ class FakeApiServer {
                     std::chrono::milliseconds timeout);
   // Counts POST/PUT/DELETE requests on resourceslices (the reconciler's writes).
   size_t SliceWrites() const;
+  // Slice events (ADDED, MODIFIED, DELETED) the server has made since it started.
+  size_t SliceEvents() const;
   size_t CountRequests(const std::string& method, const std::string& path_prefix) const;
   void ClearRequests();
 
@@ -232,6 +237,7 @@ class FakeApiServer {
   // Which status.devices entries (by key) each field manager applied: "ns/name" -> manager -> keys.
   std::map<std::string, std::map<std::string, std::set<std::string>>> device_owners_;
   std::deque<Event> slice_events_;
+  size_t slice_events_made_ = 0;
   std::vector<Fault> faults_;
   FaultMix mix_;
   std::mt19937 random_{1};
