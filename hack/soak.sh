@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
-# Faults at random on the real node (issue 57): hack/soak.sh [--minutes M] [--seed S]
+# Faults at random on the real node (issue 57):
+#   hack/soak.sh [--minutes M] [--seed S] [--fault-rate P] [--burst N]
 # Boots the real node (test/real-node, QEMU with the real kubelet and containerd, the real
 # control plane on this machine), runs a stream of VM pods with faults at random times for M
 # minutes (default 60), checks the node's invariants after every settle and at the end, prints
 # the figures and writes them to docs/benchmarks.md. The seed is printed first; a failing run is
-# replayed with --seed. Needs a build (BUILD_DIR, default build) with vfio-dra-plugin.
+# replayed with --seed (and the same --fault-rate and --burst). Needs a build (BUILD_DIR,
+# default build) with vfio-dra-plugin.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 minutes=60
 seed=()
+more=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --minutes) minutes=$2; shift 2 ;;
     --seed) seed=(--seed "$2"); shift 2 ;;
-    *) echo "usage: hack/soak.sh [--minutes M] [--seed S]" >&2; exit 2 ;;
+    --fault-rate | --burst) more+=("$1" "$2"); shift 2 ;;
+    *) echo "usage: hack/soak.sh [--minutes M] [--seed S] [--fault-rate P] [--burst N]" >&2
+       exit 2 ;;
   esac
 done
 [ -x "$BUILD_DIR/src/vfio-dra-plugin" ] ||
@@ -24,5 +29,5 @@ done
 test/e2e-vm/prepare-vm.sh >/dev/null
 test/real-node/binaries.sh >/dev/null
 exec /usr/bin/python3 test/real-node/soak.py --release 1.37 --build-dir "$BUILD_DIR" \
-  --work-dir "$BUILD_DIR/test/real-node/soak-bench" --minutes "$minutes" "${seed[@]}" \
+  --work-dir "$BUILD_DIR/test/real-node/soak-bench" --minutes "$minutes" "${seed[@]}" "${more[@]}" \
   --benchmarks docs/benchmarks.md
