@@ -203,8 +203,7 @@ void SliceReconciler::RememberWritten(const SliceContent& sent, const Sha256& se
 }
 
 bool SliceReconciler::IsOwnEchoLocked(const std::string& type, const std::string& name,
-                                      const std::string& uid,
-                                      const std::string& resource_version) {
+                                      const std::string& uid, const std::string& resource_version) {
   if (!uid.empty() && own_deletes_.count(uid)) {
     if (type == "DELETED") own_deletes_.erase(uid);  // nothing of that object comes after it
     return true;
