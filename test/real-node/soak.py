@@ -47,11 +47,9 @@ SHARED_CLAIM = "shared-vgpu"
 KINDS = {"gpu": ("gpu", 1), "nic": ("nic", 1), "mdev": ("vgpu", 4), "shared": (None, 2)}
 FAULTS = ("plugin-sigkill", "plugin-pod-delete", "rolling-update", "kubelet-restart",
           "containerd-restart", "apiserver-restart", "nic-remove-rescan", "vmm-holds-past-delete")
-# Faults that wait on pods themselves (a NIC pod running, a VMM's grace period) come alone; the
-# others come in bursts of up to --burst, each a random few seconds after the one before and
+# Faults come in bursts of up to --burst, each a random few seconds after the one before and
 # none waiting for the node to settle: a plugin killed while the kubelet restarts, a rollout
-# while containerd is down.
-ALONE = ("nic-remove-rescan", "vmm-holds-past-delete")
+# while containerd is down. (The NIC's removal and the holding VMM wait on their own pods.)
 BURST_GAP = 8  # s: the most between two faults of a burst
 POD_BOUND = 300  # s from its creation (or the settle's start) to Running with its report
 GONE_BOUND = 300  # s from a deletion to the pod gone
@@ -254,11 +252,11 @@ class Soak:
         self.log(f"deleted {name}" + (f" ({outcome})" if outcome else ""))
 
     def workload_step(self):
-        """Each running pod is deleted with even odds (one at least when every kind is full),
-        and most free places are taken by new pods: the node starts and stops several VMs at
-        once, as a busy one does."""
+        """Most running pods are deleted (one at least when every kind is full), and every free
+        place is taken by a new pod: the node starts and stops several VMs at once, as a busy one
+        does."""
         running = sorted(n for n, p in self.pods.items() if p["ran"] and p["deleted"] is None)
-        doomed = [n for n in running if self.rng.random() < 0.5]
+        doomed = [n for n in running if self.rng.random() < 0.75]
         full = all(self.count(k) >= most for k, (_, most) in KINDS.items())
         if running and not doomed and full:
             doomed = [self.rng.choice(running)]
@@ -266,8 +264,7 @@ class Soak:
             self.delete(name)
         for kind, (_, most) in KINDS.items():
             for _ in range(most - self.count(kind)):
-                if self.rng.random() < 0.8:
-                    self.create(kind)
+                self.create(kind)
 
     # ---- settling ----
 
@@ -497,17 +494,8 @@ class Soak:
         return self.deck.pop()
 
     def next_burst(self, most):
-        """Up to `most` faults to inject together; a fault that must come alone ends the burst
-        (and, drawn after the first, comes first next time)."""
-        kinds = [self.next_fault()]
-        size = self.rng.randint(1, most)
-        while kinds[0] not in ALONE and len(kinds) < size:
-            kind = self.next_fault()
-            if kind in ALONE:
-                self.deck.append(kind)
-                break
-            kinds.append(kind)
-        return kinds
+        """Up to `most` faults to inject together."""
+        return [self.next_fault() for _ in range(self.rng.randint(1, most))]
 
     def fault_plugin_sigkill(self):
         # In a burst the plugin may be between processes: then there is none to kill.
