@@ -42,9 +42,13 @@ DEVICE_FUNCTIONS = {"gpu-0000-01-00-0": ("0000:01:00.0", "0000:01:00.1"),
                     NIC_DEVICE: (NIC,)}
 SHARED_CLAIM = "shared-vgpu"
 # Workload kinds: the claim template (None: the ResourceClaim SHARED_CLAIM, by name) and how
-# many pods of the kind may exist at once (one GPU and one NIC on the node; mtty has room for
-# more mdevs). A kind's pods never wait for another's device, so Pending means something.
-KINDS = {"gpu": ("gpu", 1), "nic": ("nic", 1), "mdev": ("vgpu", 4), "shared": (None, 2)}
+# many pods of the kind may exist at once (one GPU and one NIC on the node; mtty's 24 ports have
+# room for the mdevs of five pods and five being deleted, two ports each at most). A kind's pods
+# never wait for another's device, so Pending means something.
+KINDS = {"gpu": ("gpu", 1), "nic": ("nic", 1), "mdev": ("vgpu", 5), "shared": (None, 3)}
+# Kinds whose device a deleted pod still holds until it is gone; the others' new pods take the
+# place of deleted ones at once (a new mdev, the same shared claim).
+EXCLUSIVE = ("gpu", "nic")
 FAULTS = ("plugin-sigkill", "plugin-pod-delete", "rolling-update", "kubelet-restart",
           "containerd-restart", "apiserver-restart", "nic-remove-rescan", "vmm-holds-past-delete")
 # Faults come in bursts of up to --burst, each a random few seconds after the one before and
@@ -63,7 +67,7 @@ STARTING = "deleted while starting"
 # Warnings that say nothing about a pod's devices (the test cluster has no DNS service).
 IGNORED_EVENTS = ("MissingClusterDNS",)
 
-# The pods of the claim SHARED_CLAIM (up to two at once): the mdev's UUID from the metadata file
+# The pods of the claim SHARED_CLAIM (up to three at once): the mdev's UUID from the metadata file
 # of a claim by name, then what a VMM does with it (vfio-check), reported as vmm_pod's script does.
 SHARED_SCRIPT = (
     "exec >/results/$POD.txt 2>&1; "
@@ -224,6 +228,10 @@ class Soak:
     def count(self, kind):
         return sum(1 for p in self.pods.values() if p["kind"] == kind and not p["gone"])
 
+    def places_taken(self, kind):
+        return sum(1 for p in self.pods.values() if p["kind"] == kind and not p["gone"] and (
+            kind in EXCLUSIVE or p["deleted"] is None))
+
     def create(self, kind, hold=False):
         self.serial += 1
         name = f"soak-{kind}-{self.serial}"
@@ -257,13 +265,13 @@ class Soak:
         does."""
         running = sorted(n for n, p in self.pods.items() if p["ran"] and p["deleted"] is None)
         doomed = [n for n in running if self.rng.random() < 0.75]
-        full = all(self.count(k) >= most for k, (_, most) in KINDS.items())
+        full = all(self.places_taken(k) >= most for k, (_, most) in KINDS.items())
         if running and not doomed and full:
             doomed = [self.rng.choice(running)]
         for name in doomed:
             self.delete(name)
         for kind, (_, most) in KINDS.items():
-            for _ in range(most - self.count(kind)):
+            for _ in range(most - self.places_taken(kind)):
                 self.create(kind)
 
     # ---- settling ----
@@ -755,20 +763,19 @@ SECTION = "## Faults at random on the real node (issue 57)"
 MARKER = "<!-- Below: sections written by other commands (see each); hack/bench.sh keeps them. -->"
 
 
-def write_benchmarks(path, soak, rows, minutes):
+def write_benchmarks(path, soak, rows, minutes, burst, rate):
     faults = "\n".join(f"| {at:.0f} s | {kind} | {burst} | {detail or ''} | {taken:.1f} s |"
                        for at, kind, detail, taken, burst in soak.faults)
     length = ("" if minutes >= 60 else
               f" A run of {minutes:g} minutes, not the hour the issue asks for.")
     section = f"""{SECTION}
 
-Written by `hack/soak.sh --minutes {minutes:g} --seed {soak.seed}` (test/real-node/soak.py) on
+Written by `hack/soak.sh --minutes {minutes:g} --seed {soak.seed} --burst {burst} --fault-rate {rate:g}` (test/real-node/soak.py) on
 {datetime.date.today():%Y-%m-%d}: the real node (kubelet 1.37.2, containerd and runc in the QEMU
 node under TCG, the control plane on this machine, vfio-dra as its hardened DaemonSet) with a
-stream of VM pods (the GPU with its companion, up to four mtty mdevs from a template, a
-ResourceClaim by name shared by two pods, the e1000e as a host device; several started and deleted
-at each step) and faults at random times, most in bursts of up to three that do not wait for the
-node to recover from the one before. After every settle (the node Ready, one Ready plugin pod,
+stream of VM pods (the GPU with its companion, up to five mtty mdevs from a template, a
+ResourceClaim by name shared by up to three pods, the e1000e as a host device; several started and
+deleted at each step) and faults at random times, in bursts of up to {burst} that do not wait for the node to recover from the one before. After every settle (the node Ready, one Ready plugin pod,
 deleted pods gone, the others Running, the slices as at the start) and at the end with every pod
 gone, the invariants of issue 57 are checked on the node and through the API server. On a shared
 2-core machine.{length} Not in it: a VF with a MAC and lowering a PF's VF count (the node has no VF
@@ -913,7 +920,8 @@ def main():
             check.note(f"fault at {at:6.0f} s: {kind:24} (burst of {burst}) settled "
                        f"{taken:6.1f} s  {detail or ''}")
         if args.benchmarks:
-            write_benchmarks(args.benchmarks, soak, rows, args.minutes)
+            write_benchmarks(args.benchmarks, soak, rows, args.minutes, args.burst,
+                             args.fault_rate)
             print(f"figures written to {args.benchmarks}", flush=True)
     print(f"soak: seed {seed}: " + (f"{check.failed} failed check(s)" if check.failed
                                     else "no violation"), flush=True)
