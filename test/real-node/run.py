@@ -84,6 +84,9 @@ class RealNode:
         self.runtime_bin = runtime_bin
         self.images = images
         self.qemu = None
+        # QEMU's lifetime (run-vm.sh's timeout): a scenario's 40 minutes, or what the caller asks
+        # (a soak of an hour needs more).
+        self.lifetime = int(getattr(args, "vm_seconds", 0) or 2400)
 
     def write_config(self):
         os.makedirs(self.dir, exist_ok=True)
@@ -152,7 +155,7 @@ state = "/run/containerd"
     def boot(self):
         env = {**os.environ, "VFIO_DRA_VM_API_PORT": str(self.cluster.api_port),
                "VFIO_DRA_VM_ROOT": "overlay", "VFIO_DRA_VM_MEMORY": "3072",
-               "VFIO_DRA_E2E_VM_TIMEOUT": "2400", "BUILD_DIR": self.build}
+               "VFIO_DRA_E2E_VM_TIMEOUT": str(self.lifetime), "BUILD_DIR": self.build}
         for name in ("stop", "node-ready", "node-failed", "exit-code"):
             if os.path.exists(os.path.join(self.out, name)):
                 os.remove(os.path.join(self.out, name))
@@ -814,12 +817,78 @@ def scenario_privileges(cluster, node, check):
         patch_plugin_template(cluster, [{"op": "replace", "path": "/spec/template",
                                          "value": restored}])
         only_new_plugin_pod(cluster, node, old, True, "the shipped plugin pod back")
+    device_holders_cases(cluster, node, check, template, gpu_before)
     state = node_state(node, "privileges-after")
     check(state["drivers"].get(GPU) == gpu_before and not state["cdi"],
           "after every case the GPU is on its host driver and no CDI spec is left",
           {"driver": state["drivers"].get(GPU), "cdi": sorted(state["cdi"])})
     denials = apparmor_denials(node, "vfio-dra-plugin")
     check(not denials, "the kernel logged no AppArmor denial for vfio-dra-plugin", denials[:3])
+
+
+# A VMM left behind by its pod: a process outside every pod (in the VMM container's mount
+# namespace, for its /dev/vfio) that has assigned the GPU and holds it; its PID when it holds.
+HOLDER_SCRIPT = """
+for q in $(pgrep -f '^/bin/busybox sleep 100000'); do
+  tr '\\0' '\\n' </proc/$q/environ 2>/dev/null | grep -qx 'POD={pod}' && p=$q
+done
+[ -n "$p" ] || {{ echo "no VMM process of {pod}"; exit 1; }}
+rm -f /run/holder.out
+setsid -f nsenter -t $p -m -r -- /bin/vfio-check {device} --hold </dev/null >/run/holder.out 2>&1
+for i in $(seq 600); do grep -qx holding /run/holder.out && break; sleep 0.1; done
+grep -qx holding /run/holder.out || {{ cat /run/holder.out; exit 1; }}
+pgrep -f '^/bin/vfio-check {device} --hold'
+"""
+
+
+def device_holders_cases(cluster, node, check, template, gpu_before):
+    """The deviceHolders feature (hostPID and SYS_PTRACE, deploy/features/device-holders): a VMM
+    left behind holds the GPU, so the unprepare after its pod's deletion cannot give the GPU back
+    and says who holds it. With the feature the plugin names the holder; with hostPID but without
+    SYS_PTRACE it cannot read the holder's descriptors and says that CAP_SYS_PTRACE is missing.
+    Once the holder exits the kernel finishes the unbind and the retried unprepare completes."""
+    spec = "/spec/template/spec"
+    host_pid = {"op": "add", "path": f"{spec}/hostPID", "value": True}
+    # The server keeps no empty list: the shipped pod's `add: []` is not there to append to.
+    ptrace = {"op": "add", "path": f"{spec}/containers/0/securityContext/capabilities/add",
+              "value": ["SYS_PTRACE"]}
+    cases = [("deviceHolders (hostPID and SYS_PTRACE)", [host_pid, ptrace], "held by pid {pid} ("),
+             ("hostPID without SYS_PTRACE", [host_pid], "without CAP_SYS_PTRACE")]
+    for number, (what, ops, want) in enumerate(cases):
+        old = [p["metadata"]["name"] for p in plugin_pods(cluster)]
+        patch_plugin_template(cluster, ops)
+        plugin = only_new_plugin_pod(cluster, node, old, True, f"the plugin pod with {what}")
+        name = plugin["metadata"]["name"]
+        vmm = f"vmm-left-{number}"
+        start_vmm_pod(cluster, node, vmm, "gpu", check, "gpu-0000-01-00-0")
+        read_result(node, vmm)
+        holder = node.run(f"holder-{number}", HOLDER_SCRIPT.format(pod=vmm, device=GPU)).split()
+        check(len(holder) == 1, f"a process outside {vmm} holds {GPU}", holder)
+        cluster.kubectl("delete", "pod", vmm, "--wait=false")
+        text = want.format(pid=holder[0] if holder else "?")
+        lines = wait_for(f"{name}'s log to say the GPU is held ({text!r})", lambda: (
+            node.check_alive(), [line for line in plugin_logs(node).splitlines()
+                                 if pod_of_log_line(line) == name and "in use" in line and
+                                 text in line])[1], 300,
+            on_timeout=lambda: "\n".join(line for line in plugin_logs(node).splitlines()
+                                         if pod_of_log_line(line) == name)[-3000:])
+        check(bool(lines), f"with {what}, the unprepare of a GPU a VMM left behind holds fails "
+              f"saying {text!r}", lines[:1])
+        check(cluster.kubectl("get", "pod", vmm, check=False).returncode == 0,
+              f"{vmm} stays (Terminating) while its GPU cannot be given back")
+        node.run(f"holder-{number}-exit", f"pkill -f '^/bin/vfio-check {GPU} --hold'; exit 0")
+        wait_for(f"pod {vmm} to be gone once the holder exited", lambda: (
+            node.check_alive(), cluster.kubectl("get", "pod", vmm, check=False).returncode != 0)[1],
+            300, on_timeout=node.guest_log)
+        driver = node_state(node, f"holders-{number}")["drivers"].get(GPU)
+        check(driver == gpu_before, "then the retried unprepare gave the GPU back to its host "
+              "driver", driver)
+        old = [p["metadata"]["name"] for p in plugin_pods(cluster)]
+        restored = json.loads(json.dumps(template))
+        restored["metadata"].setdefault("annotations", {})["vfio-dra.io/restored"] = f"h{number}"
+        patch_plugin_template(cluster, [{"op": "replace", "path": "/spec/template",
+                                         "value": restored}])
+        only_new_plugin_pod(cluster, node, old, True, "the shipped plugin pod back")
 
 
 SCENARIOS = {"node": scenario_node, "privileges": scenario_privileges}

@@ -898,6 +898,8 @@ def main():
                         help="the most faults injected together, before the node settles")
     parser.add_argument("--benchmarks", help="docs/benchmarks.md to write the figures into")
     args = parser.parse_args()
+    # The node lives for the run and its end (the last settle's bounds, every pod's deletion).
+    args.vm_seconds = int(args.minutes * 60) + 2400
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     print(f"soak: seed {seed} (replay: --seed {seed})", flush=True)
     ran = {}

@@ -6,7 +6,8 @@
 // what a VMM does first to assign it: the group into a container with the type1 IOMMU, the
 // device's fd from the group, its regions and interrupts, and a page mapped for DMA.
 // Exit code 0 when the container node opens, a group is viable and the device (if named) is
-// assigned. Built static into the real-node test image (images.sh): the image has no libc.
+// assigned. With --hold after DEVICE, once assigned it prints "holding" and keeps everything open
+// until killed, as a VMM left behind by its pod does. Built static into the real-node test image (images.sh): the image has no libc.
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -29,8 +30,9 @@ static int describe(const char* path, struct stat* st) {
   return 0;
 }
 
-// Assigns `device` from the group open at `group_fd` as a VMM would; 0 on success.
-static int assign(int group_fd, const char* device) {
+// Assigns `device` from the group open at `group_fd` as a VMM would; 0 on success. With `hold`,
+// never returns after a success: the device, its container and its group stay open.
+static int assign(int group_fd, const char* device, int hold) {
   int container = open("/dev/vfio/vfio", O_RDWR | O_CLOEXEC);
   if (container < 0) return -1;
   int result = -1;
@@ -57,6 +59,11 @@ static int assign(int group_fd, const char* device) {
       printf("device=%s fd=ok regions=%u irqs=%u dma-map=%s\n", device, info.num_regions,
              info.num_irqs, mapped == 0 ? "ok" : strerror(errno));
       result = mapped == 0 ? 0 : -1;
+      if (result == 0 && hold) {
+        printf("holding\n");
+        fflush(stdout);
+        for (;;) pause();
+      }
     }
     if (fd >= 0) close(fd);
   }
@@ -66,6 +73,7 @@ static int assign(int group_fd, const char* device) {
 
 int main(int argc, char** argv) {
   const char* device = argc > 1 ? argv[1] : NULL;
+  const int hold = argc > 2 && strcmp(argv[2], "--hold") == 0;
   int assigned = device == NULL;
   struct stat st;
   int ok = 1, viable = 0;
@@ -100,7 +108,7 @@ int main(int argc, char** argv) {
       int is_viable = (status.flags & VFIO_GROUP_FLAGS_VIABLE) != 0;
       printf("open=ok viable=%d\n", is_viable);
       viable |= is_viable;
-      if (is_viable && !assigned && assign(fd, device) == 0) assigned = 1;
+      if (is_viable && !assigned && assign(fd, device, hold) == 0) assigned = 1;
     }
     close(fd);
   }
