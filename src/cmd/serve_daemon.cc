@@ -283,6 +283,11 @@ void ServeDaemon::DeclareMetrics() {
           static_cast<double>(stats.syncs - stats.failed_syncs));
     m.Set("vfio_dra_slice_syncs_total", {{"result", "error"}},
           static_cast<double>(stats.failed_syncs));
+    m.Set("vfio_dra_device_scans_total", {{"cause", "event"}},
+          static_cast<double>(watcher_->event_scans()));
+    m.Set("vfio_dra_device_scans_total", {{"cause", "other"}},
+          static_cast<double>(watcher_->full_scans() - watcher_->event_scans()));
+    m.Set("vfio_dra_device_checks_total", {}, static_cast<double>(watcher_->periodic_checks()));
     const kube::ClaimStatusQueueStats writes = claim_status_queue_->Stats();
     m.Set("vfio_dra_claim_status_pending", {}, static_cast<double>(writes.pending));
     m.Set("vfio_dra_claim_status_writes_total", {{"result", "ok"}},
