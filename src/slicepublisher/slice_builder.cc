@@ -457,6 +457,7 @@ DesiredPool BuildDesiredPool(const discovery::NodeScan& scan, const BuildOptions
       plain.push_back(std::move(device));
     }
     KeepAllocatedConsumption(plain, kept, *options.taints, options.layout, groups);
+    pool.kept = std::move(kept);
   }
 
   switch (options.layout) {
