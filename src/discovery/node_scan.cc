@@ -45,7 +45,8 @@ Sha256 Fingerprint(const NodeScan& scan) {
   // What a prepare or unprepare of ours changes and nothing publishes (ScanNode shows a function
   // a claim holds on its driver from before): kept, every claim's bind and restore would hand on
   // a scan, and the publisher would rebuild and digest the whole pool twice per claim to write
-  // nothing.
+  // nothing. (A network VF's netdev goes while it is on vfio-pci: that scan is handed on, and the
+  // slice builder publishes the netdev it had, so nothing is written.)
   for (nlohmann::json& function : json["functions"]) {
     function.erase("boundByVfioDra");
     function.erase("driverOverride");
