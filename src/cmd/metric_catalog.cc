@@ -25,6 +25,12 @@ void DeclareMetricCatalog(MetricsRegistry& metrics) {
                          "ResourceSlice writes, by operation (create, update, delete)");
   metrics.DeclareCounter("vfio_dra_slice_syncs_total",
                          "ResourceSlice syncs, by result (ok, error)");
+  metrics.DeclareCounter("vfio_dra_device_scans_total",
+                         "Full scans of the node's devices, by cause (event: a uevent or an "
+                         "unprepare that asked for one; other: the start and periodic checks)");
+  metrics.DeclareCounter("vfio_dra_device_checks_total",
+                         "Periodic checks of the node's devices (a probe, and a full scan when it "
+                         "saw a change)");
   metrics.DeclareGauge("vfio_dra_privilege_missing",
                        "1 for each privilege the features of this node's devices need and the "
                        "plugin lacks, by feature and privilege (the start-up log says how to "

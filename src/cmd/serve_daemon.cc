@@ -1,5 +1,7 @@
 #include "cmd/serve_daemon.h"
 
+#include <algorithm>
+
 #include "base/clock.h"
 #include "base/file_io.h"
 #include "cmd/device_sources.h"
@@ -105,13 +107,16 @@ Status ServeDaemon::BuildPreparation() {
   preparer_options.holders_gap = vfio::HolderNamingGap(environment_.process_status).value_or("");
   preparer_options.pods = pod_reader_ ? &*pod_reader_ : nullptr;
   preparer_options.claim_status = claim_status_queue_ ? &*claim_status_queue_ : nullptr;
-  // What a claim held is re-evaluated at once: a device kept only for it (lost) goes at the
-  // resync, and a taint that came from it being prepared (driver-changed: the scan marks functions
+  // What a claim held is re-evaluated at once: a device kept only for it (lost) goes at a sync,
+  // and a taint that came from it being prepared (driver-changed: the scan marks functions
   // prepared claims hold) needs a rescan, which the probe would not ask for when the unprepare
-  // left the function where it was. Both are events, not the 10-minute full rescan.
+  // left the function where it was. Both are events, not the 10-minute full rescan; and both only
+  // when the claim can have left such a mark (issue 58: a rebuild of the pool and a scan of the
+  // node per claim were most of a claim's CPU at 1,000 devices). A scan under way may have read
+  // the claim before it went, and may mark it: it counts as a mark.
   preparer_options.after_unprepare = [this] {
-    if (reconciler_) reconciler_->Resync();
-    if (watcher_) watcher_->Trigger();
+    if (reconciler_) reconciler_->HeldDevicesReleased();
+    if (watcher_ && (scanning_ || scan_marked_foreign_)) watcher_->Trigger();
   };
   auto preparer = prepare::VfioDevicePreparer::Open(preparer_options, *sysfs_, *sysfs_writer_,
                                                     published_, root_.WithComponent("prepare"));
@@ -189,15 +194,22 @@ std::shared_ptr<const discovery::NodeScan> ServeDaemon::Scan() {
     context.vfio_drivers = vfio_drivers_.get();
     context.vgpu_sizes = vgpu_sizes_;
     auto scan = discovery::ScanNode(*sysfs_, names_.get(), policy_, context);
+    scan_marked_foreign_ =
+        std::any_of(scan->inventory.functions.begin(), scan->inventory.functions.end(),
+                    [](const auto& entry) { return !entry.second.foreign_driver.empty(); });
     if (names_ != nullptr) names_->ReleaseDatabase();
     KeepVgpuSizes(*scan);
     return scan;
   };
+  // Set before the claims are read, cleared after the marks are: see after_unprepare.
+  scanning_ = true;
   auto scan = scan_once();
-  if (layouts_ == nullptr) return scan;
-  const prepare::VgpuLayoutPass pass = layouts_->Apply(scan->inventory);
-  layout_retry_ = pass.retry;
-  if (pass.created > 0) scan = scan_once();
+  if (layouts_ != nullptr) {
+    const prepare::VgpuLayoutPass pass = layouts_->Apply(scan->inventory);
+    layout_retry_ = pass.retry;
+    if (pass.created > 0) scan = scan_once();
+  }
+  scanning_ = false;
   return scan;
 }
 
@@ -283,6 +295,11 @@ void ServeDaemon::DeclareMetrics() {
           static_cast<double>(stats.syncs - stats.failed_syncs));
     m.Set("vfio_dra_slice_syncs_total", {{"result", "error"}},
           static_cast<double>(stats.failed_syncs));
+    m.Set("vfio_dra_device_scans_total", {{"cause", "event"}},
+          static_cast<double>(watcher_->event_scans()));
+    m.Set("vfio_dra_device_scans_total", {{"cause", "other"}},
+          static_cast<double>(watcher_->full_scans() - watcher_->event_scans()));
+    m.Set("vfio_dra_device_checks_total", {}, static_cast<double>(watcher_->periodic_checks()));
     const kube::ClaimStatusQueueStats writes = claim_status_queue_->Stats();
     m.Set("vfio_dra_claim_status_pending", {}, static_cast<double>(writes.pending));
     m.Set("vfio_dra_claim_status_writes_total", {{"result", "ok"}},

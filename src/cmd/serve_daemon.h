@@ -116,6 +116,10 @@ class ServeDaemon {
   // periodic check scans in full although no device changed.
   std::atomic<bool> layout_retry_{false};
   std::atomic<uint64_t> layout_retries_{0};
+  // A scan runs, and the last one marked a function a claim holds as bound to a foreign driver
+  // (set by the watcher's thread, read by unprepares).
+  std::atomic<bool> scanning_{false};
+  std::atomic<bool> scan_marked_foreign_{false};
   // The privilege check: its features and logged lines are the watcher thread's alone; the
   // result is read by prepares and metrics.
   std::optional<std::set<vfio::PrivilegedFeature>> checked_features_;

@@ -160,9 +160,11 @@ void DeviceWatcher::Run() {
       has_pending = false;
       next_periodic = now + options_.rescan_interval;
       RescanAndPublish();
+      ++event_scans_;
     } else if (now >= next_periodic) {
       next_periodic = now + options_.rescan_interval;
       PeriodicCheck();
+      ++periodic_checks_;
     }
   }
   if (monitor) udev_monitor_unref(monitor);

@@ -58,6 +58,10 @@ class DeviceWatcher {
   // benchmark).
   int full_scans() const { return full_scans_; }
   int skipped_scans() const { return skipped_scans_; }
+  // Full scans asked for by a uevent or Trigger, and periodic checks run (whether they scanned):
+  // the metrics, and a test's barrier (a trigger's rescan is due before a later periodic check).
+  int event_scans() const { return event_scans_; }
+  int periodic_checks() const { return periodic_checks_; }
 
  private:
   void Run();
@@ -73,6 +77,8 @@ class DeviceWatcher {
   std::chrono::steady_clock::time_point last_full_scan_{};
   std::atomic<int> full_scans_{0};
   std::atomic<int> skipped_scans_{0};
+  std::atomic<int> event_scans_{0};
+  std::atomic<int> periodic_checks_{0};
   bool settled_since_scan_ = false;  // only touched by the watching thread
   bool last_scan_complete_ = false;  // the last full scan had no warnings
   Logger log_;

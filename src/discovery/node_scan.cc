@@ -42,6 +42,15 @@ Sha256 Fingerprint(const NodeScan& scan) {
   // The JSON report holds every field that is published, and nothing time-dependent.
   nlohmann::json json = DiscoverJson(scan.inventory, scan.selection, {});
   json.erase("warnings");
+  // What a prepare or unprepare of ours changes and nothing publishes (ScanNode shows a function
+  // a claim holds on its driver from before): kept, every claim's bind and restore would hand on
+  // a scan, and the publisher would rebuild and digest the whole pool twice per claim to write
+  // nothing. (A network VF's netdev goes while it is on vfio-pci: that scan is handed on, and the
+  // slice builder publishes the netdev it had, so nothing is written.)
+  for (nlohmann::json& function : json["functions"]) {
+    function.erase("boundByVfioDra");
+    function.erase("driverOverride");
+  }
   // The health signals device taints come from are not in the report; without them a rescan that
   // sees an AER count or a PF link change would not be handed on, and no taint would follow.
   nlohmann::json health = nlohmann::json::object();

@@ -16,7 +16,8 @@ PublishablePool BuildPublishablePool(const discovery::NodeScan& scan, const Pool
     used->effect_none = profile.kubernetes_minor >= 35;
   }
   const BuildOptions options{target.node_name, layout, used ? &*used : nullptr,
-                             profile.kubernetes_minor >= 35};
+                             profile.kubernetes_minor >= 35,
+                             taints != nullptr ? taints->published : nullptr};
   PublishablePool out{BuildDesiredPool(scan, options, maxima), Status::Ok()};
   out.valid = ValidatePool(out.pool, {profile.kubernetes_minor, target.driver, target.node_name,
                                       layout, profile.Taints()});

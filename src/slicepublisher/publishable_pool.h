@@ -24,7 +24,8 @@ struct PublishablePool {
   Status valid;      // why the server would reject it, naming the slice and rule
 };
 
-// `taints` are used where the server takes taints (null: none).
+// `taints` are used where the server takes taints (null: none); what they say is published is
+// read either way (slice_builder.h).
 PublishablePool BuildPublishablePool(const discovery::NodeScan& scan, const PoolTarget& target,
                                      const MdevTypeMaxima& maxima,
                                      const TaintInputs* taints = nullptr);

@@ -59,6 +59,20 @@ SliceDevice PciDevice(const discovery::SelectedDevice& selected, const PciFuncti
   return device;
 }
 
+// A function a claim holds is on its VFIO driver, where it has no netdev: it keeps the netdev it
+// was published with (as the scan shows it on its driver from before), so that a prepare and an
+// unprepare of a network VF do not each rewrite its slice (issue 58: two writes per claim on a
+// node, for a device nobody can allocate meanwhile anyway).
+void KeepPublishedNetdev(SliceDevice& device, const PackedDeviceTable* table) {
+  device.attributes.erase(attribute::kNetdev);
+  if (table == nullptr) return;
+  const std::optional<SliceDevice> published = table->Find(device.name);
+  if (!published) return;
+  if (auto it = published->attributes.find(attribute::kNetdev); it != published->attributes.end()) {
+    device.attributes[attribute::kNetdev] = it->second;
+  }
+}
+
 struct ParentGroup {
   std::string counter_set;  // empty: no counters for this parent
   std::vector<SliceDevice> devices;
@@ -410,7 +424,10 @@ DesiredPool BuildDesiredPool(const discovery::NodeScan& scan, const BuildOptions
   std::map<std::string, SliceDevice> whole_devices;  // by address
   for (const auto& selected : scan.selection.devices) {
     const PciFunction* fn = inventory.Find(selected.address);
-    if (fn != nullptr) whole_devices[selected.address] = PciDevice(selected, *fn);
+    if (fn == nullptr) continue;
+    SliceDevice device = PciDevice(selected, *fn);
+    if (fn->bound_by_vfio_dra) KeepPublishedNetdev(device, options.published);
+    whole_devices[selected.address] = std::move(device);
   }
 
   std::set<std::pair<std::string, std::string>> published_types;
@@ -457,6 +474,7 @@ DesiredPool BuildDesiredPool(const discovery::NodeScan& scan, const BuildOptions
       plain.push_back(std::move(device));
     }
     KeepAllocatedConsumption(plain, kept, *options.taints, options.layout, groups);
+    pool.kept = std::move(kept);
   }
 
   switch (options.layout) {

@@ -32,6 +32,9 @@ struct BuildOptions {
   const TaintInputs* taints = nullptr;
   // 1.35+: a slice whose devices have taints or consume counters holds at most 64 devices.
   bool small_advanced_slices = true;
+  // What is published now (null: nothing yet), with or without taints: a device a claim holds
+  // keeps attributes from it that its function lacks while on vfio-pci.
+  const PackedDeviceTable* published = nullptr;
 };
 
 DesiredPool BuildDesiredPool(const discovery::NodeScan& scan, const BuildOptions& options,

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -73,6 +74,8 @@ struct DesiredPool {
   // Why each tainted device is tainted, by device name: taints carry a one-word value, and the
   // health stream and the logs carry this.
   std::map<std::string, std::string> taint_reasons;
+  // Published devices kept although the scan no longer yields them as they are (KeptDevices).
+  std::set<std::string> kept;
 };
 
 }  // namespace vfio_dra::slicepublisher

@@ -151,6 +151,14 @@ void SliceReconciler::Compact() { RepackShared(mu_, scan_); }
 
 void SliceReconciler::Resync() { MarkDirty(); }
 
+void SliceReconciler::HeldDevicesReleased() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!kept_for_held_ && !syncing_) return;
+  }
+  MarkDirty();
+}
+
 ReconcilerStats SliceReconciler::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   ReconcilerStats stats = stats_;
@@ -447,9 +455,11 @@ void SliceReconciler::SyncLoop() {
     if (SteadyClock::now() >= next_resync && cache_ready_ && scan_) dirty_ = true;
     if (!ready() || !dirty_) continue;
     dirty_ = false;
+    syncing_ = true;
     lock.unlock();
     Status status = Sync();
     lock.lock();
+    syncing_ = false;
     ++stats_.syncs;
     if (!status.ok()) {
       ++stats_.failed_syncs;
@@ -500,6 +510,9 @@ Status SliceReconciler::Sync() {
     meta.node_uid = node_uid_;
     publishable = BuildPublishablePool(*scan_, {options_.node_name, options_.driver, profile},
                                        maxima_, &taints);
+    kept_for_held_ =
+        std::any_of(publishable.pool.kept.begin(), publishable.pool.kept.end(),
+                    [&](const std::string& name) { return taints.held.contains(name); });
   }
   // Logged when a device gains taints, not at every sync that keeps them.
   for (const auto& [device, reason] : publishable.pool.taint_reasons) {

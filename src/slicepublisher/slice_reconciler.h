@@ -87,6 +87,11 @@ class SliceReconciler {
   void Compact();
   // Asks for a full comparison now (also done every resync_interval).
   void Resync();
+  // A prepared claim was unprepared, so held_devices may have lost devices. A sync follows only
+  // when the last one kept a device because a claim held it, or one is under way (it may have
+  // asked held_devices before the claim went): else what is published cannot change, and a sync
+  // would rebuild the whole pool per claim for nothing.
+  void HeldDevicesReleased();
 
   ReconcilerStats Stats() const;
   // Waits until everything the reconciler has been told so far (scans, resyncs, watch events)
@@ -179,6 +184,8 @@ class SliceReconciler {
   std::condition_variable wake_;
   std::condition_variable synced_;
   bool dirty_ = true;
+  bool syncing_ = false;        // a Sync runs (outside mu_)
+  bool kept_for_held_ = false;  // the last Sync's pool kept a device that a claim held
   std::shared_ptr<const discovery::NodeScan> scan_;
   std::map<std::string, CachedSlice> cache_;  // by slice name
   // Our writes whose watch events have not come yet: by slice name the resourceVersions in the

@@ -874,6 +874,58 @@ TEST_F(DeviceTaintTest, ADriverChangedTaintGoesWhenItsClaimIsUnprepared) {
   ExpectHealth(changed, v1::HEALTHY, false);
 }
 
+// Issue 58: a claim prepared and unprepared changes nothing that is published (its VF is shown on
+// its driver from before), so it costs no slice sync, no slice write and no rescan of the node:
+// each was a rebuild of the whole pool or a scan of every function, per claim.
+TEST_F(DeviceTaintTest, AClaimPreparedAndUnpreparedSyncsNoSliceAndRescansNothing) {
+  const std::string uid = "44444444-0000-4000-8000-000000000005";
+  server_->PutClaim(Claim("nic", uid, {{"nic", "vf-0000-5e-02-1"}}));
+  StartDaemon();
+  const int port = MetricsPort();
+  ASSERT_GT(port, 0) << daemon_->Log();
+  httplib::Client http("127.0.0.1", port);
+  // The page once `more` periodic checks (one a second here) have run after `page`'s: a rescan
+  // asked for before then has run by then (it is due 200 ms after it is asked for, and a due
+  // rescan goes before a check). Empty after 30 s.
+  const auto after_checks = [&](const std::string& page, int more) {
+    const double from = Sample(page, "vfio_dra_device_checks_total");
+    for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+         std::chrono::steady_clock::now() < deadline;
+         std::this_thread::sleep_for(std::chrono::milliseconds(50))) {
+      auto now = http.Get("/metrics");
+      if (now && Sample(now->body, "vfio_dra_device_checks_total") >= from + more) return now->body;
+    }
+    return std::string();
+  };
+  ASSERT_TRUE(
+      server_->WaitForSlices([](const auto& s) { return !s.empty(); }, std::chrono::seconds(20)));
+  auto first = http.Get("/metrics");
+  ASSERT_TRUE(first);
+  const std::string before = after_checks(first->body, 2);
+  ASSERT_FALSE(before.empty()) << daemon_->Log();
+  for (int i = 0; i < 3; ++i) {
+    auto prepared = sim_.Prepare(plugin_, {{"vms", "nic", uid}});
+    ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+    ASSERT_EQ(prepared->claims().at(uid).error(), "") << daemon_->Log();
+    ASSERT_EQ(Driver("0000:5e:02.1"), "vfio-pci");
+    auto unprepared = sim_.Unprepare(plugin_, {{"vms", "nic", uid}});
+    ASSERT_TRUE(unprepared.ok()) << unprepared.error().message;
+    ASSERT_EQ(unprepared->claims().at(uid).error(), "") << daemon_->Log();
+  }
+  auto done = http.Get("/metrics");
+  ASSERT_TRUE(done);
+  const std::string after = after_checks(done->body, 2);
+  ASSERT_FALSE(after.empty()) << daemon_->Log();
+  for (const char* series : {R"(vfio_dra_slice_syncs_total{result="ok"})",
+                             R"(vfio_dra_slice_syncs_total{result="error"})",
+                             R"(vfio_dra_slice_writes_total{operation="create"})",
+                             R"(vfio_dra_slice_writes_total{operation="update"})",
+                             R"(vfio_dra_slice_writes_total{operation="delete"})",
+                             R"(vfio_dra_device_scans_total{cause="event"})"}) {
+    EXPECT_EQ(Sample(after, series), Sample(before, series)) << series;
+  }
+}
+
 // The GPU's IOMMU group holds a USB controller no driver had; once the host binds it, the
 // published GPU stays published, tainted group-unsafe, and a prepare of it is refused with the
 // reason; unbound again, the taint goes and the GPU can be prepared.

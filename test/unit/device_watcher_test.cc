@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "discovery/change_probe.h"
+#include "simulated_kernel.h"
 #include "unit/fixture_node.h"
 
 namespace vfio_dra::discovery {
@@ -352,6 +353,35 @@ TEST(NodeScanFingerprint, TellsAnUnreadableFunctionFromAGoneOne) {
   const auto gone = scan();
   ASSERT_FALSE(gone->inventory.Listed("0000:01:00.0"));
   EXPECT_NE(Fingerprint(*gone), Fingerprint(*unreadable));
+}
+
+// Issue 58: a claim's VF bound to vfio-pci and back publishes nothing new (the scan shows it on
+// its driver from before), so no scan of it may be handed on: each was a rebuild and digest of
+// the whole pool in the slice sync, twice per claim. Someone else's driver on it still is.
+TEST(NodeScanFingerprint, IsTheSameWhileAClaimHoldsAFunctionOnVfioPci) {
+  FixtureNode node("vm-host");
+  sysfs::SysfsReader sysfs(node.sysfs_root());
+  testing::SimulatedKernel kernel(node.sysfs_root(), node.dir() + "/dev");
+  const std::string vf = "0000:5e:02.1";
+  const std::string pci = node.sysfs_root() + "/bus/pci/";
+  ScanContext held;
+  held.managed[vf] = {"iavf", "vfio-pci"};
+  const auto fingerprint = [&](const ScanContext& context) {
+    return Fingerprint(*ScanNode(sysfs, nullptr, AdminPolicy{}, context));
+  };
+  const Sha256 before = fingerprint({});
+  ASSERT_EQ(kernel.Write(pci + "devices/" + vf + "/driver_override", "vfio-pci"), 0);
+  ASSERT_EQ(kernel.Write(pci + "drivers/iavf/unbind", vf), 0);
+  ASSERT_EQ(kernel.Write(pci + "drivers/vfio-pci/bind", vf), 0);
+  const auto prepared = ScanNode(sysfs, nullptr, AdminPolicy{}, held);
+  ASSERT_TRUE(prepared->inventory.Find(vf)->bound_by_vfio_dra);
+  EXPECT_EQ(Fingerprint(*prepared), before);
+  // The same function on vfio-pci without a claim is a change (its host driver is published).
+  EXPECT_NE(fingerprint({}), before);
+  ASSERT_EQ(kernel.Write(pci + "drivers/vfio-pci/unbind", vf), 0);
+  ASSERT_EQ(kernel.Write(pci + "devices/" + vf + "/driver_override", "\n"), 0);
+  ASSERT_EQ(kernel.Write(pci + "drivers/iavf/bind", vf), 0);
+  EXPECT_EQ(fingerprint({}), before);
 }
 
 }  // namespace

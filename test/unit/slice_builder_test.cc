@@ -4,14 +4,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 
 #include "base/k8s_names.h"
+#include "simulated_kernel.h"
 #include "slicepublisher/device_attributes.h"
 #include "slicepublisher/device_names.h"
+#include "slicepublisher/packed_device_table.h"
 #include "slicepublisher/publishable_pool.h"
 #include "slicepublisher/server_profile.h"
 #include "slicepublisher/slice_digest.h"
@@ -189,6 +192,57 @@ TEST(SliceBuilder, PciDevicesCarryTheStandardAndDriverAttributes) {
   EXPECT_EQ(view.device_id, 0x154cu);
   EXPECT_EQ(view.iommu_group, 54);
   EXPECT_EQ(view.mdev_uuid, std::nullopt);
+}
+
+// Issue 58: a VF a claim holds is on vfio-pci, where it has no netdev; it is published as it was
+// (with the netdev it had), or every prepare and unprepare of a network VF rewrote its slice.
+TEST(SliceBuilder, AVfAClaimHoldsKeepsTheNetdevItWasPublishedWith) {
+  FixtureNode node("sriov");
+  sysfs::SysfsReader sysfs(node.sysfs_root());
+  vfio_dra::testing::SimulatedKernel kernel(node.sysfs_root(), node.dir() + "/dev");
+  const std::string vf = "0000:5e:02.3";
+  const std::string pci = node.sysfs_root() + "/bus/pci/";
+  TaintInputs taints;
+  taints.driver = "vfio.dra.io";
+  taints.now = "2026-11-29T00:00:00Z";
+  const PoolTarget target{"node-1", "vfio.dra.io", ServerProfile{"v1", 35, false}};
+  const auto before = discovery::ScanNode(sysfs, nullptr, {});
+  MdevTypeMaxima maxima;
+  const PublishablePool published = BuildPublishablePool(*before, target, maxima, &taints);
+  const SliceDevice* was = FindDevice(published.pool, "vf-0000-5e-02-3");
+  ASSERT_NE(was, nullptr);
+  ASSERT_EQ(StringAttr(*was, "netdev"), "ens785f0v3");
+
+  ASSERT_EQ(kernel.Write(pci + "devices/" + vf + "/driver_override", "vfio-pci"), 0);
+  ASSERT_EQ(kernel.Write(pci + "drivers/iavf/unbind", vf), 0);
+  ASSERT_EQ(kernel.Write(pci + "drivers/vfio-pci/bind", vf), 0);
+  std::filesystem::remove_all(pci + "devices/" + vf + "/net");
+  discovery::ScanContext held;
+  held.managed[vf] = {"iavf", "vfio-pci"};
+  const auto prepared = discovery::ScanNode(sysfs, nullptr, {}, held);
+  ASSERT_TRUE(prepared->inventory.Find(vf)->netdevs.empty());
+  std::vector<const SliceDevice*> devices;
+  for (const auto& slice : published.pool.slices) {
+    for (const auto& device : slice.devices) devices.push_back(&device);
+  }
+  const PackedDeviceTable table(devices);
+  taints.published = &table;
+  taints.held = {"vf-0000-5e-02-3"};
+  const PublishablePool now = BuildPublishablePool(*prepared, target, maxima, &taints);
+  const SliceDevice* is = FindDevice(now.pool, "vf-0000-5e-02-3");
+  ASSERT_NE(is, nullptr);
+  EXPECT_EQ(is->attributes, was->attributes);
+  ASSERT_EQ(now.pool.slices.size(), published.pool.slices.size());
+  for (size_t i = 0; i < now.pool.slices.size(); ++i) {
+    EXPECT_EQ(DigestOf(now.pool.slices[i]).content, DigestOf(published.pool.slices[i]).content)
+        << "slice " << i << " would be rewritten";
+  }
+  // A server that takes no taints (1.32) gets it too.
+  const PoolTarget old_server{"node-1", "vfio.dra.io", ServerProfile{"v1beta1", 32, false}};
+  const PublishablePool on_132 = BuildPublishablePool(*prepared, old_server, maxima, &taints);
+  const SliceDevice* on_old = FindDevice(on_132.pool, "vf-0000-5e-02-3");
+  ASSERT_NE(on_old, nullptr);
+  EXPECT_EQ(StringAttr(*on_old, "netdev"), "ens785f0v3");
 }
 
 TEST(SliceBuilder, MdevInstancesGetStableUuidsAndCounters) {
