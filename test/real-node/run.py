@@ -810,13 +810,7 @@ def scenario_privileges(cluster, node, check):
             driver = node_state(node, f"privileges-{number}")["drivers"].get(GPU)
             check(driver == gpu_before, "the refused prepare left the GPU on its host driver",
                   driver)
-        # Back to the shipped pod (a new revision, so that a new pod replaces both).
-        old = [p["metadata"]["name"] for p in plugin_pods(cluster)]
-        restored = json.loads(json.dumps(template))
-        restored["metadata"].setdefault("annotations", {})["vfio-dra.io/restored"] = str(number)
-        patch_plugin_template(cluster, [{"op": "replace", "path": "/spec/template",
-                                         "value": restored}])
-        only_new_plugin_pod(cluster, node, old, True, "the shipped plugin pod back")
+        restore_shipped_plugin_pod(cluster, node, template, str(number))
     device_holders_cases(cluster, node, check, template, gpu_before)
     state = node_state(node, "privileges-after")
     check(state["drivers"].get(GPU) == gpu_before and not state["cdi"],
@@ -883,12 +877,18 @@ def device_holders_cases(cluster, node, check, template, gpu_before):
         driver = node_state(node, f"holders-{number}")["drivers"].get(GPU)
         check(driver == gpu_before, "then the retried unprepare gave the GPU back to its host "
               "driver", driver)
-        old = [p["metadata"]["name"] for p in plugin_pods(cluster)]
-        restored = json.loads(json.dumps(template))
-        restored["metadata"].setdefault("annotations", {})["vfio-dra.io/restored"] = f"h{number}"
-        patch_plugin_template(cluster, [{"op": "replace", "path": "/spec/template",
-                                         "value": restored}])
-        only_new_plugin_pod(cluster, node, old, True, "the shipped plugin pod back")
+        restore_shipped_plugin_pod(cluster, node, template, f"h{number}")
+
+
+def restore_shipped_plugin_pod(cluster, node, template, mark):
+    """Back to the shipped pod template, as a new revision (marked `mark`) so that a new pod
+    replaces the one of the case before."""
+    old = [p["metadata"]["name"] for p in plugin_pods(cluster)]
+    restored = json.loads(json.dumps(template))
+    restored["metadata"].setdefault("annotations", {})["vfio-dra.io/restored"] = mark
+    patch_plugin_template(cluster, [{"op": "replace", "path": "/spec/template",
+                                     "value": restored}])
+    only_new_plugin_pod(cluster, node, old, True, "the shipped plugin pod back")
 
 
 SCENARIOS = {"node": scenario_node, "privileges": scenario_privileges}
