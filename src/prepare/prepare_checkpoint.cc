@@ -22,8 +22,8 @@ constexpr size_t kMaxRecordBytes = 4 << 20;
 
 }  // namespace
 
-Result<PrepareCheckpoint> PrepareCheckpoint::Open(const std::string& data_dir,
-                                                  std::string boot_id) {
+Result<PrepareCheckpoint> PrepareCheckpoint::Open(const std::string& data_dir, std::string boot_id,
+                                                  DiskSync sync) {
   const std::string dir = data_dir + "/" + kClaimsDirectory;
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return MakeError(ErrorKind::kUnavailable, "cannot create the prepare checkpoint directory " +
@@ -34,7 +34,7 @@ Result<PrepareCheckpoint> PrepareCheckpoint::Open(const std::string& data_dir,
     return MakeError(ErrorKind::kFailedPrecondition,
                      "the prepare checkpoint directory " + dir + " is not a directory");
   }
-  return PrepareCheckpoint(data_dir, dir, std::move(boot_id));
+  return PrepareCheckpoint(data_dir, dir, std::move(boot_id), std::move(sync));
 }
 
 std::string PrepareCheckpoint::PathOf(const std::string& uid) const {
@@ -145,7 +145,7 @@ Result<std::shared_ptr<const ClaimRecord>> PrepareCheckpoint::Write(ClaimRecord 
   if (!text.ok()) return text.error().Wrap("cannot write the prepare checkpoint");
   auto records_lock = LockRecords(LockMode::kShared);
   if (!records_lock.ok()) return records_lock.error().Wrap("cannot write the prepare checkpoint");
-  Status status = WriteFileAtomically(path, *text, 0600, durability);
+  Status status = WriteFileAtomically(path, *text, 0600, durability, sync_);
   if (!status.ok()) return status.error().Wrap("cannot write the prepare checkpoint");
   auto written = std::make_shared<const ClaimRecord>(std::move(record));
   // What was written needs no parsing when the next Load meets it. A claim's record is written
@@ -178,12 +178,10 @@ Status PrepareCheckpoint::Commit(const std::string& uid) const {
     return MakeError(ErrorKind::kUnavailable, "cannot make the prepare checkpoint record " + path +
                                                   " durable: " + ErrnoText(errno));
   }
-  const int synced = ::fsync(fd);
-  const int fsync_errno = errno;
+  const Status synced = sync_.File(fd, path);
   ::close(fd);
-  if (synced != 0) {
-    return MakeError(ErrorKind::kUnavailable, "cannot make the prepare checkpoint record " + path +
-                                                  " durable: fsync: " + ErrnoText(fsync_errno));
+  if (!synced.ok()) {
+    return synced.error().Wrap("cannot make the prepare checkpoint record " + path + " durable");
   }
   if (Status s = dir_sync_->Sync(); !s.ok()) {
     return s.error().Wrap("cannot make the prepare checkpoint record " + path + " durable");

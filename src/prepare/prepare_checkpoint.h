@@ -65,8 +65,10 @@ inline constexpr const char* kRecordFileSuffix = ".json";
 
 class PrepareCheckpoint {
  public:
-  // Creates <data_dir>/claims if needed. Nothing is read yet.
-  static Result<PrepareCheckpoint> Open(const std::string& data_dir, std::string boot_id);
+  // Creates <data_dir>/claims if needed. Nothing is read yet. Every fsync the checkpoint runs
+  // goes through `sync` (tests count them).
+  static Result<PrepareCheckpoint> Open(const std::string& data_dir, std::string boot_id,
+                                        DiskSync sync = {});
 
   const std::string& boot_id() const { return boot_id_; }
   const std::string& directory() const { return dir_; }
@@ -101,11 +103,13 @@ class PrepareCheckpoint {
   Result<int> Upgrade(std::string* problem) const;
 
  private:
-  PrepareCheckpoint(std::string data_dir, std::string dir, std::string boot_id)
+  PrepareCheckpoint(std::string data_dir, std::string dir, std::string boot_id, DiskSync sync)
       : data_dir_(std::move(data_dir)),
         dir_(std::move(dir)),
         boot_id_(std::move(boot_id)),
-        dir_sync_(std::make_shared<GroupDirectorySync>(dir_)),
+        sync_(std::move(sync)),
+        dir_sync_(std::make_shared<GroupDirectorySync>(
+            dir_, [sync = sync_](const std::string& d) { return sync.Directory(d); })),
         parsed_(std::make_shared<ParsedRecords>()),
         index_(std::make_shared<RecordIndex>(dir_)) {}
   std::string PathOf(const std::string& uid) const;
@@ -167,6 +171,7 @@ class PrepareCheckpoint {
   std::string data_dir_;
   std::string dir_;
   std::string boot_id_;
+  DiskSync sync_;
   std::shared_ptr<GroupDirectorySync> dir_sync_;
   std::shared_ptr<ParsedRecords> parsed_;  // a cache of parsing only: each use stats the file
   std::shared_ptr<RecordIndex> index_;

@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "base/file_io.h"
 #include "base/log.h"
 #include "base/metrics.h"
 #include "cdi/cdi_spec.h"
@@ -68,6 +69,8 @@ struct PreparerOptions {
   std::string dev_root = "/dev";
   std::chrono::milliseconds unbind_timeout{std::chrono::seconds(20)};
   std::string boot_id_file = "/proc/sys/kernel/random/boot_id";
+  // The prepare checkpoint's fsyncs (tests count them); unset members run fsync(2).
+  DiskSync checkpoint_sync;
   // Called with a step name before every change to the node or the disk (tests use it to kill
   // the daemon at each step); may be empty.
   std::function<void(const std::string&)> before_step;
