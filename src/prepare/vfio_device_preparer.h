@@ -150,8 +150,8 @@ class VfioDevicePreparer final : public DevicePreparer {
       const std::vector<kube::DeviceRequestAllocationResult>& ours, const std::string& who,
       Deadline deadline);
   // The last phase of a decision, with every device locked and no clash found: checks a record
-  // of an earlier boot against the devices now at its addresses, then records the start (staged,
-  // visible to other calls) when anything is new.
+  // of an earlier boot against the devices now at its addresses, then records the start (visible
+  // to other calls) when anything is new.
   Status RecordDecision(const kube::ResourceClaim& claim, PrepareDecision& d,
                         const std::string& who, Deadline deadline);
   // The published functions (PCI devices) and parents (mdevs) of the allocated devices.
@@ -190,7 +190,7 @@ class VfioDevicePreparer final : public DevicePreparer {
   // After a reboot: every recorded function must still be the device it was.
   Status CheckIdentities(const ClaimRecord& record) const;
   // `macs` receives the MAC of each network VF (by device name), for the metadata and status.
-  // `record` is the claim's, durable: it says whose each vGPU is.
+  // `record` is the claim's, written: it says whose each vGPU is.
   Result<std::vector<PreparedDevice>> Apply(const kube::ResourceClaim& claim,
                                             std::vector<PlannedDevice>& plan,
                                             const ClaimRecord& record,
