@@ -1,8 +1,9 @@
-// GroupDirectorySync: makes renames in one directory durable with as few directory fsyncs as
-// possible when several threads finish writes at once (group commit). A caller renames its file
-// in, then calls Sync(); Sync returns only after an fsync of the directory that *started* after
-// the call began, so the caller's rename is covered. Threads arriving while an fsync runs wait
-// for it and share the next one instead of each queueing their own.
+// GroupDirectorySync: makes renames and removals in one directory durable with as few directory
+// fsyncs as possible when several threads finish them at once (group commit). A caller renames
+// its file in (or unlinks it), then calls Sync(); Sync returns only after an fsync of the
+// directory that *started* after the call began, so the caller's change is covered. Threads
+// arriving while an fsync runs wait for it and share the next one instead of each queueing
+// their own.
 // Invariant: Sync() returns Ok only when a directory fsync that began after the call has
 // succeeded; a failed fsync is returned to the thread that ran it, and every other waiter it
 // covered runs its own attempt, so no waiter is told "durable" on the strength of a failure.

@@ -151,8 +151,20 @@ Status RemoveFileAndTemporaries(const std::string& path) {
   return RemoveFilesAndTemporaries(dir, {name});
 }
 
+Status DiskSync::File(int fd, const std::string& path) const {
+  if (file) return file(fd, path);
+  if (::fsync(fd) != 0) {
+    return MakeError(ErrorKind::kUnavailable, "cannot fsync " + path + ": " + ErrnoText(errno));
+  }
+  return Status::Ok();
+}
+
+Status DiskSync::Directory(const std::string& dir) const {
+  return directory ? directory(dir) : SyncDirectory(dir);
+}
+
 Status WriteFileAtomically(const std::string& path, const std::string& contents, mode_t mode,
-                           Durability durability) {
+                           Durability durability, const DiskSync& sync) {
   const auto [dir, name] = SplitFilePath(path);
   // A fresh name per write: two writers of one file (the two instances of a rolling update
   // recording the same maxima) never share a temporary file. A process-wide counter from a random
@@ -189,7 +201,13 @@ Status WriteFileAtomically(const std::string& path, const std::string& contents,
   }
   // The umask may have narrowed the mode given to open(); the documented mode is what counts.
   if (::fchmod(fd, mode) != 0) return fail("cannot chmod");
-  if (durability != Durability::kVolatile && ::fsync(fd) != 0) return fail("cannot fsync");
+  if (durability != Durability::kVolatile) {
+    if (Status synced = sync.File(fd, tmp); !synced.ok()) {
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return synced;
+    }
+  }
   if (::close(fd) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
@@ -203,7 +221,7 @@ Status WriteFileAtomically(const std::string& path, const std::string& contents,
   }
   if (durability != Durability::kDurable) return Status::Ok();
   // The rename is durable only once the directory is: a failure here is a failure of the write.
-  if (Status s = SyncDirectory(dir); !s.ok()) {
+  if (Status s = sync.Directory(dir); !s.ok()) {
     return s.error().Wrap("wrote " + path + " but cannot make it durable");
   }
   return Status::Ok();

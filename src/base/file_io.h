@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -35,10 +36,20 @@ enum class Durability {
   kVolatile,
 };
 
-// Writes `contents` to `path` atomically with file mode `mode`, made durable as `durability` says;
-// an error (naming the file) when any step fails.
+// The fsync(2) calls a durable write runs, replaceable so that tests can count them: `file` of an
+// open file (`path` names it in errors), `directory` of a directory's entries. An unset member
+// runs fsync(2).
+struct DiskSync {
+  std::function<Status(int fd, const std::string& path)> file;
+  std::function<Status(const std::string& directory)> directory;
+  Status File(int fd, const std::string& path) const;
+  Status Directory(const std::string& directory) const;
+};
+
+// Writes `contents` to `path` atomically with file mode `mode`, made durable as `durability` says
+// (through `sync`); an error (naming the file) when any step fails.
 Status WriteFileAtomically(const std::string& path, const std::string& contents, mode_t mode,
-                           Durability durability = Durability::kDurable);
+                           Durability durability = Durability::kDurable, const DiskSync& sync = {});
 
 // The prefix of the temporary files WriteFileAtomically makes for `file_name` in its directory.
 std::string TemporaryFilePrefix(const std::string& file_name);

@@ -1,7 +1,7 @@
 // PrepareCheckpoint::Load: every record, from the index the directory's change events keep
 // current (or a full listing), and the records that cannot be used: an empty one (a power loss
-// before its Commit) dropped, a corrupt one moved aside, each only while its file is still the
-// version that was read.
+// before its data reached the disk) dropped, a corrupt one moved aside, each only while its file
+// is still the version that was read.
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -65,8 +65,8 @@ void PrepareCheckpoint::LoadRecord(RecordIndex& index, const std::string& uid, i
     auto dropped = Retire(uid, file.version, /*keep_copy=*/false);
     if (dropped.ok() && dropped->has_value()) {
       view.problems.push_back("removed the empty prepare checkpoint record " + path +
-                              ": a power loss came before the record of that prepare reached "
-                              "the disk, so nothing was done for it");
+                              ": a power loss came before its data reached the disk, and the "
+                              "reboot after it undid whatever that prepare had done");
     } else {
       // Replaced meanwhile, or a write is landing: read again at the next Load.
       index.retry.insert(uid);

@@ -53,14 +53,15 @@ Result<int> PrepareCheckpoint::Upgrade(std::string* problem) const {
     if (!record_text.ok()) return record_text.error().Wrap("upgrading the prepare checkpoint");
     auto records_lock = LockRecords(LockMode::kShared);
     if (!records_lock.ok()) return records_lock.error().Wrap("upgrading the prepare checkpoint");
-    Status status = WriteFileAtomically(PathOf(record.uid), *record_text, 0600);
+    Status status =
+        WriteFileAtomically(PathOf(record.uid), *record_text, 0600, Durability::kDurable, sync_);
     if (!status.ok()) return status.error().Wrap("upgrading the prepare checkpoint");
   }
   if (::unlink(path.c_str()) != 0) {
     return MakeError(ErrorKind::kUnavailable, "upgraded the prepare checkpoint " + path +
                                                   " but cannot remove it: " + ErrnoText(errno));
   }
-  if (Status s = SyncDirectory(data_dir_); !s.ok()) return s.error();
+  if (Status s = sync_.Directory(data_dir_); !s.ok()) return s.error();
   return static_cast<int>(records.size());
 }
 

@@ -80,8 +80,9 @@ Status VfioDevicePreparer::ApplyDevice(const PlannedDevice& device, const ClaimR
     }
     if (deadline.Expired()) return out_of_time("setting vGPU type on " + device.address);
     Step("vgpu-create:" + device.address);
-    // The record, durable before this write, says this claim sets the type: a VF that holds it
-    // already is this claim's earlier attempt (killed after the write).
+    // The record, written before this write, says this claim sets the type: a VF that holds it
+    // already is this claim's earlier attempt (killed after the write; a power loss would have
+    // cleared the type).
     auto created = Timed("vgpu_create", [&] {
       return vgpus_.Assign(device.address, device.vgpu_type, vfio::VgpuVfLifecycle::Held::kOurs,
                            deadline);

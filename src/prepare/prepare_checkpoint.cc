@@ -1,4 +1,4 @@
-// The store of PrepareCheckpoint: one claim's record read, written, made durable and removed
+// The store of PrepareCheckpoint: one claim's record read, written and removed (durably)
 // (Load and the moving aside of unusable records are in checkpoint_load.cc, the version-1 upgrade
 // in checkpoint_upgrade.cc).
 #include "prepare/prepare_checkpoint.h"
@@ -22,8 +22,8 @@ constexpr size_t kMaxRecordBytes = 4 << 20;
 
 }  // namespace
 
-Result<PrepareCheckpoint> PrepareCheckpoint::Open(const std::string& data_dir,
-                                                  std::string boot_id) {
+Result<PrepareCheckpoint> PrepareCheckpoint::Open(const std::string& data_dir, std::string boot_id,
+                                                  DiskSync sync) {
   const std::string dir = data_dir + "/" + kClaimsDirectory;
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return MakeError(ErrorKind::kUnavailable, "cannot create the prepare checkpoint directory " +
@@ -34,7 +34,7 @@ Result<PrepareCheckpoint> PrepareCheckpoint::Open(const std::string& data_dir,
     return MakeError(ErrorKind::kFailedPrecondition,
                      "the prepare checkpoint directory " + dir + " is not a directory");
   }
-  return PrepareCheckpoint(data_dir, dir, std::move(boot_id));
+  return PrepareCheckpoint(data_dir, dir, std::move(boot_id), std::move(sync));
 }
 
 std::string PrepareCheckpoint::PathOf(const std::string& uid) const {
@@ -82,8 +82,9 @@ Result<std::shared_ptr<const ClaimRecord>> PrepareCheckpoint::Read(const std::st
   }
   const FileVersion version = FileVersion::Of(st);
   if (file != nullptr) *file = FileRead{version, st.st_size == 0};
-  // Only a power loss between Stage and Commit leaves an empty record (every write renames a
-  // complete file into place), and nothing acts on a record before its Commit: it counts as none.
+  // Only a power loss leaves an empty record (every write renames a complete file into place):
+  // the file's data had not reached the disk, and the reboot undid whatever the record said was
+  // done. It counts as none.
   if (st.st_size == 0) return Shared();
   {
     std::lock_guard<std::mutex> lock(parsed_->mu);
@@ -133,8 +134,7 @@ Result<std::optional<FileLock>> PrepareCheckpoint::LockRecords(LockMode mode) co
   return std::optional<FileLock>(std::move(*held));
 }
 
-Result<std::shared_ptr<const ClaimRecord>> PrepareCheckpoint::Write(ClaimRecord record,
-                                                                    Durability durability) const {
+Result<std::shared_ptr<const ClaimRecord>> PrepareCheckpoint::Put(ClaimRecord record) const {
   if (!IsObjectUid(record.uid)) {
     return MakeError(ErrorKind::kInvalidArgument,
                      "cannot record claim uid \"" + record.uid + "\": not an object UID");
@@ -145,7 +145,9 @@ Result<std::shared_ptr<const ClaimRecord>> PrepareCheckpoint::Write(ClaimRecord 
   if (!text.ok()) return text.error().Wrap("cannot write the prepare checkpoint");
   auto records_lock = LockRecords(LockMode::kShared);
   if (!records_lock.ok()) return records_lock.error().Wrap("cannot write the prepare checkpoint");
-  Status status = WriteFileAtomically(path, *text, 0600, durability);
+  // Not forced to disk: what a power loss can leave of it is handled at the restart (see the
+  // header), and a prepare pays no fsync.
+  Status status = WriteFileAtomically(path, *text, 0600, Durability::kVolatile, sync_);
   if (!status.ok()) return status.error().Wrap("cannot write the prepare checkpoint");
   auto written = std::make_shared<const ClaimRecord>(std::move(record));
   // What was written needs no parsing when the next Load meets it. A claim's record is written
@@ -156,39 +158,7 @@ Result<std::shared_ptr<const ClaimRecord>> PrepareCheckpoint::Write(ClaimRecord 
     std::lock_guard<std::mutex> lock(parsed_->mu);
     parsed_->by_uid[written->uid] = {FileVersion::Of(st), written};
   }
-  if (durability == Durability::kDataOnly) status = dir_sync_->Sync();
-  if (!status.ok()) return status.error().Wrap("cannot write the prepare checkpoint");
   return written;
-}
-
-Result<std::shared_ptr<const ClaimRecord>> PrepareCheckpoint::Put(ClaimRecord record) const {
-  return Write(std::move(record), Durability::kDataOnly);
-}
-
-Status PrepareCheckpoint::Stage(ClaimRecord record) const {
-  auto written = Write(std::move(record), Durability::kVolatile);
-  if (!written.ok()) return written.error();
-  return Status::Ok();
-}
-
-Status PrepareCheckpoint::Commit(const std::string& uid) const {
-  const std::string path = PathOf(uid);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return MakeError(ErrorKind::kUnavailable, "cannot make the prepare checkpoint record " + path +
-                                                  " durable: " + ErrnoText(errno));
-  }
-  const int synced = ::fsync(fd);
-  const int fsync_errno = errno;
-  ::close(fd);
-  if (synced != 0) {
-    return MakeError(ErrorKind::kUnavailable, "cannot make the prepare checkpoint record " + path +
-                                                  " durable: fsync: " + ErrnoText(fsync_errno));
-  }
-  if (Status s = dir_sync_->Sync(); !s.ok()) {
-    return s.error().Wrap("cannot make the prepare checkpoint record " + path + " durable");
-  }
-  return Status::Ok();
 }
 
 Status PrepareCheckpoint::Remove(const std::string& uid) const {
@@ -204,6 +174,8 @@ Status PrepareCheckpoint::Remove(const std::string& uid) const {
       return s.error().Wrap("cannot remove the prepare checkpoint record of claim uid " + uid);
     }
   }
+  // The one write made durable: a removal a power loss undid would bring back a record holding
+  // devices for a claim the kubelet has forgotten, and nobody would unprepare it.
   return dir_sync_->Sync();
 }
 

@@ -1,10 +1,20 @@
 // PrepareCheckpoint: what the daemon did to the node for each claim, kept on disk so that any
 // prepare can be finished or undone after a crash, a reboot, or by the other instance of a rolling
 // update. Each claim has its own file, <plugin-data-dir>/claims/<uid>.json, replaced atomically
-// (temp file, fsync, rename, fsync of the directory) with mode 0600, so an instance only ever
-// writes the claim it works on and never a stale copy of another's.
+// (temp file, rename) with mode 0600, so an instance only ever writes the claim it works on and
+// never a stale copy of another's.
 //
 // Invariants:
+// - A record is written without fsync; only its removal is made durable (an fsync of the
+//   directory, shared by the removals that finish together). A process crash loses nothing
+//   written: the page cache outlives the process. Only a power loss or a kernel crash loses an
+//   unsynced write, and either reboots the node, which undoes all a record describes (bindings,
+//   driver_override, mdevs, vGPU types, VF settings, /var/run/cdi). The record that loss leaves
+//   (none, an empty or cut-short file, or an earlier write of it) is one a restart already
+//   handles: none or empty is a claim never prepared (start-up recovery removes the files no
+//   record owns), one cut short is moved aside, PrepareStarted of an earlier boot is rolled back,
+//   PrepareCompleted of an earlier boot is prepared again or undone by the kubelet. A removal
+//   that came back would not be: it would hold devices for a claim nobody will unprepare.
 // - Callers Load() under the node-wide lock every time they act, so two instances serving calls
 //   at once see each other's work. Load keeps an index of the records that the directory's
 //   change events (inotify) keep current, so it reads only the records written or removed since
@@ -65,8 +75,10 @@ inline constexpr const char* kRecordFileSuffix = ".json";
 
 class PrepareCheckpoint {
  public:
-  // Creates <data_dir>/claims if needed. Nothing is read yet.
-  static Result<PrepareCheckpoint> Open(const std::string& data_dir, std::string boot_id);
+  // Creates <data_dir>/claims if needed. Nothing is read yet. Every fsync the checkpoint runs
+  // goes through `sync` (tests count them).
+  static Result<PrepareCheckpoint> Open(const std::string& data_dir, std::string boot_id,
+                                        DiskSync sync = {});
 
   const std::string& boot_id() const { return boot_id_; }
   const std::string& directory() const { return dir_; }
@@ -82,17 +94,12 @@ class PrepareCheckpoint {
   }
   // Reads one claim's record: nullopt when there is none; an error when it cannot be read.
   Result<std::optional<ClaimRecord>> Find(const std::string& uid) const;
-  // Writes a claim's record (stamped with this boot's ID) durably before returning, and returns
-  // the record as written (shared with later Loads, so callers keep it without a copy). Claims
-  // that finish together share the fsync of the directory (group commit).
+  // Replaces a claim's record (stamped with this boot's ID) atomically, visible to every reader
+  // when it returns and not forced to disk (see the first invariant), and returns the record as
+  // written (shared with later Loads, so callers keep it without a copy).
   Result<std::shared_ptr<const ClaimRecord>> Put(ClaimRecord record) const;
-  // Put in two halves, so that the fsyncs can run after a lock that only needs the record to be
-  // visible: Stage replaces the record atomically without forcing it to disk, Commit makes the
-  // staged record durable. Nothing may act on a staged record before its Commit succeeded: a
-  // power loss in between can leave the file empty, which Load then drops as never written.
-  Status Stage(ClaimRecord record) const;
-  Status Commit(const std::string& uid) const;
-  // Drops a claim's record durably; dropping an unknown claim succeeds.
+  // Drops a claim's record durably; dropping an unknown claim succeeds. Removals that finish
+  // together share the fsync of the directory (group commit).
   Status Remove(const std::string& uid) const;
 
   // Splits a version-1 checkpoint.json into per-claim records and removes it. Call under the
@@ -101,22 +108,22 @@ class PrepareCheckpoint {
   Result<int> Upgrade(std::string* problem) const;
 
  private:
-  PrepareCheckpoint(std::string data_dir, std::string dir, std::string boot_id)
+  PrepareCheckpoint(std::string data_dir, std::string dir, std::string boot_id, DiskSync sync)
       : data_dir_(std::move(data_dir)),
         dir_(std::move(dir)),
         boot_id_(std::move(boot_id)),
-        dir_sync_(std::make_shared<GroupDirectorySync>(dir_)),
+        sync_(std::move(sync)),
+        dir_sync_(std::make_shared<GroupDirectorySync>(
+            dir_, [sync = sync_](const std::string& d) { return sync.Directory(d); })),
         parsed_(std::make_shared<ParsedRecords>()),
         index_(std::make_shared<RecordIndex>(dir_)) {}
   std::string PathOf(const std::string& uid) const;
-  // Put (kDataOnly, then the shared directory fsync) or Stage (kVolatile).
-  Result<std::shared_ptr<const ClaimRecord>> Write(ClaimRecord record, Durability durability) const;
   // What identifies one version of a record file: an atomic replacement is a new inode.
   struct FileVersion;
   // The file a Read read: its version, and whether it was empty.
   struct FileRead;
   // Find, with the version of the file read (also of a corrupt or empty one) in `file`.
-  // Null when the claim has no record or its file is empty (see Stage). `dir_fd`, when not -1, is
+  // Null when the claim has no record or its file is empty (see Put). `dir_fd`, when not -1, is
   // the checkpoint directory open: the record is looked up relative to it (Load reads every
   // record, and a lookup from the root walks the whole path each time).
   Result<std::shared_ptr<const ClaimRecord>> Read(const std::string& uid, int dir_fd = -1,
@@ -167,6 +174,7 @@ class PrepareCheckpoint {
   std::string data_dir_;
   std::string dir_;
   std::string boot_id_;
+  DiskSync sync_;
   std::shared_ptr<GroupDirectorySync> dir_sync_;
   std::shared_ptr<ParsedRecords> parsed_;  // a cache of parsing only: each use stats the file
   std::shared_ptr<RecordIndex> index_;

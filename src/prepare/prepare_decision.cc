@@ -48,13 +48,6 @@ Result<std::vector<PreparedDevice>> VfioDevicePreparer::Prepare(
   auto decided = DecidePrepare(claim, ours, who, deadline);
   if (!decided.ok()) return decided.error();
   PrepareDecision& d = *decided;
-  if (d.changed) {
-    // Durable before the node is touched. On failure the staged record stays: it records nothing
-    // done yet, and the kubelet's retry (or recovery) goes on from it.
-    if (Status s = checkpoint_.Commit(claim.uid); !s.ok()) {
-      return s.error().Wrap(who + ": cannot record the prepare in the checkpoint");
-    }
-  }
 
   // Only this call's device locks are held from here: claims on other devices go on meanwhile.
   std::map<std::string, std::string> macs;
@@ -216,11 +209,11 @@ Status VfioDevicePreparer::RecordDecision(const kube::ResourceClaim& claim, Prep
     return s.error().Wrap(who + ": cannot record the prepare in the checkpoint");
   }
   if (d.changed) {
-    // Visible to every other call from here on; made durable by Prepare before the node is
-    // touched.
+    // Written before the node is touched, and visible to every other call from here on. Not
+    // forced to disk: a power loss that loses it reboots the node, undoing all it records.
     Step("checkpoint:started");
-    if (Status s = checkpoint_.Stage(d.record); !s.ok()) {
-      return s.error().Wrap(who + ": cannot record the prepare in the checkpoint");
+    if (auto written = checkpoint_.Put(d.record); !written.ok()) {
+      return written.error().Wrap(who + ": cannot record the prepare in the checkpoint");
     }
   }
   return Status::Ok();

@@ -16,7 +16,8 @@ Result<std::unique_ptr<VfioDevicePreparer>> VfioDevicePreparer::Open(
     const slicepublisher::PublishedDevices& published, Logger log) {
   auto boot_id = ReadBootId(options.boot_id_file);
   if (!boot_id.ok()) return boot_id.error();
-  auto checkpoint = PrepareCheckpoint::Open(options.plugin_data_dir, *boot_id);
+  auto checkpoint =
+      PrepareCheckpoint::Open(options.plugin_data_dir, *boot_id, options.checkpoint_sync);
   if (!checkpoint.ok()) return checkpoint.error();
   if (const auto unwatched = checkpoint->unwatched()) {
     // Still correct, only slower: every prepare reads every record.

@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "base/file_io.h"
 #include "base/log.h"
 #include "base/metrics.h"
 #include "cdi/cdi_spec.h"
@@ -68,6 +69,8 @@ struct PreparerOptions {
   std::string dev_root = "/dev";
   std::chrono::milliseconds unbind_timeout{std::chrono::seconds(20)};
   std::string boot_id_file = "/proc/sys/kernel/random/boot_id";
+  // The prepare checkpoint's fsyncs (tests count them); unset members run fsync(2).
+  DiskSync checkpoint_sync;
   // Called with a step name before every change to the node or the disk (tests use it to kill
   // the daemon at each step); may be empty.
   std::function<void(const std::string&)> before_step;
@@ -147,8 +150,8 @@ class VfioDevicePreparer final : public DevicePreparer {
       const std::vector<kube::DeviceRequestAllocationResult>& ours, const std::string& who,
       Deadline deadline);
   // The last phase of a decision, with every device locked and no clash found: checks a record
-  // of an earlier boot against the devices now at its addresses, then records the start (staged,
-  // visible to other calls) when anything is new.
+  // of an earlier boot against the devices now at its addresses, then records the start (visible
+  // to other calls) when anything is new.
   Status RecordDecision(const kube::ResourceClaim& claim, PrepareDecision& d,
                         const std::string& who, Deadline deadline);
   // The published functions (PCI devices) and parents (mdevs) of the allocated devices.
@@ -187,7 +190,7 @@ class VfioDevicePreparer final : public DevicePreparer {
   // After a reboot: every recorded function must still be the device it was.
   Status CheckIdentities(const ClaimRecord& record) const;
   // `macs` receives the MAC of each network VF (by device name), for the metadata and status.
-  // `record` is the claim's, durable: it says whose each vGPU is.
+  // `record` is the claim's, written: it says whose each vGPU is.
   Result<std::vector<PreparedDevice>> Apply(const kube::ResourceClaim& claim,
                                             std::vector<PlannedDevice>& plan,
                                             const ClaimRecord& record,

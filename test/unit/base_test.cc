@@ -1,3 +1,4 @@
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -5,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "base/base64.h"
 #include "base/file_io.h"
@@ -83,6 +86,44 @@ TEST(WriteFileAtomically, WritesContentWithModeAndLeavesNoTemporaryFile) {
   int entries = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++entries;
   EXPECT_EQ(entries, 1);
+  std::filesystem::remove_all(dir);
+}
+
+// Every fsync of a write goes through its DiskSync: none for a volatile one, the file's for one
+// whose caller syncs the directory itself, both for a durable one; a failed one fails the write.
+TEST(WriteFileAtomically, RunsTheFsyncsItsDurabilityNeedsThroughItsDiskSync) {
+  char tmpl[] = "/tmp/vfio-dra-fileio-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string path = dir + "/state.json";
+  std::vector<std::string> syncs;
+  DiskSync sync;
+  sync.file = [&](int fd, const std::string& file) {
+    syncs.push_back(file.starts_with(dir + "/.state.json.tmp-") && fd >= 0 ? "temporary file"
+                                                                           : "file " + file);
+    return Status::Ok();
+  };
+  sync.directory = [&](const std::string& directory) {
+    syncs.push_back("directory " + directory);
+    return Status::Ok();
+  };
+  ASSERT_TRUE(WriteFileAtomically(path, "a", 0600, Durability::kVolatile, sync).ok());
+  EXPECT_TRUE(syncs.empty());
+  ASSERT_TRUE(WriteFileAtomically(path, "b", 0600, Durability::kDataOnly, sync).ok());
+  EXPECT_THAT(syncs, ::testing::ElementsAre("temporary file"));
+  syncs.clear();
+  ASSERT_TRUE(WriteFileAtomically(path, "c", 0600, Durability::kDurable, sync).ok());
+  EXPECT_THAT(syncs, ::testing::ElementsAre("temporary file", "directory " + dir));
+  sync.file = [](int, const std::string& file) {
+    return Status(MakeError(ErrorKind::kUnavailable, "cannot fsync " + file));
+  };
+  Status failed = WriteFileAtomically(path, "d", 0600, Durability::kDurable, sync);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_THAT(failed.error().message,
+              ::testing::HasSubstr("cannot fsync " + dir + "/.state.json.tmp-"));
+  EXPECT_EQ(*ReadFileToString(path), "c");
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++entries;
+  EXPECT_EQ(entries, 1) << "the temporary file of the failed write is gone";
   std::filesystem::remove_all(dir);
 }
 

@@ -201,6 +201,7 @@ class PrepareTest : public ::testing::Test {
     options.claim_status = status_queue_.get();
     options.missing_privileges = [this] { return missing_privileges_; };
     options.holders_gap = holders_gap_;
+    options.checkpoint_sync = checkpoint_sync_;
     fs::create_directories(DataDir());
     fs::create_directories(CdiDir());
     auto opened = prepare::VfioDevicePreparer::Open(options, *sysfs_, *kernel_, published_,
@@ -297,6 +298,7 @@ class PrepareTest : public ::testing::Test {
   std::shared_ptr<const discovery::VfioDriverChooser> vfio_drivers_;
   std::function<void(const std::string&)> step_hook_;
   std::chrono::milliseconds unbind_timeout_{std::chrono::seconds(5)};
+  DiskSync checkpoint_sync_;  // unset: fsync(2)
   // Waits until the status writes due now are done (not those waiting for a retry).
   void SettleStatus() { ASSERT_TRUE(status_queue_->WaitUntilSettled(std::chrono::seconds(60))); }
 
@@ -1360,6 +1362,113 @@ TEST_F(PrepareTest, AfterARebootPrepareRecreatesEverythingAndGivesTheSameAnswer)
   ASSERT_TRUE(Unprepare().ok());
   EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
   EXPECT_EQ(Driver("0000:01:00.1"), "snd_hda_intel");
+}
+
+// A process crash loses nothing written (the page cache outlives it); a power loss reboots the
+// node, which undoes all a record describes, so a record that reached the disk late or not at
+// all changes nothing. Only a removal that came back would: a record holding a device for a
+// claim nobody will unprepare. So one claim's prepare and unprepare make one sync, the
+// directory's after the removal.
+TEST_F(PrepareTest, APrepareAndUnprepareOfOneClaimSyncOnlyTheRemovalOfItsRecord) {
+  std::mutex mu;
+  std::vector<std::string> syncs;
+  checkpoint_sync_.file = [&](int, const std::string& path) {
+    std::lock_guard<std::mutex> lock(mu);
+    syncs.push_back("file " + path);
+    return Status::Ok();
+  };
+  checkpoint_sync_.directory = [&](const std::string& directory) {
+    std::lock_guard<std::mutex> lock(mu);
+    syncs.push_back("directory " + directory);
+    return Status::Ok();
+  };
+  Use("workstation");
+  ASSERT_TRUE(Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}})).ok());
+  ASSERT_TRUE(Unprepare().ok());
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_THAT(syncs, ElementsAre("directory " + DataDir() + "/claims"));
+}
+
+// A power loss loses the record writes that had not reached the disk, and reboots the node. Each
+// record such a loss can leave, with the earlier boot's metadata file and CDI specs (a --cdi-dir
+// on disk) still there: the restart leaves the node clean, and the kubelet's next prepare of the
+// claim succeeds. (A PrepareCompleted record of the earlier boot:
+// AfterARebootPrepareRecreatesEverythingAndGivesTheSameAnswer and
+// UnprepareAfterARebootWithoutRepreparingRestoresNothingAndDropsTheClaim.)
+TEST_F(PrepareTest, EachRecordAPowerLossCanLeaveEndsInACleanNodeThatPreparesTheClaimAgain) {
+  struct Loss {
+    std::string what;
+    // Leaves the record at `path` as the loss did, from the texts written (started, completed).
+    std::function<void(const std::string& path, const std::string& started,
+                       const std::string& completed)>
+        leave;
+  };
+  const auto cut = [](const std::string& text) { return text.substr(0, text.size() / 2); };
+  const std::vector<Loss> losses = {
+      {"no record", [](const std::string& path, auto&, auto&) { fs::remove(path); }},
+      {"an empty record", [](const std::string& path, auto&, auto&) { std::ofstream(path) << ""; }},
+      {"a record cut short",
+       [&](const std::string& path, auto&, const std::string& completed) {
+         std::ofstream(path) << cut(completed);
+       }},
+      {"the PrepareStarted record", [](const std::string& path, const std::string& started,
+                                       auto&) { std::ofstream(path) << started; }},
+      {"no record and a temporary file cut short",
+       [&](const std::string& path, auto&, const std::string& completed) {
+         fs::remove(path);
+         const auto [dir, name] = SplitFilePath(path);
+         std::ofstream(dir + "/" + TemporaryFilePrefix(name) + "7") << cut(completed);
+       }},
+  };
+  for (const Loss& loss : losses) {
+    SCOPED_TRACE("a power loss left " + loss.what);
+    std::string started;
+    step_hook_ = [&](const std::string& step) {
+      if (step == "checkpoint:completed") started = Slurp(DataDir() + "/claims/" + kUid + ".json");
+    };
+    Use("workstation");
+    ASSERT_TRUE(Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}})).ok());
+    step_hook_ = nullptr;
+    const std::string record = DataDir() + "/claims/" + kUid + ".json";
+    ASSERT_THAT(started, HasSubstr("PrepareStarted"));
+    const std::string completed = Slurp(record);
+    std::map<std::string, std::string> specs;
+    for (const std::string& file : CdiFiles()) specs[file] = Slurp(CdiDir() + "/" + file);
+    ASSERT_EQ(specs.size(), 2u);
+    const std::string metadata = DataDir() + "/dra-device-metadata/" + kUid + "_gpu.json";
+    ASSERT_TRUE(fs::exists(metadata));
+    loss.leave(record, started, completed);
+
+    Reboot("workstation");
+    for (const auto& [file, text] : specs) std::ofstream(CdiDir() + "/" + file) << text;
+    ASSERT_TRUE(preparer_->Recover().ok());
+    EXPECT_EQ(Recorded(kUid), std::nullopt);
+    EXPECT_THAT(CdiFiles(), ::testing::IsEmpty()) << "no record owns them";
+    EXPECT_FALSE(fs::exists(metadata)) << "no record owns it";
+    EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
+    EXPECT_EQ(Driver("0000:01:00.1"), "snd_hda_intel");
+
+    auto again = Prepare(Claim({{"gpu", "gpu-0000-01-00-0"}}));
+    ASSERT_TRUE(again.ok()) << again.error().message;
+    EXPECT_EQ(Driver("0000:01:00.0"), "vfio-pci");
+    EXPECT_EQ(CdiFiles().size(), 2u);
+    ASSERT_TRUE(Unprepare().ok());
+    EXPECT_EQ(Driver("0000:01:00.0"), "nvidia");
+    EXPECT_EQ(Driver("0000:01:00.1"), "snd_hda_intel");
+    EXPECT_THAT(CdiFiles(), ::testing::IsEmpty());
+    EXPECT_FALSE(fs::exists(metadata));
+    // Only the copy of a record cut short is kept (moved aside, for a look by hand).
+    std::vector<std::string> left;
+    for (const auto& entry : fs::directory_iterator(DataDir() + "/claims")) {
+      left.push_back(entry.path().filename().string());
+    }
+    if (loss.what == "a record cut short") {
+      ASSERT_EQ(left.size(), 1u);
+      EXPECT_THAT(left[0], HasSubstr(std::string(kUid) + ".json.corrupt-"));
+    } else {
+      EXPECT_THAT(left, ::testing::IsEmpty());
+    }
+  }
 }
 
 TEST_F(PrepareTest, UnprepareAfterARebootWithoutRepreparingRestoresNothingAndDropsTheClaim) {
