@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Faults at random on the real node (issue 57):
-#   hack/soak.sh [--minutes M] [--seed S] [--fault-rate P] [--burst N]
+#   hack/soak.sh [--minutes M] [--seed S] [--churn S] [--fault-gap S]
 # Boots the real node (test/real-node, QEMU with the real kubelet and containerd, the real
 # control plane on this machine), runs a stream of VM pods with faults at random times for M
-# minutes (default 60), checks the node's invariants after every settle and at the end, prints
-# the figures and writes them to docs/benchmarks.md. The seed is printed first; a failing run is
-# replayed with --seed (and the same --fault-rate and --burst). Needs a build (BUILD_DIR,
+# minutes (default 60), pausing the stream about every --churn seconds (default 300) to let the
+# node settle and check its invariants (and at the end); faults come on average --fault-gap
+# seconds apart (default 20) while pods stream. Prints the figures and writes them to
+# docs/benchmarks.md. The seed is printed first; a failing run is replayed with --seed (and the
+# same --churn and --fault-gap). Needs a build (BUILD_DIR,
 # default build) with vfio-dra-plugin.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,8 +19,8 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --minutes) minutes=$2; shift 2 ;;
     --seed) seed=(--seed "$2"); shift 2 ;;
-    --fault-rate | --burst) more+=("$1" "$2"); shift 2 ;;
-    *) echo "usage: hack/soak.sh [--minutes M] [--seed S] [--fault-rate P] [--burst N]" >&2
+    --churn | --fault-gap) more+=("$1" "$2"); shift 2 ;;
+    *) echo "usage: hack/soak.sh [--minutes M] [--seed S] [--churn S] [--fault-gap S]" >&2
        exit 2 ;;
   esac
 done

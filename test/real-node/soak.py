@@ -7,16 +7,23 @@ invariants checked after every settle and at the end.
           [--benchmarks docs/benchmarks.md]
   soak.py --self-test DIR    (the invariant checks on a made-up node, no VM)
 
-The node, the control plane and the DaemonSet are run.py's (make_node, bring_up). Every random
-choice (what the workload creates or deletes, whether a fault comes, which one, how long after
-the workload's step) comes from random.Random(seed), and the seed is printed first: a failing
-run is replayed with it (the machine's timing still varies, so a replay hits the same faults in
-the same order, not always at the same instant of a pod's start).
+The node, the control plane and the DaemonSet are run.py's (make_node, bring_up).
+
+The run is a stream, in periods: for a random while (about --churn seconds) VM pods keep coming
+and going (each pod that has run is deleted after a random short dwell, a few are deleted while
+they start, and every free place is taken at once) while faults come at random moments of their
+own (on average --fault-gap seconds apart), none waiting for the node to recover from the one
+before: a plugin killed while the kubelet restarts, a rollout while containerd is down. Then the
+stream pauses and the node is let settle, and the invariants are checked. The faults, their order
+and their moments come from random.Random(seed) alone, and the workload's choices from a second
+generator of the same seed: the seed is printed first and a failing run is replayed with it (the
+machine's timing still varies, so a replay hits the same faults in the same order at the same
+moments, not always at the same instant of a pod's start).
 
 A settle is waited for, never slept for: the node Ready, one plugin pod Ready (after a fault
 that replaces or restarts it, the replacement), every deleted pod gone, every other pod Running
 with its container's report, and the server's slices as they were at the start. Each wait has
-a bound; a bound passed is a violation. A violation names the seed and the step, and the run
+a bound; a bound passed is a violation. A violation names the seed and the period, and the run
 then fails.
 """
 
@@ -51,10 +58,13 @@ KINDS = {"gpu": ("gpu", 1), "nic": ("nic", 1), "mdev": ("vgpu", 5), "shared": (N
 EXCLUSIVE = ("gpu", "nic")
 FAULTS = ("plugin-sigkill", "plugin-pod-delete", "rolling-update", "kubelet-restart",
           "containerd-restart", "apiserver-restart", "nic-remove-rescan", "vmm-holds-past-delete")
-# Faults come in bursts of up to --burst, each a random few seconds after the one before and
-# none waiting for the node to settle: a plugin killed while the kubelet restarts, a rollout
-# while containerd is down. (The NIC's removal and the holding VMM wait on their own pods.)
-BURST_GAP = 8  # s: the most between two faults of a burst
+# The workload's pods: how long one that has run stays before it is deleted (at most), and the
+# chance that a new one is deleted while it starts (after a random few seconds of its start).
+DWELL = 60  # s
+ABORT_CHANCE = 0.05
+# Faults that wait on pods of their own (the NIC's, the holding VMM's): one at a time.
+WAITING = ("nic-remove-rescan", "vmm-holds-past-delete")
+ABORT_AFTER = (5, 60)  # s
 POD_BOUND = 300  # s from its creation (or the settle's start) to Running with its report
 GONE_BOUND = 300  # s from a deletion to the pod gone
 SLICE_BOUND = 180  # s for the server's slices to show the node as it was at the start
@@ -173,17 +183,30 @@ class Soak:
         self.node = node
         self.check = check
         self.seed = seed
-        self.rng = random.Random(seed)
+        # The faults and their moments from one generator, the workload's choices (which depend
+        # on when pods happen to start) from another: a replay meets the same faults.
+        self.fault_rng = random.Random(seed)
+        self.rng = random.Random(f"workload {seed}")
         self.started = time.monotonic()
         self.step = "start"
         self.pods = {}  # name -> kind, created, deleted, gone, ran, outcome, hold
         self.serial = 0
         self.rollouts = 0
-        self.faults = []  # (elapsed s, kind, detail, s to settled, faults in its burst)
+        self.faults = []  # (elapsed s, kind, detail, s to settled, faults in its period)
+        self.settles = []  # s from the stream's pause to a settled node, each period
         self.violations = []
         self.samples = {}  # plugin pid -> [(elapsed s, rss KiB, fds)]
         self.baseline = None
         self.deck = []
+        # While pods stream, faults that wait (on their pods, the node, the server) let the stream
+        # go on meanwhile, except for the kinds they use (reserved) and their own pods (pinned).
+        self.streaming = False
+        self.reserved = set()
+        self.fault_gap = None
+        self.next_fault = None
+        self.waiting_fault = None  # the fault of WAITING under way, if any
+        self.period_faults = []  # (began, kind, detail) of the current period
+        self.plugin_before = None  # the plugin pod a fault of the period replaced or restarted
 
     # ---- reporting ----
 
@@ -238,6 +261,11 @@ class Soak:
         template, _ = KINDS[kind]
         pod = rn.vmm_pod(name, template or "vgpu", hold)
         pod["metadata"]["labels"] = {LABEL: kind}
+        # The node's network and no API token: vfio-dra never sees a pod's network, and under TCG
+        # each CNI plugin or iptables run of a pod's network set-up and tear-down costs the node
+        # about 0.3 s of CPU (measured on it), which the stream of pods needs more.
+        pod["spec"].update({"hostNetwork": True, "automountServiceAccountToken": False,
+                            "enableServiceLinks": False})
         container = pod["spec"]["containers"][0]
         if template is None:
             pod["spec"]["resourceClaims"] = [{"name": "dev", "resourceClaimName": SHARED_CLAIM}]
@@ -246,8 +274,12 @@ class Soak:
             container["command"][2] = "trap '' TERM; " + container["command"][2]
             pod["spec"]["terminationGracePeriodSeconds"] = HOLD_GRACE
         self.cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
-        self.pods[name] = {"kind": kind, "created": time.monotonic(), "deleted": None,
-                           "gone": False, "ran": False, "outcome": None, "hold": hold}
+        now = time.monotonic()
+        self.pods[name] = {"kind": kind, "created": now, "deleted": None,
+                           "gone": False, "ran": False, "outcome": None, "hold": hold,
+                           "leave_at": None, "abort_at": None, "pinned": hold}
+        if not hold and self.rng.random() < ABORT_CHANCE:
+            self.pods[name]["abort_at"] = now + self.rng.uniform(*ABORT_AFTER)
         self.log(f"created {name}")
         return name
 
@@ -259,20 +291,43 @@ class Soak:
             entry["outcome"] = outcome
         self.log(f"deleted {name}" + (f" ({outcome})" if outcome else ""))
 
-    def workload_step(self):
-        """Most running pods are deleted (one at least when every kind is full), and every free
-        place is taken by a new pod: the node starts and stops several VMs at once, as a busy one
-        does."""
-        running = sorted(n for n, p in self.pods.items() if p["ran"] and p["deleted"] is None)
-        doomed = [n for n in running if self.rng.random() < 0.75]
-        full = all(self.places_taken(k) >= most for k, (_, most) in KINDS.items())
-        if running and not doomed and full:
-            doomed = [self.rng.choice(running)]
-        for name in doomed:
-            self.delete(name)
+    def churn(self):
+        """One look at the workload while it streams: pods that ran leave after their dwell,
+        pods picked to be deleted while starting are, and every free place is taken."""
+        api = self.api_pods()
+        now = time.monotonic()
+        for name, entry in self.pods.items():
+            if entry["gone"]:
+                continue
+            pod = api.get(name)
+            if pod is None:
+                self.mark_gone(name)
+                continue
+            if entry["deleted"] is not None or entry["pinned"]:
+                continue
+            if not entry["ran"] and rn.running(pod) and self.report(name):
+                self.pod_ran(name)
+            if entry["ran"] and now >= entry["leave_at"]:
+                self.delete(name)
+            elif not entry["ran"] and entry["abort_at"] and now >= entry["abort_at"]:
+                self.delete(name, outcome=STARTING)
         for kind, (_, most) in KINDS.items():
-            for _ in range(most - self.places_taken(kind)):
+            for _ in range(0 if kind in self.reserved else most - self.places_taken(kind)):
                 self.create(kind)
+
+    def meanwhile(self):
+        """What happens while pods stream, and meanwhile while a fault waits: the workload's
+        churn, and the next fault once its moment has come."""
+        self.node.check_alive()
+        if self.streaming:
+            self.churn()
+            self.due_fault()
+
+    def mark_gone(self, name):
+        entry = self.pods[name]
+        entry["gone"] = True
+        if entry["deleted"] is None:
+            self.violation(f"pod {name} vanished without being deleted")
 
     # ---- settling ----
 
@@ -289,23 +344,21 @@ class Soak:
             return False
         return before is None or plugin_identity(pods[0]) != before
 
-    def wait_pods(self):
-        """Every deleted pod gone, every other pod Running with its container's report. A pod
-        past its bound with an error event is deleted with that reason; without one it is a
-        violation."""
+    def wait_pods(self, names=None):
+        """Every deleted pod gone, every other pod Running with its container's report (of
+        `names` only, if given). A pod past its bound with an error event is deleted with that
+        reason; without one it is a violation."""
         settle_started = time.monotonic()
         while True:
-            self.node.check_alive()
+            self.meanwhile()
             api = self.api_pods()
             waiting = []
             for name, entry in self.pods.items():
-                if entry["gone"]:
+                if entry["gone"] or (names is not None and name not in names):
                     continue
                 pod = api.get(name)
                 if pod is None:
-                    entry["gone"] = True
-                    if entry["deleted"] is None:
-                        self.violation(f"pod {name} vanished without being deleted")
+                    self.mark_gone(name)
                     continue
                 now = time.monotonic()
                 if entry["deleted"] is not None:
@@ -331,6 +384,7 @@ class Soak:
             return
         entry["ran"] = True
         entry["outcome"] = "ran"
+        entry["leave_at"] = time.monotonic() + self.rng.uniform(0, DWELL)
         entry["running_after"] = time.monotonic() - entry["created"]
         text = self.report(name)
         if "vfio-check-exit=0" not in text:
@@ -493,20 +547,35 @@ class Soak:
             not (detail or "").startswith("none")
         return detail, (before if replaced else None)
 
-    def next_fault(self):
-        """The kinds in a random order, each once before any comes again: a short run meets
-        them all, a long one as often each."""
+    def due_fault(self):
+        """The next fault, if its moment has come. The kinds come in a random order, each once
+        before any comes again (a short run meets them all, a long one as often each); a fault
+        that waits on its own pods (WAITING) lets others come meanwhile, but not another such."""
+        if time.monotonic() < self.next_fault:
+            return
         if not self.deck:
             self.deck = list(FAULTS)
-            self.rng.shuffle(self.deck)
-        return self.deck.pop()
-
-    def next_burst(self, most):
-        """Up to `most` faults to inject together."""
-        return [self.next_fault() for _ in range(self.rng.randint(1, most))]
+            self.fault_rng.shuffle(self.deck)
+        kind = self.deck[-1]
+        if kind in WAITING and self.waiting_fault:
+            return
+        self.deck.pop()
+        began = time.monotonic()
+        self.step = f"{self.step.split(' ')[0]} (faults: " + " + ".join(
+            [k for _, k, _ in self.period_faults] + [kind]) + ")"
+        if kind in WAITING:
+            self.waiting_fault = kind
+        try:
+            detail, before = self.fault(kind)
+        finally:
+            if kind in WAITING:
+                self.waiting_fault = None
+        self.plugin_before = self.plugin_before or before
+        self.period_faults.append((began, kind, detail))
+        self.next_fault = time.monotonic() + self.fault_rng.expovariate(1 / self.fault_gap)
 
     def fault_plugin_sigkill(self):
-        # In a burst the plugin may be between processes: then there is none to kill.
+        # Right after another fault the plugin may be between processes: none to kill.
         return "pid " + self.node.run("soak-kill-plugin", "pid=$(pgrep -o -f "
                                       "'^/usr/bin/vfio-dra-plugin serve') || "
                                       "{ echo 'none (no plugin process running)'; exit 0; }; "
@@ -558,17 +627,26 @@ class Soak:
         claim holds it, or no longer publishes it; the pods that had it are deleted (their
         device is gone), and a rescan brings it back. Half the time without a NIC pod, one is
         started first, so that the function also goes away under a running VMM."""
+        self.reserved.add("nic")
+        try:
+            return self.remove_nic_and_rescan()
+        finally:
+            self.reserved.discard("nic")
+
+    def remove_nic_and_rescan(self):
         users = [n for n, p in self.pods.items() if p["kind"] == "nic" and p["deleted"] is None
                  and not p["gone"]]
         if not users and self.count("nic") == 0 and self.rng.random() < 0.5:
             users = [self.create("nic")]
-            self.wait_pods()
+        for name in users:
+            self.pods[name]["pinned"] = True
+        self.wait_pods(users)
         held = [n for n in users if self.pods[n]["ran"]]
         self.node.run("soak-remove-nic", f"echo 1 > /sys/bus/pci/devices/{NIC}/remove")
         want = ("tainted",) if held else ("tainted", "absent")
         try:
             seen = wait_for(f"{NIC_DEVICE} to show {' or '.join(want)} after its removal",
-                            lambda: (self.node.check_alive(), self.nic_in_slices() in want)[1],
+                            lambda: (self.meanwhile(), self.nic_in_slices() in want)[1],
                             SLICE_BOUND)
         except ClusterError as error:
             seen = False
@@ -578,7 +656,7 @@ class Soak:
         for name in users:
             if self.pods[name]["deleted"] is None:
                 self.delete(name, outcome="its device was removed")
-        wait_for("the NIC's pods to be gone", lambda: (self.node.check_alive(), not any(
+        wait_for("the NIC's pods to be gone", lambda: (self.meanwhile(), not any(
             n in self.api_pods() for n in users))[1], GONE_BOUND, on_timeout=self.node.guest_log)
         for name in users:
             self.pods[name]["gone"] = True
@@ -589,14 +667,21 @@ class Soak:
         """A VMM that ignores SIGTERM holds its group open through its pod's grace period: the
         device stays the claim's, on vfio-pci, until the VMM is killed and the claim unprepared."""
         kind = "gpu" if self.count("gpu") == 0 else "nic" if self.count("nic") == 0 else None
+        self.reserved.add(kind or "gpu")
+        try:
+            return self.hold_past_delete(kind)
+        finally:
+            self.reserved.discard(kind or "gpu")
+
+    def hold_past_delete(self, kind):
         if kind is None:
             gpu = next(n for n, p in self.pods.items() if p["kind"] == "gpu" and not p["gone"])
             if self.pods[gpu]["deleted"] is None:
                 self.delete(gpu, outcome=None if self.pods[gpu]["ran"] else STARTING)
-            self.wait_pods()
+            self.wait_pods([gpu])
             kind = "gpu"
         name = self.create(kind, hold=True)
-        self.wait_pods()
+        self.wait_pods([name])
         if not self.pods[name]["ran"]:
             return f"{name} never ran"
         group = next((line.split("=", 1)[1] for line in self.report(name).splitlines()
@@ -615,7 +700,7 @@ class Soak:
             self.violation(f"{name} is deleted but its VMM still runs: its device must stay "
                            "on vfio-pci and its claim prepared", {"before": holders,
                                                                   "after": still})
-        wait_for(f"{name} to be gone", lambda: (self.node.check_alive(),
+        wait_for(f"{name} to be gone", lambda: (self.meanwhile(),
                                                 name not in self.api_pods())[1],
                  GONE_BOUND + HOLD_GRACE, on_timeout=self.node.guest_log)
         self.pods[name]["gone"] = True
@@ -647,35 +732,35 @@ class Soak:
         for pid, rss, fds in state["plugins"]:
             self.samples.setdefault(pid, []).append((0.0, rss, fds))
 
-    def run(self, minutes, fault_rate, burst=1):
+    def run(self, minutes, churn, fault_gap):
+        """Periods of streaming pods and faults, each ended by a settle and the invariants."""
         self.take_baseline()
         end = self.started + minutes * 60
-        iteration = 0
+        period = 0
+        self.fault_gap = fault_gap
+        self.next_fault = time.monotonic() + self.fault_rng.expovariate(1 / fault_gap)
         while time.monotonic() < end:
-            iteration += 1
-            self.step = f"{iteration}"
-            self.workload_step()
-            plugin_before, injected = None, []
-            if self.rng.random() < fault_rate:
-                kinds = self.next_burst(burst)
-                self.step = f"{iteration} ({' + '.join(kinds)})"
-                for kind in kinds:
-                    # A random moment of the new pods' start (scheduling, prepare or the
-                    # runtime), or of the node's recovery from the fault before.
-                    time.sleep(self.rng.uniform(0, 10 if not injected else BURST_GAP))
-                    began = time.monotonic()
-                    detail, before = self.fault(kind)
-                    plugin_before = plugin_before or before
-                    injected.append((began, kind, detail))
-            settled = self.settle(plugin_before)
-            for began, kind, detail in injected:
-                taken = time.monotonic() - began
-                self.faults.append((began - self.started, kind, detail, taken,
-                                    len(injected)))
-                self.log(f"settled {taken:.1f} s after {kind}")
-            if not injected:
-                self.log(f"settled in {settled:.1f} s")
+            period += 1
+            self.step = f"{period}"
+            pause = min(end, time.monotonic() + self.fault_rng.uniform(0.5, 1.5) * churn)
+            self.plugin_before, self.period_faults = None, []
+            self.streaming = True
+            while time.monotonic() < pause:
+                self.meanwhile()
+                time.sleep(0.5)  # polling the API server, not a wait for something to happen
+            self.streaming = False
+            paused = time.monotonic()
+            self.settle(self.plugin_before)
+            settled = time.monotonic()
+            self.settles.append(settled - paused)
+            for began, kind, detail in self.period_faults:
+                self.faults.append((began - self.started, kind, detail, settled - began,
+                                    len(self.period_faults)))
+            self.log(f"settled {settled - paused:.1f} s after the stream paused, "
+                     f"{len(self.period_faults)} fault(s) in the period")
             self.check_invariants()
+            # Faults come while pods stream: the clock to the next one stops while the node settles.
+            self.next_fault = time.monotonic() + max(0.0, self.next_fault - paused)
         self.step = "end"
         for name, entry in self.pods.items():
             if not entry["gone"] and entry["deleted"] is None:
@@ -727,7 +812,8 @@ def figures(soak, minutes, wall):
         ("faults and workload", f"{minutes:g} min asked, {wall / 60:.1f} min run in all"),
         ("pods created", str(len(soak.pods))),
         ("pods that ran", str(outcomes.count("ran"))),
-        ("pods deleted while starting (the holding VMM's fault makes room)",
+        ("pods deleted while starting (one in twenty at random, and to make room for the holding "
+         "VMM)",
          str(outcomes.count(STARTING))),
         ("pods ended by an error with its reason",
          str(sum(1 for o in outcomes if o not in ("ran", "never settled", STARTING)))),
@@ -735,8 +821,11 @@ def figures(soak, minutes, wall):
          f"{starts[len(starts) // 2]:.1f} s, {starts[-1]:.1f} s" if starts else "-"),
         ("faults injected", f"{len(soak.faults)}: " + ", ".join(
             f"{k} {by_kind.get(k, 0)}" for k in FAULTS)),
-        ("faults injected together (in bursts of 2 or more, none waiting for a settle)",
+        ("faults injected while the node recovered from another (periods of 2 or more)",
          str(sum(1 for f in soak.faults if f[4] > 1))),
+        ("settles (stream paused -> node settled: median, max)",
+         f"{len(soak.settles)} ({sorted(soak.settles)[len(soak.settles) // 2]:.1f} s, "
+         f"{max(soak.settles):.1f} s)" if soak.settles else "-"),
         ("invariant violations", str(len(soak.violations))),
         ("longest fault -> settled node",
          f"{longest[3]:.1f} s ({longest[1]})" if longest else "-"),
@@ -763,28 +852,31 @@ SECTION = "## Faults at random on the real node (issue 57)"
 MARKER = "<!-- Below: sections written by other commands (see each); hack/bench.sh keeps them. -->"
 
 
-def write_benchmarks(path, soak, rows, minutes, burst, rate):
-    faults = "\n".join(f"| {at:.0f} s | {kind} | {burst} | {detail or ''} | {taken:.1f} s |"
-                       for at, kind, detail, taken, burst in soak.faults)
+def write_benchmarks(path, soak, rows, minutes, churn, gap):
+    faults = "\n".join(f"| {at:.0f} s | {kind} | {n} | {detail or ''} | {taken:.1f} s |"
+                       for at, kind, detail, taken, n in soak.faults)
     length = ("" if minutes >= 60 else
               f" A run of {minutes:g} minutes, not the hour the issue asks for.")
     section = f"""{SECTION}
 
-Written by `hack/soak.sh --minutes {minutes:g} --seed {soak.seed} --burst {burst} --fault-rate {rate:g}` (test/real-node/soak.py) on
-{datetime.date.today():%Y-%m-%d}: the real node (kubelet 1.37.2, containerd and runc in the QEMU
-node under TCG, the control plane on this machine, vfio-dra as its hardened DaemonSet) with a
-stream of VM pods (the GPU with its companion, up to five mtty mdevs from a template, a
-ResourceClaim by name shared by up to three pods, the e1000e as a host device; several started and
-deleted at each step) and faults at random times, in bursts of up to {burst} that do not wait for the node to recover from the one before. After every settle (the node Ready, one Ready plugin pod,
-deleted pods gone, the others Running, the slices as at the start) and at the end with every pod
-gone, the invariants of issue 57 are checked on the node and through the API server. On a shared
-2-core machine.{length} Not in it: a VF with a MAC and lowering a PF's VF count (the node has no VF
-enabled and its policy selects none; the emulated NVMe's VFs would not be network VFs), and the pod Unhealthy in its
-status after the removal (real_node_node checks that).
+Written by `hack/soak.sh --minutes {minutes:g} --seed {soak.seed} --churn {churn:g} --fault-gap {gap:g}`
+(test/real-node/soak.py) on {datetime.date.today():%Y-%m-%d}: the real node (kubelet 1.37.2,
+containerd and runc in the QEMU node under TCG, the control plane on this machine, vfio-dra as its
+hardened DaemonSet) with a stream of VM pods (the GPU with its companion, up to five mtty mdevs
+from a template, a ResourceClaim by name shared by up to three pods, the e1000e as a host device:
+each pod that has run is deleted within a minute, one in twenty while it starts, and every free
+place is taken at once) and faults at random moments, on average {gap:g} s apart while pods
+stream, none waiting for the node to recover from the one before. About every {churn:g} s the
+stream pauses and the node is let settle (the node Ready, one Ready plugin pod, deleted pods
+gone, the others Running, the slices as at the start); then, and at the end with every pod gone,
+the invariants of issue 57 are checked on the node and through the API server. On a shared
+2-core machine.{length} Not in it: a VF with a MAC and lowering a PF's VF count (the node has no
+VF enabled and its policy selects none; the emulated NVMe's VFs would not be network VFs), and the
+pod Unhealthy in its status after the removal (real_node_node checks that).
 
 {table(rows)}
 
-| Fault at | Kind | Burst | What happened | Fault -> settled |
+| Fault at | Kind | Faults in its period | What happened | Fault -> settled |
 |---|---|---|---|---|
 {faults}
 """
@@ -892,10 +984,10 @@ def main():
     parser.add_argument("--work-dir", required=True)
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--fault-rate", type=float, default=0.9,
-                        help="chance that a workload step is followed by a burst of faults")
-    parser.add_argument("--burst", type=int, default=3,
-                        help="the most faults injected together, before the node settles")
+    parser.add_argument("--churn", type=float, default=300,
+                        help="s of streaming pods and faults between settles (on average)")
+    parser.add_argument("--fault-gap", type=float, default=20,
+                        help="s between two faults while pods stream (on average)")
     parser.add_argument("--benchmarks", help="docs/benchmarks.md to write the figures into")
     args = parser.parse_args()
     # The node lives for the run and its end (the last settle's bounds, every pod's deletion).
@@ -908,7 +1000,7 @@ def main():
         check.note(f"soak: seed {seed}, {args.minutes:g} minutes")
         ran["soak"] = Soak(cluster, node, check, seed)
         try:
-            ran["soak"].run(args.minutes, args.fault_rate, args.burst)
+            ran["soak"].run(args.minutes, args.churn, args.fault_gap)
         except Violation as error:
             ran["soak"].violation(str(error))
     began = time.monotonic()
@@ -918,12 +1010,12 @@ def main():
     if soak is not None:
         rows = figures(soak, args.minutes, time.monotonic() - began)
         check.note(table(rows))
-        for at, kind, detail, taken, burst in soak.faults:
-            check.note(f"fault at {at:6.0f} s: {kind:24} (burst of {burst}) settled "
+        for at, kind, detail, taken, n in soak.faults:
+            check.note(f"fault at {at:6.0f} s: {kind:24} (1 of {n}) settled "
                        f"{taken:6.1f} s  {detail or ''}")
         if args.benchmarks:
-            write_benchmarks(args.benchmarks, soak, rows, args.minutes, args.burst,
-                             args.fault_rate)
+            write_benchmarks(args.benchmarks, soak, rows, args.minutes, args.churn,
+                             args.fault_gap)
             print(f"figures written to {args.benchmarks}", flush=True)
     print(f"soak: seed {seed}: " + (f"{check.failed} failed check(s)" if check.failed
                                     else "no violation"), flush=True)
