@@ -32,6 +32,7 @@ import datetime
 import json
 import os
 import random
+import shutil
 import sys
 import time
 
@@ -217,6 +218,22 @@ class Soak:
     def violation(self, what, detail=""):
         self.violations.append((self.step, what))
         self.check(False, f"VIOLATION (seed {self.seed}, step {self.step}) {what}", detail)
+        self.keep_evidence(len(self.violations))
+
+    def keep_evidence(self, number):
+        """The node's logs as they are now, and every plugin pod's log (the kubelet removes a
+        deleted pod's), beside the work directory: a violation depends on timing, and a replay
+        may not meet it again."""
+        where = os.path.join(os.path.dirname(self.node.out), f"violation-{number}")
+        if not os.path.isdir(os.path.join(self.node.out, "logs")):
+            return
+        try:
+            shutil.copytree(os.path.join(self.node.out, "logs"), where, dirs_exist_ok=True)
+            with open(os.path.join(where, "plugin-pods.log"), "w") as f:
+                f.write(rn.plugin_logs(self.node))
+            self.check.note(f"the node's logs at violation {number}: {where}")
+        except (OSError, ClusterError) as error:
+            self.check.note(f"could not keep the node's logs at violation {number}: {error}")
 
     # ---- the API's view ----
 
