@@ -78,6 +78,9 @@ STARTING = "deleted while starting"
 # Warnings that say nothing about a pod's devices (the test cluster has no DNS service).
 IGNORED_EVENTS = ("MissingClusterDNS",)
 
+# In the results directory (every soak pod's /results): the lock each vfio-check of a shared
+# claim's device takes, since a VFIO group opens in one process at a time (vfio_check.c).
+CHECK_LOCK = "vfio-check.lock"
 # The pods of the claim SHARED_CLAIM (up to three at once): the mdev's UUID from the metadata file
 # of a claim by name, then what a VMM does with it (vfio-check), reported as vmm_pod's script does.
 SHARED_SCRIPT = (
@@ -86,7 +89,8 @@ SHARED_SCRIPT = (
     "for f in $meta/*-metadata.json; do echo metadata-file=$f; cat $f; echo; done; "
     "dev=$(cat $meta/*-metadata.json | sed -n 's/.*\"mdevUUID\":{\"string\":\"\\([0-9a-f-]*\\)\".*/"
     "\\1/p' | head -n 1); echo device=$dev; "
-    "/bin/vfio-check $dev; echo vfio-check-exit=$?; echo done; exec /bin/busybox sleep 100000")
+    f"/bin/vfio-check $dev --lock /results/{CHECK_LOCK}; echo vfio-check-exit=$?; echo done; "
+    "exec /bin/busybox sleep 100000")
 
 # What the node holds, for the invariants: each function's driver, the mdevs, vfio-dra's CDI
 # specs and checkpoint records, the plugin's processes (RSS KiB, open fds), and for each VMM
@@ -115,11 +119,11 @@ for p in $(pgrep -f '^/bin/busybox sleep 100000'); do
   done
   vfio=$(nsenter -t $p -m -r /bin/busybox ls /dev/vfio 2>&1 | tr '\n' ,)
   if ls -l /proc/$p/fd 2>/dev/null | grep -q '/dev/vfio/[0-9]'; then rc=held; else
-    nsenter -t $p -m -r /bin/vfio-check $dev >/dev/null 2>&1; rc=$?; fi
+    nsenter -t $p -m -r /bin/vfio-check $dev --lock /results/@CHECK_LOCK@ >/dev/null 2>&1; rc=$?; fi
   echo "pod $pod pid=$p dev=$dev group=$g vfio=$vfio check=$rc"
 done
 exit 0
-"""
+""".replace("@CHECK_LOCK@", CHECK_LOCK)
 
 # While the holding VMM's pod is deleted: the processes that hold its group (by device number,
 # as vfio_holders), its functions' drivers and the claims' records.

@@ -7,13 +7,17 @@
 // device's fd from the group, its regions and interrupts, and a page mapped for DMA.
 // Exit code 0 when the container node opens, a group is viable and the device (if named) is
 // assigned. With --hold after DEVICE, once assigned it prints "holding" and keeps everything open
-// until killed, as a VMM left behind by its pod does. Built static into the real-node test image (images.sh): the image has no libc.
+// until killed, as a VMM left behind by its pod does. With --lock FILE it first takes an exclusive
+// flock on FILE and runs the check under it: a group opens in one process at a time, so the pods
+// of one shared claim (and the soak's node check) take turns instead of finding it busy. Built
+// static into the real-node test image (images.sh): the image has no libc.
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/vfio.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -73,7 +77,21 @@ static int assign(int group_fd, const char* device, int hold) {
 
 int main(int argc, char** argv) {
   const char* device = argc > 1 ? argv[1] : NULL;
-  const int hold = argc > 2 && strcmp(argv[2], "--hold") == 0;
+  int hold = 0;
+  for (int i = 2; i < argc; i++) {
+    if (strcmp(argv[i], "--hold") == 0) {
+      hold = 1;
+    } else if (strcmp(argv[i], "--lock") == 0 && i + 1 < argc) {
+      const int lock = open(argv[++i], O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+      if (lock < 0 || flock(lock, LOCK_EX) != 0) {
+        printf("lock %s: %s\n", argv[i], strerror(errno));
+        return 1;
+      }  // held until exit
+    } else {
+      printf("usage: vfio-check [DEVICE [--hold] [--lock FILE]]\n");
+      return 2;
+    }
+  }
   int assigned = device == NULL;
   struct stat st;
   int ok = 1, viable = 0;
