@@ -571,16 +571,18 @@ class Soak:
     def due_fault(self):
         """The next fault, if its moment has come. The kinds come in a random order, each once
         before any comes again (a short run meets them all, a long one as often each); a fault
-        that waits on its own pods (WAITING) lets others come meanwhile, but not another such."""
+        that waits on its own pods (WAITING) lets others come meanwhile, but not another such,
+        which then keeps its turn for when the first is done."""
         if time.monotonic() < self.next_fault:
             return
-        if not self.deck:
-            self.deck = list(FAULTS)
-            self.fault_rng.shuffle(self.deck)
-        kind = self.deck[-1]
-        if kind in WAITING and self.waiting_fault:
-            return
-        self.deck.pop()
+        allowed = [i for i, k in enumerate(self.deck) if k not in WAITING or not self.waiting_fault]
+        if not allowed:  # the deck is used up, or all it holds waits for the fault under way
+            deck = list(FAULTS)
+            self.fault_rng.shuffle(deck)
+            self.deck = deck + self.deck
+            allowed = [i for i, k in enumerate(self.deck)
+                       if k not in WAITING or not self.waiting_fault]
+        kind = self.deck.pop(allowed[-1])
         began = time.monotonic()
         self.step = f"{self.step.split(' ')[0]} (faults: " + " + ".join(
             [k for _, k, _ in self.period_faults] + [kind]) + ")"
