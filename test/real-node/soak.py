@@ -209,6 +209,7 @@ class Soak:
         self.reserved = set()
         self.fault_gap = None
         self.next_fault = None
+        self.pause_at = None  # when the current period's stream pauses
         self.waiting_fault = None  # the fault of WAITING under way, if any
         self.period_faults = []  # (began, kind, detail) of the current period
         self.plugin_before = None  # the plugin pod a fault of the period replaced or restarted
@@ -573,7 +574,9 @@ class Soak:
         before any comes again (a short run meets them all, a long one as often each); a fault
         that waits on its own pods (WAITING) lets others come meanwhile, but not another such,
         which then keeps its turn for when the first is done."""
-        if time.monotonic() < self.next_fault:
+        # After the period's time is up, a fault still under way finishes on a calmer node: a
+        # stream of faults around a VMM that cannot start in it would never let the period end.
+        if time.monotonic() < self.next_fault or time.monotonic() >= self.pause_at:
             return
         allowed = [i for i, k in enumerate(self.deck) if k not in WAITING or not self.waiting_fault]
         if not allowed:  # the deck is used up, or all it holds waits for the fault under way
@@ -765,10 +768,10 @@ class Soak:
         while time.monotonic() < end:
             period += 1
             self.step = f"{period}"
-            pause = min(end, time.monotonic() + self.fault_rng.uniform(0.5, 1.5) * churn)
+            self.pause_at = min(end, time.monotonic() + self.fault_rng.uniform(0.5, 1.5) * churn)
             self.plugin_before, self.period_faults = None, []
             self.streaming = True
-            while time.monotonic() < pause:
+            while time.monotonic() < self.pause_at:
                 self.meanwhile()
                 time.sleep(0.5)  # polling the API server, not a wait for something to happen
             self.streaming = False
