@@ -157,6 +157,19 @@ void ServeDaemon::BuildPublishing() {
     }
     return held;
   };
+  reconciler_options.held_attributes = [this] {
+    std::map<std::string, slicepublisher::RecordedAttributes> recorded;
+    for (const prepare::PreparedTarget& target : *preparer_->Prepared()) {
+      if (target.pool != options_.node_name) continue;
+      slicepublisher::RecordedAttributes& attributes = recorded[target.device];
+      // A value of no attribute shape (a damaged record) is left out; the builder publishes the
+      // name alone when what is left would be refused.
+      for (const auto& [name, value] : target.attributes) {
+        if (auto parsed = slicepublisher::AttributeFromJson(value)) attributes[name] = *parsed;
+      }
+    }
+    return recorded;
+  };
   reconciler_.emplace(*api_, reconciler_options, root_.WithComponent("slices"));
 
   discovery::DeviceWatcherOptions watch_options;

@@ -42,6 +42,7 @@ std::vector<PreparedTarget> PreparedTargets(const CheckpointView& view) {
       target.claim = record.namespace_ + "/" + record.name;
       target.pool = device.pool;
       target.device = device.device;
+      target.attributes = device.attributes;
       if (device.is_mdev) {
         target.mdev_uuid = device.mdev.uuid;
       } else if (device.is_vgpu) {

@@ -149,6 +149,9 @@ struct PreparedTarget {
   std::string mdev_uuid;                            // mdev
   std::string vgpu_vf;                              // vGPU: the VF, which must hold vgpu_type
   int vgpu_type = 0;
+  // As published when it was prepared (RecordedDevice::attributes): what keeps a device that is
+  // gone published, tainted lost, when nothing on the server has it any more.
+  std::map<std::string, nlohmann::json> attributes = {};
 };
 std::vector<PreparedTarget> PreparedTargets(const CheckpointView& view);
 

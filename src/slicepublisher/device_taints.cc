@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "slicepublisher/device_attributes.h"
+#include "slicepublisher/slice_validator.h"
 
 namespace vfio_dra::slicepublisher {
 namespace {
@@ -118,6 +119,44 @@ void Apply(SliceDevice& device, const std::vector<Cause>& causes, const TaintInp
   reasons[device.name] = reason;
 }
 
+Cause LostCause(const SliceDevice& device, const std::string& address) {
+  const PublishedDeviceView view = DecodePublishedDevice(device);
+  const bool vf = view.type == "vf" || view.IsVgpu();
+  return {
+      taint::kLost, vf ? "vf-removed" : "removed", kEffectNoSchedule,
+      fmt::format("PCI function {} is gone ({}); kept published while a prepared claim "
+                  "holds it, and dropped once the claim is unprepared",
+                  address,
+                  vf ? "a VF goes when its PF lowers sriov_numvfs" : "removed or hot-unplugged")};
+}
+
+// Held devices that are gone and that nothing published has: the kubelet deletes the node's
+// slices when the plugin unregisters, so a device removed before the next instance first
+// publishes is known only from the checkpoint. Without counters (its counter set went with it,
+// and a NoSchedule device is not allocated); with only the name when the server would refuse the
+// recorded attributes (then it stays through here, as KeptDevices keeps only devices that name
+// their function). A record that names no function cannot tell whether the device is gone.
+void KeepRecordedLost(const discovery::NodeScan& scan, const TaintInputs& inputs,
+                      const std::set<std::string>& built, std::vector<SliceDevice>& kept,
+                      std::map<std::string, std::string>& reasons) {
+  for (const auto& [name, attributes] : inputs.recorded) {
+    if (inputs.held.count(name) == 0 || built.count(name) != 0) continue;
+    if (inputs.published != nullptr) {
+      // One that names its function stands as published (KeptDevices); one kept here with only
+      // its name stays through this path.
+      const std::optional<SliceDevice> standing = inputs.published->Find(name);
+      if (standing && !FunctionsOf(*standing, scan).empty()) continue;
+    }
+    SliceDevice device{name, attributes, {}};
+    const std::vector<std::string> functions = FunctionsOf(device, scan);
+    if (functions.empty() || scan.inventory.Listed(functions.front())) continue;
+    const Cause lost = LostCause(device, functions.front());
+    if (AttributeProblem(device.attributes, inputs.driver)) device.attributes.clear();
+    Apply(device, {lost}, inputs, reasons);
+    kept.push_back(std::move(device));
+  }
+}
+
 }  // namespace
 
 void TaintDevice(SliceDevice& device, const discovery::NodeScan& scan, const TaintInputs& inputs,
@@ -129,6 +168,7 @@ std::vector<SliceDevice> KeptDevices(const discovery::NodeScan& scan, const Tain
                                      const std::set<std::string>& built,
                                      std::map<std::string, std::string>& reasons) {
   std::vector<SliceDevice> kept;
+  KeepRecordedLost(scan, inputs, built, kept, reasons);
   if (inputs.published == nullptr) return kept;
   inputs.published->ForEach([&](const SliceDevice& published) {
     if (built.count(published.name) != 0) return;
@@ -138,15 +178,7 @@ std::vector<SliceDevice> KeptDevices(const discovery::NodeScan& scan, const Tain
     std::vector<Cause> causes;
     if (!scan.inventory.Listed(address)) {
       if (inputs.held.count(published.name) == 0) return;
-      const PublishedDeviceView view = DecodePublishedDevice(published);
-      const bool vf = view.type == "vf" || view.IsVgpu();
-      causes.push_back(
-          {taint::kLost, vf ? "vf-removed" : "removed", kEffectNoSchedule,
-           fmt::format(
-               "PCI function {} is gone ({}); kept published while a prepared claim "
-               "holds it, and dropped once the claim is unprepared",
-               address,
-               vf ? "a VF goes when its PF lowers sriov_numvfs" : "removed or hot-unplugged")});
+      causes.push_back(LostCause(published, address));
     } else {
       auto decision = scan.selection.functions.find(address);
       if (decision != scan.selection.functions.end() && decision->second.group_unsafe) {

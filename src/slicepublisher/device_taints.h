@@ -2,7 +2,9 @@
 // a new VM would fail on, and says why. Keys are "<driver>/<cause>":
 //   lost          NoSchedule  the function (or an mdev's parent) is gone from sysfs: hot-removed,
 //                             or a VF whose PF lowered sriov_numvfs. Kept published, tainted,
-//                             only while a prepared claim holds it; dropped once none does.
+//                             only while a prepared claim holds it; dropped once none does. Also
+//                             after a restart with nothing standing (the kubelet deleted the
+//                             slices), from the checkpoint's record of the device.
 //   group-unsafe  NoSchedule  the device's IOMMU group gained a function the host uses: binding
 //                             the group would take that function from the host. Kept published,
 //                             tainted, while it was published before; prepare refuses it.
@@ -36,6 +38,10 @@ inline constexpr char kDegraded[] = "degraded";
 inline constexpr char kUnmonitored[] = "unmonitored";
 }  // namespace taint
 
+// The attributes a checkpoint records of a device a prepared claim holds (as published when it
+// was prepared), by attribute name.
+using RecordedAttributes = std::map<std::string, AttributeValue>;
+
 struct TaintInputs {
   std::string driver;  // the keys' prefix
   std::string now;     // RFC 3339 UTC: the time of taints first seen in this build
@@ -45,8 +51,11 @@ struct TaintInputs {
   // The counter sets published now, by name: a kept device keeps consuming from them (null: none).
   const std::map<std::string, CounterSet>* published_sets = nullptr;
   std::set<std::string> held = {};  // names of devices that prepared claims hold
-  bool effect_none = true;          // the server takes effect None (1.35+); without it, such taints
-                                    // are left out
+  // What the checkpoint records of held devices, by device name: a held device that is gone and
+  // that nothing published has is kept from it.
+  std::map<std::string, RecordedAttributes> recorded = {};
+  bool effect_none = true;  // the server takes effect None (1.35+); without it, such taints
+                            // are left out
 };
 
 // Adds the taints the scan shows to a device the builder made from it.
@@ -56,8 +65,10 @@ void TaintDevice(SliceDevice& device, const discovery::NodeScan& scan, const Tai
 // Published devices that the scan no longer yields but that stay: tainted (lost while held,
 // group-unsafe), or as they were while a prepared claim holds them (a VF the kernel is removing,
 // a device the policy stopped selecting). They keep their counter consumptions as published: the
-// builder keeps them where their counter sets stay published and drops them otherwise. `built`
-// names the devices the builder made.
+// builder keeps them where their counter sets stay published and drops them otherwise. A held
+// device whose function is gone and that nothing published has (a restart after the kubelet
+// deleted the slices) is kept tainted lost from its record, without counters. `built` names the
+// devices the builder made.
 std::vector<SliceDevice> KeptDevices(const discovery::NodeScan& scan, const TaintInputs& inputs,
                                      const std::set<std::string>& built,
                                      std::map<std::string, std::string>& reasons);

@@ -69,6 +69,19 @@ json AttributeJson(const AttributeValue& value) {
   return {{"version", std::get<VersionString>(value).value}};
 }
 
+std::optional<AttributeValue> AttributeFromJson(const json& value) {
+  if (!value.is_object()) return std::nullopt;
+  if (value.contains("int") && value["int"].is_number_integer()) return value["int"].get<int64_t>();
+  if (value.contains("bool") && value["bool"].is_boolean()) return value["bool"].get<bool>();
+  if (value.contains("string") && value["string"].is_string()) {
+    return value["string"].get<std::string>();
+  }
+  if (value.contains("version") && value["version"].is_string()) {
+    return VersionString{value["version"].get<std::string>()};
+  }
+  return std::nullopt;
+}
+
 Result<int64_t> ParseIntegerQuantity(const std::string& text) {
   size_t i = 0;
   int64_t value = 0;
@@ -207,17 +220,11 @@ Result<SliceContent> SliceContentFromJson(const json& slice) {
       const json& fields = entry.contains("basic") ? entry["basic"] : entry;
       if (fields.contains("attributes") && fields["attributes"].is_object()) {
         for (const auto& [name, value] : fields["attributes"].items()) {
-          if (value.contains("int") && value["int"].is_number_integer()) {
-            device.attributes[name] = value["int"].get<int64_t>();
-          } else if (value.contains("bool") && value["bool"].is_boolean()) {
-            device.attributes[name] = value["bool"].get<bool>();
-          } else if (value.contains("string") && value["string"].is_string()) {
-            device.attributes[name] = value["string"].get<std::string>();
-          } else if (value.contains("version") && value["version"].is_string()) {
-            device.attributes[name] = VersionString{value["version"].get<std::string>()};
-          } else {
+          std::optional<AttributeValue> parsed = AttributeFromJson(value);
+          if (!parsed) {
             return Invalid("device " + device.name + " attribute " + name + " has no value");
           }
+          device.attributes[name] = std::move(*parsed);
         }
       }
       if (fields.contains("consumesCounters") && fields["consumesCounters"].is_array()) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 
 #include "base/result.h"
@@ -25,6 +26,8 @@ struct SliceMeta {
 
 // A DeviceAttribute as the API writes it: {"int": 4}, {"string": "0000:3b:00.0"}, ...
 nlohmann::json AttributeJson(const AttributeValue& value);
+// The value AttributeJson wrote; nullopt when `value` is not one of those shapes.
+std::optional<AttributeValue> AttributeFromJson(const nlohmann::json& value);
 
 nlohmann::json SliceToJson(const SliceContent& content, const SliceMeta& meta);
 

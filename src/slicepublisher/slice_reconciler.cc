@@ -494,6 +494,7 @@ Status SliceReconciler::Sync() {
                                                std::chrono::system_clock::now().time_since_epoch())
                                                .count());
   if (options_.held_devices) taints.held = options_.held_devices();
+  if (options_.held_attributes) taints.recorded = options_.held_attributes();
   PublishedDevices::Snapshot standing;
   if (options_.published != nullptr) standing = options_.published->Current();
   std::shared_ptr<const PackedDeviceTable> published;

@@ -51,6 +51,10 @@ struct ReconcilerOptions {
   // Names of the devices prepared claims hold (a device that is gone stays published, tainted,
   // while one does: device_taints.h); null: none. Called without the reconciler's lock.
   std::function<std::set<std::string>()> held_devices;
+  // What the checkpoint records of the devices prepared claims hold, by device name: one that is
+  // gone with nothing standing to keep it from (a restart after the kubelet deleted the slices)
+  // is published from it, tainted lost. Null: none. Called without the reconciler's lock.
+  std::function<std::map<std::string, RecordedAttributes>()> held_attributes;
   // Seconds since the epoch, for the time of new taints; null: the system clock.
   std::function<int64_t()> unix_now;
 };

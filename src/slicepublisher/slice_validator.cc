@@ -183,22 +183,43 @@ Status ValidateTaints(size_t s, const SliceDevice& device, const ValidationTarge
 // the server does not check it) refuses names in the driver's own domain, because CEL would then
 // see "<driver>/x" and "x" as one attribute. Every release gets the 1.38 rules so that a slice
 // never becomes invalid on upgrade.
-Status ValidateAttributeName(size_t s, const std::string& where, const std::string& name,
-                             const std::string& driver) {
+std::optional<std::string> AttributeNameProblem(const std::string& name,
+                                                const std::string& driver) {
   const size_t slash = name.find('/');
   if (slash != std::string::npos && name.find('/', slash + 1) != std::string::npos) {
-    return Rule(s, where, "attribute name \"" + name + "\" has more than one '/'");
+    return "attribute name \"" + name + "\" has more than one '/'";
   }
   if (!driver.empty() && name.rfind(driver + "/", 0) == 0) {
-    return Rule(s, where,
-                "attribute name \"" + name + "\" is qualified with the driver's own domain " +
-                    driver + "; publish it as \"" + name.substr(driver.size() + 1) + "\"");
+    return "attribute name \"" + name + "\" is qualified with the driver's own domain " + driver +
+           "; publish it as \"" + name.substr(driver.size() + 1) + "\"";
   }
-  if (!IsQualifiedName(name)) {
-    return Rule(s, where, "attribute name \"" + name + "\" is not a qualified name");
-  }
-  return Status::Ok();
+  if (!IsQualifiedName(name)) return "attribute name \"" + name + "\" is not a qualified name";
+  return std::nullopt;
 }
+
+}  // namespace
+
+std::optional<std::string> AttributeProblem(const std::map<std::string, AttributeValue>& attributes,
+                                            const std::string& driver) {
+  if (attributes.size() > 32) {
+    return fmt::format("at most 32 attributes and capacities, has {}", attributes.size());
+  }
+  for (const auto& [name, value] : attributes) {
+    if (auto problem = AttributeNameProblem(name, driver)) return problem;
+    if (const auto* text = std::get_if<std::string>(&value); text && text->size() > 64) {
+      return "attribute " + name + " is longer than 64 characters";
+    }
+    if (const auto* version = std::get_if<VersionString>(&value)) {
+      if (version->value.size() > 64 || !IsSemver(version->value)) {
+        return "attribute " + name + " is not a semantic version (\"" + version->value +
+               "\"; numbers have no leading zero and at most 18 digits)";
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+namespace {
 
 Status ValidateDevice(size_t s, const SliceDevice& device, const ValidationTarget& target,
                       std::set<std::string>& device_names) {
@@ -208,23 +229,8 @@ Status ValidateDevice(size_t s, const SliceDevice& device, const ValidationTarge
   if (!device_names.insert(device.name).second) {
     return Rule(s, where, "duplicate device name in the pool");
   }
-  if (device.attributes.size() > 32) {
-    return Rule(
-        s, where,
-        fmt::format("at most 32 attributes and capacities, has {}", device.attributes.size()));
-  }
-  for (const auto& [name, value] : device.attributes) {
-    if (Status st = ValidateAttributeName(s, where, name, target.driver); !st.ok()) return st;
-    if (const auto* text = std::get_if<std::string>(&value); text && text->size() > 64) {
-      return Rule(s, where, "attribute " + name + " is longer than 64 characters");
-    }
-    if (const auto* version = std::get_if<VersionString>(&value)) {
-      if (version->value.size() > 64 || !IsSemver(version->value)) {
-        return Rule(s, where,
-                    "attribute " + name + " is not a semantic version (\"" + version->value +
-                        "\"; numbers have no leading zero and at most 18 digits)");
-      }
-    }
+  if (auto problem = AttributeProblem(device.attributes, target.driver)) {
+    return Rule(s, where, *problem);
   }
   if (!device.consumes_counters.empty()) {
     if (target.layout == CounterLayout::kNone) {

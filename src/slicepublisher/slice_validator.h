@@ -3,6 +3,8 @@
 // set names, counter references that resolve). A failure names the slice, the device and the rule.
 #pragma once
 
+#include <map>
+#include <optional>
 #include <string>
 
 #include "base/result.h"
@@ -19,6 +21,12 @@ struct ValidationTarget {
 };
 
 Status ValidatePool(const DesiredPool& pool, const ValidationTarget& target);
+
+// What the server would refuse in one device's attributes (their count, a name, a string's
+// length, a version), as ValidatePool words it; nullopt when nothing. For attributes that do not
+// come from the builder (a checkpoint's record of a device).
+std::optional<std::string> AttributeProblem(const std::map<std::string, AttributeValue>& attributes,
+                                            const std::string& driver);
 
 // A qualified attribute name: C identifier (at most 32) with an optional "<dns subdomain>/"
 // prefix (at most 63).

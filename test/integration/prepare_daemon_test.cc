@@ -824,6 +824,51 @@ TEST_F(DeviceTaintTest, AHeldVfThatGoesStaysTaintedLostUntilItsClaimIsUnprepared
   EXPECT_TRUE(Checkpoint()["claims"].empty()) << Checkpoint().dump();
 }
 
+// Issue 57 (the hour soak, seed 479803486): the plugin is killed, the kubelet deletes the node's
+// slices as it unregisters it, and then the function a prepared claim holds is hot-removed. The
+// next instance finds nothing on the server to keep the device from: it publishes it from the
+// claim's record, tainted lost, until the claim is unprepared.
+TEST_F(DeviceTaintTest, AHeldFunctionRemovedWhileNoInstanceRanIsPublishedTaintedLostFromItsRecord) {
+  const std::string uid = "44444444-0000-4000-8000-000000000004";
+  const std::string nvme = "0000:06:00.0";
+  server_->PutClaim(Claim("disk", uid, {{"disk", "hostdev-0000-06-00-0"}}));
+  StartDaemon();
+  ASSERT_EQ(sim_.Prepare(plugin_, {{"vms", "disk", uid}})->claims().at(uid).error(), "")
+      << daemon_->Log();
+  const TaintCase lost{"hostdev-0000-06-00-0", "lost", "removed", "NoSchedule", "is gone", {}, {}};
+  ASSERT_TRUE(WaitForTaint(lost, false).has_value()) << daemon_->Log();
+  daemon_.reset();                                    // killed
+  server_->DeleteSlicesWhere("spec.nodeName=node1");  // the kubelet unregisters it
+  {
+    SimulatedKernel kernel(dir_ + "/sys", dir_ + "/dev");
+    kernel.RemoveDevice(nvme);
+  }
+  ASSERT_FALSE(fs::exists(Devices() + nvme));
+
+  StartDaemon();
+  const std::optional<json> tainted = WaitForTaint(lost, true);
+  ASSERT_TRUE(tainted.has_value()) << server_->Slices().size() << " slices" << daemon_->Log();
+  EXPECT_EQ(tainted->value("value", ""), "removed");
+  EXPECT_EQ(tainted->value("effect", ""), "NoSchedule");
+  const json device = PublishedDevice(server_->Slices(), "hostdev-0000-06-00-0");
+  EXPECT_EQ(device["attributes"]["resource.kubernetes.io/pciBusID"], json({{"string", nvme}}))
+      << device.dump();
+  EXPECT_FALSE(device.contains("consumesCounters"));
+  EXPECT_FALSE(device.contains("capacity"));
+  ExpectHealth(lost, v1::UNHEALTHY, true);
+
+  auto unprepared = sim_.Unprepare(plugin_, {{"vms", "disk", uid}});
+  ASSERT_TRUE(unprepared.ok()) << unprepared.error().message;
+  EXPECT_EQ(unprepared->claims().at(uid).error(), "") << daemon_->Log();
+  EXPECT_TRUE(server_->WaitForSlices(
+      [](const std::vector<json>& s) {
+        return !s.empty() && PublishedDevice(s, "hostdev-0000-06-00-0").is_null();
+      },
+      std::chrono::seconds(30)))
+      << daemon_->Log();
+  EXPECT_TRUE(Checkpoint()["claims"].empty()) << Checkpoint().dump();
+}
+
 // Issue 53 item 9: a function a prepared claim holds is bound to a third driver (taint
 // unhealthy/driver-changed); the unprepare leaves it there, and so changes nothing the periodic
 // probe reads (no driver list, no mdev, no AER count). The unprepare itself must have the node

@@ -37,6 +37,7 @@ class DeviceTaintsTest : public ::testing::Test {
     taints.now = now;
     taints.published = published;
     taints.held = std::move(held);
+    taints.recorded = recorded_;
     ServerProfile profile;
     profile.kubernetes_minor = minor;
     const discovery::NodeScan kept = BuilderInput(*scan_);
@@ -75,6 +76,7 @@ class DeviceTaintsTest : public ::testing::Test {
 
   FixtureNode node_{"vm-host"};
   discovery::ScanContext context_;
+  std::map<std::string, RecordedAttributes> recorded_;  // what the checkpoint records
   std::shared_ptr<const discovery::NodeScan> scan_;
 };
 
@@ -163,6 +165,76 @@ TEST_F(DeviceTaintsTest, AGoneVfStaysTaintedOnlyWhileAClaimHoldsIt) {
   EXPECT_EQ(Find(released, vf), nullptr) << "dropped once no claim holds it";
   EXPECT_EQ(Find(Build("2026-11-28T01:00:07Z", &published, {}), vf), nullptr)
       << "a gone device no claim holds goes at once";
+}
+
+// Issue 57: the kubelet deletes the node's slices when the plugin unregisters, and a held VF that
+// goes before the next instance first publishes is known only from its claim's record. It is
+// published from it, tainted lost, until the claim is unprepared.
+TEST_F(DeviceTaintsTest, AHeldVfGoneWithNothingPublishedIsKeptTaintedLostFromItsRecord) {
+  const DesiredPool before = Build("2026-11-28T01:00:00Z");
+  const std::string address = scan_->inventory.Find("0000:5e:00.0")->sriov_pf->vfs.at(1);
+  const std::string vf = Vf(address);
+  ASSERT_NE(Find(before, vf), nullptr);
+  recorded_[vf] = Find(before, vf)->attributes;
+  std::filesystem::remove_all(node_.sysfs_root() + "/bus/pci/devices/" + address);
+
+  const PackedDeviceTable empty(std::vector<const SliceDevice*>{});
+  for (const PackedDeviceTable* nothing :
+       {static_cast<const PackedDeviceTable*>(nullptr), &empty}) {
+    SCOPED_TRACE(nothing == nullptr ? "before the first publish" : "an empty listing");
+    const DesiredPool held = Build("2026-11-28T01:00:07Z", nothing, {vf});
+    ASSERT_NE(Find(held, vf), nullptr) << "kept from the record while held";
+    EXPECT_EQ(Find(held, vf)->taints,
+              (std::vector<DeviceTaint>{
+                  {"vfio.dra.io/lost", "vf-removed", kEffectNoSchedule, "2026-11-28T01:00:07Z"}}));
+    EXPECT_EQ(Find(held, vf)->attributes, Find(before, vf)->attributes);
+    EXPECT_TRUE(Find(held, vf)->consumes_counters.empty());
+    EXPECT_THAT(held.taint_reasons.at(vf), HasSubstr(address + " is gone"));
+    EXPECT_TRUE(held.kept.contains(vf));
+    EXPECT_EQ(Find(Build("2026-11-28T01:00:07Z", nothing, {}), vf), nullptr) << "not held";
+  }
+
+  // Once published, it stands as published: the taint keeps its time.
+  const PackedDeviceTable published = Table(Build("2026-11-28T01:00:07Z", nullptr, {vf}));
+  const DesiredPool again = Build("2026-11-28T01:09:00Z", &published, {vf});
+  ASSERT_NE(Find(again, vf), nullptr);
+  EXPECT_EQ(Find(again, vf)->taints[0].time_added, "2026-11-28T01:00:07Z");
+  EXPECT_EQ(Find(Build("2026-11-28T01:10:00Z", &published, {}), vf), nullptr) << "unprepared";
+}
+
+// A record whose attributes the server would refuse gives the name and the taint only, and the
+// device stays so (it names no function to keep it by as published).
+TEST_F(DeviceTaintsTest, AHeldGoneDeviceWhoseRecordedAttributesWouldBeRefusedKeepsOnlyItsName) {
+  const DesiredPool before = Build("2026-11-28T01:00:00Z");
+  const std::string address = scan_->inventory.Find("0000:5e:00.0")->sriov_pf->vfs.at(1);
+  const std::string vf = Vf(address);
+  ASSERT_NE(Find(before, vf), nullptr);
+  recorded_[vf] = Find(before, vf)->attributes;
+  recorded_[vf]["productName"] = std::string(65, 'x');
+  std::filesystem::remove_all(node_.sysfs_root() + "/bus/pci/devices/" + address);
+
+  const DesiredPool held = Build("2026-11-28T01:00:07Z", nullptr, {vf});
+  ASSERT_NE(Find(held, vf), nullptr);
+  EXPECT_TRUE(Find(held, vf)->attributes.empty());
+  ASSERT_EQ(Find(held, vf)->taints.size(), 1u);
+  EXPECT_EQ(Find(held, vf)->taints[0].key, "vfio.dra.io/lost");
+  const PackedDeviceTable published = Table(held);
+  const DesiredPool again = Build("2026-11-28T01:09:00Z", &published, {vf});
+  ASSERT_NE(Find(again, vf), nullptr) << "no flapping";
+  EXPECT_EQ(Find(again, vf)->taints[0].time_added, "2026-11-28T01:00:07Z");
+}
+
+// A held function that is still there but not built (the policy no longer selects it) is not
+// lost: without a standing entry there is nothing to keep it as.
+TEST_F(DeviceTaintsTest, AHeldDeviceWhoseFunctionIsStillThereIsNotTaintedLostFromItsRecord) {
+  const DesiredPool before = Build("2026-11-28T01:00:00Z");
+  const std::string address = scan_->inventory.Find("0000:5e:00.0")->sriov_pf->vfs.at(1);
+  const std::string vf = Vf(address);
+  ASSERT_NE(Find(before, vf), nullptr);
+  recorded_["vf-gone-from-the-policy"] = Find(before, vf)->attributes;
+  const DesiredPool held = Build("2026-11-28T01:00:07Z", nullptr, {"vf-gone-from-the-policy"});
+  EXPECT_EQ(Find(held, "vf-gone-from-the-policy"), nullptr);
+  EXPECT_TRUE(held.taint_reasons.empty());
 }
 
 // The kernel removes a VF in steps (pci_iov_remove_virtfn): the PF's virtfnN link and the VF's
