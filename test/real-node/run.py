@@ -19,6 +19,7 @@ import argparse
 import datetime
 import json
 import os
+import signal
 import shutil
 import subprocess
 import sys
@@ -224,6 +225,15 @@ state = "/run/containerd"
         try:
             self.qemu.wait(180)
         except subprocess.TimeoutExpired:
+            # A hung node never reads the stop file. run-vm.sh runs QEMU under `timeout`, which
+            # makes a process group of its own with QEMU: killing run-vm.sh alone would leave QEMU
+            # on both cores until the node's lifetime ran out (a retried bring-up did).
+            for child in subprocess.run(["pgrep", "-P", str(self.qemu.pid)], capture_output=True,
+                                        text=True).stdout.split():
+                try:
+                    os.killpg(int(child), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass  # not a group's leader: not `timeout`
             self.qemu.kill()
             self.qemu.wait()
         self.qemu_log.close()
