@@ -398,12 +398,16 @@ def check_readme(root, plugin):
              "--timeout", "--namespace", "--selector", "--all-namespaces", "--raw",
              "--messages", "--registrar-dir", "--field-selector",
              "--set", "--reuse-values", "--strict"}  # helm
-    # Flags our own scripts accept: the `--flag)` labels of their argument `case`.
+    # Flags our own scripts accept: the labels of their argument `case`, one (`--flag)`) or
+    # several alternatives (`--a | --b)`).
     hack = os.path.join(root, "hack")
     for script in sorted(os.listdir(hack)):
         if script.endswith(".sh"):
             with open(os.path.join(hack, script), encoding="utf-8") as f:
-                tools |= set(re.findall(r"^\s*(--[a-z][a-z0-9-]*)\)", f.read(), re.M))
+                labels = re.findall(r"^\s*(--[a-z][a-z0-9-]*(?:\s*\|\s*--[a-z][a-z0-9-]*)*)\)",
+                                    f.read(), re.M)
+            for label in labels:
+                tools |= {flag.strip() for flag in label.split("|")}
     with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
         text = f.read()
     for flag in sorted(set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", text))):
@@ -466,6 +470,8 @@ BREAKS = [
      "names --unbind-timeouts, which no vfio-dra-plugin command has"),
     ("README.md", "`./hack/test.sh --quick`", "`./hack/test.sh --quik`",
      "names --quik, which no vfio-dra-plugin command has"),
+    ("README.md", "[--fault-gap S]` (", "[--fault-gaps S]` (",
+     "names --fault-gaps, which no vfio-dra-plugin command has"),
 ]
 
 
