@@ -955,6 +955,9 @@ def on_node(args, body, what):
     """Makes the control plane and the node, brings them up, runs body(cluster, node, check),
     and stops both; a failure is a failed check named what() and printed with the logs that
     explain it. Returns the checks."""
+    # A SIGTERM (kill, timeout(1), a CI job stopped) ends the run as Ctrl-C does, through the
+    # finally below: its default action skips it and leaves QEMU and the control plane running.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     for attempt in (1, 2):
         cluster, node = make_node(args)
         check = Checks(os.path.join(os.path.abspath(args.work_dir), "report.txt"))

@@ -33,6 +33,8 @@ import json
 import os
 import random
 import shutil
+import signal
+import subprocess
 import sys
 import time
 
@@ -1001,9 +1003,46 @@ def self_test(work):
     return 1 if failures else 0
 
 
+# A run on_node makes, stopped by SIGTERM while its body runs: its node and control plane
+# (stand-ins here) must still be stopped.
+SIGTERM_CHILD = """
+import signal, sys
+sys.path.insert(0, sys.argv[1])
+import run as rn
+class Part:
+    def __init__(self, name): self.name = name
+    def stop(self): print(self.name + " stopped", flush=True)
+    def guest_log(self, lines): return ""
+    def logs_tail(self): return ""
+class Args:
+    work_dir = sys.argv[2]
+def body(cluster, node, check):
+    print("running", flush=True)
+    signal.pause()
+rn.make_node = lambda args: (Part("cluster"), Part("node"))
+rn.bring_up = lambda cluster, node, check: None
+rn.on_node(Args, body, lambda: "the SIGTERM self-test")
+"""
+
+
+def self_test_sigterm(work):
+    child = subprocess.Popen([sys.executable, "-c", SIGTERM_CHILD, os.path.dirname(
+        os.path.abspath(__file__)), work], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True)
+    first = child.stdout.readline()  # blocks until the body runs
+    child.send_signal(signal.SIGTERM)
+    rest, _ = child.communicate(timeout=60)
+    stopped = all(f"{part} stopped" in rest for part in ("node", "cluster"))
+    right = first == "running\n" and stopped and child.returncode == 128 + signal.SIGTERM
+    print(f"{'ok  ' if right else 'FAIL'} a run stopped by SIGTERM stops its node and control "
+          f"plane: exit {child.returncode}, printed {(first + rest)[-300:]!r}", flush=True)
+    return not right
+
+
 def main():
     if sys.argv[1:2] == ["--self-test"]:
-        return self_test(sys.argv[2] if len(sys.argv) > 2 else "/tmp")
+        work = sys.argv[2] if len(sys.argv) > 2 else "/tmp"
+        return self_test(work) | self_test_sigterm(work)
     parser = argparse.ArgumentParser()
     parser.add_argument("--release", default="1.37")
     parser.add_argument("--build-dir", required=True)
