@@ -110,12 +110,21 @@ done
 ctr -n k8s.io images ls -q >>"$LOGS/images.log"
 log "images: $(ctr -n k8s.io images ls -q | tr '\n' ' ')"
 
-kubelet --config "$NODE_DIR/kubelet.yaml" --kubeconfig "$NODE_DIR/kubelet.kubeconfig" \
-  --hostname-override vm-node --node-ip 10.0.2.15 --node-labels vfio-dra.io/enabled=true \
-  --v 2 >"$LOGS/kubelet.log" 2>&1 &
-kubelet_pid=$!
-echo "$kubelet_pid" >"$OUT/kubelet.pid"
+start_kubelet() {
+  kubelet --config "$NODE_DIR/kubelet.yaml" --kubeconfig "$NODE_DIR/kubelet.kubeconfig" \
+    --hostname-override vm-node --node-ip 10.0.2.15 --node-labels vfio-dra.io/enabled=true \
+    --v 2 >>"$LOGS/kubelet.log" 2>&1 &
+  kubelet_pid=$!
+  echo "$kubelet_pid" >"$OUT/kubelet.pid"
+}
+: >"$LOGS/kubelet.log"
+start_kubelet
 log "kubelet started (pid $kubelet_pid)"
+# A kubelet that exits unasked is started again 10 s later, as systemd does for kubeadm's
+# kubelet.service (Restart=always, RestartSec=10): a kubelet starting while containerd restarts
+# exits at once ("get remote runtime typed version failed"). Each such exit is appended to
+# $OUT/kubelet-exits, which the host treats as a failure unless its scenario allows it.
+kubelet_down_since=
 touch "$OUT/node-ready"
 
 # The host drives the scenario through the API server. It may also ask for what an admin on the
@@ -136,12 +145,10 @@ while [[ ! -e "$OUT/stop" ]]; do
   done
   if [[ -e "$OUT/restart-kubelet" ]]; then
     rm -f "$OUT/restart-kubelet"
-    kill "$kubelet_pid"
+    kill "$kubelet_pid" 2>/dev/null
     wait "$kubelet_pid"
-    kubelet --config "$NODE_DIR/kubelet.yaml" --kubeconfig "$NODE_DIR/kubelet.kubeconfig" \
-      --hostname-override vm-node --node-ip 10.0.2.15 --node-labels vfio-dra.io/enabled=true \
-      --v 2 >>"$LOGS/kubelet.log" 2>&1 &
-    kubelet_pid=$!
+    kubelet_down_since=
+    start_kubelet
     log "kubelet restarted (pid $kubelet_pid)"
     touch "$OUT/kubelet-restarted"
   fi
@@ -153,7 +160,18 @@ while [[ ! -e "$OUT/stop" ]]; do
     log "containerd restarted (pid $containerd_pid)"
     touch "$OUT/containerd-restarted"
   fi
-  kill -0 "$kubelet_pid" 2>/dev/null || fail "the kubelet exited: $(tail -5 "$LOGS/kubelet.log")"
+  if [[ -z "$kubelet_down_since" ]] && ! kill -0 "$kubelet_pid" 2>/dev/null; then
+    wait "$kubelet_pid"
+    status=$?
+    kubelet_down_since=$SECONDS
+    echo "$(date -u +%T) the kubelet exited ($status): $(tail -1 "$LOGS/kubelet.log")" \
+      >>"$OUT/kubelet-exits"
+    log "the kubelet exited ($status); starting it again in 10 s"
+  elif [[ -n "$kubelet_down_since" ]] && ((SECONDS - kubelet_down_since >= 10)); then
+    kubelet_down_since=
+    start_kubelet
+    log "kubelet started again (pid $kubelet_pid)"
+  fi
   sleep 0.5
 done
 log "stopping"

@@ -88,6 +88,10 @@ class RealNode:
         # QEMU's lifetime (run-vm.sh's timeout): a scenario's 40 minutes, or what the caller asks
         # (a soak of an hour needs more).
         self.lifetime = int(getattr(args, "vm_seconds", 0) or 2400)
+        # Whether the kubelet may exit unasked (guest-node.sh starts it again 10 s later, as
+        # systemd would): faults that cross, as the soak's do, make a kubelet that starts while
+        # containerd restarts exit, as on any node. Elsewhere an exit is a failure.
+        self.kubelet_may_exit = False
 
     def write_config(self):
         os.makedirs(self.dir, exist_ok=True)
@@ -157,7 +161,7 @@ state = "/run/containerd"
         env = {**os.environ, "VFIO_DRA_VM_API_PORT": str(self.cluster.api_port),
                "VFIO_DRA_VM_ROOT": "overlay", "VFIO_DRA_VM_MEMORY": "3072",
                "VFIO_DRA_E2E_VM_TIMEOUT": str(self.lifetime), "BUILD_DIR": self.build}
-        for name in ("stop", "node-ready", "node-failed", "exit-code"):
+        for name in ("stop", "node-ready", "node-failed", "exit-code", "kubelet-exits"):
             if os.path.exists(os.path.join(self.out, name)):
                 os.remove(os.path.join(self.out, name))
         self.qemu_log = open(os.path.join(os.path.dirname(self.out), "run-vm.log"), "w")
@@ -173,6 +177,17 @@ state = "/run/containerd"
                 raise Fatal(f"the VM node failed: {f.read().strip()}\n{self.guest_log()}")
         if self.qemu is not None and self.qemu.poll() is not None:
             raise Fatal(f"the VM exited ({self.qemu.returncode})\n{self.guest_log()}")
+        exits = self.kubelet_exits()
+        if exits and not self.kubelet_may_exit:
+            raise Fatal(f"the kubelet exited unasked: {exits[-1]}\n{self.guest_log()}")
+
+    def kubelet_exits(self):
+        """The kubelet's unasked exits so far, one line each (guest-node.sh started it again)."""
+        try:
+            with open(os.path.join(self.out, "kubelet-exits"), errors="replace") as f:
+                return f.read().splitlines()
+        except FileNotFoundError:
+            return []
 
     def guest_log(self, lines=40):
         parts = []
@@ -594,16 +609,29 @@ def scenario_node(cluster, node, check):
           not mentions(node_state(node, "state-mdev-gone"), mdev_claim["metadata"]["uid"]),
           "after the pod the mdev is removed and nothing of its claim is left")
 
-    # 2. The kubelet restarts while the VMM runs: nothing happens to the pod or its device.
+    # 2. The kubelet restarts while the VMM runs, once asked and once by exiting unasked (killed
+    # here; one that starts while containerd restarts exits too, as the soak found), which the
+    # node answers as systemd does, starting it again 10 s later: nothing happens to the pod or
+    # its device, and the new kubelet starts pods.
     node.restart_kubelet()
+    node.kubelet_may_exit = True
+    pid_file = os.path.join(node.out, "kubelet.pid")
+    with open(pid_file) as f:
+        killed = f.read().strip()
+    node.run("kill-kubelet", f"kill -9 {killed}")
+    wait_for("the node to start its kubelet again after it exited", lambda: (
+        node.check_alive(), len(node.kubelet_exits()) == 1 and
+        open(pid_file).read().strip() not in ("", killed))[1], 120, on_timeout=node.guest_log)
+    check("the kubelet exited (137)" in node.kubelet_exits()[0],
+          "the node saw the kubelet's unasked exit and started it again", node.kubelet_exits())
     cluster.kubectl("apply", "-f", "-", input=json.dumps(vmm_pod("vmm-after-restart", "nic")))
     wait_pod(cluster, node, "vmm-after-restart", running, "to run after the kubelet's restart", 600)
     pod = cluster.get_json("pod", "vmm-gpu")
     check(running(pod) and pod["status"]["containerStatuses"][0]["containerID"] == container_id
           and pod["status"]["containerStatuses"][0]["restartCount"] == 0,
-          "after the kubelet's restart vmm-gpu runs on, in the same container")
+          "after the kubelet's two restarts vmm-gpu runs on, in the same container")
     check(node_state(node, "state-kubelet-restart")["drivers"].get(GPU) == "vfio-pci",
-          "the GPU stays on vfio-pci across the kubelet's restart")
+          "the GPU stays on vfio-pci across the kubelet's restarts")
     delete_pod(cluster, node, "vmm-after-restart")
 
     # 3. The plugin's pod is deleted while the VMM runs: the DaemonSet's next pod takes over.

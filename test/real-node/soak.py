@@ -855,6 +855,8 @@ def figures(soak, minutes, wall):
          f"{len(soak.settles)} ({sorted(soak.settles)[len(soak.settles) // 2]:.1f} s, "
          f"{max(soak.settles):.1f} s)" if soak.settles else "-"),
         ("invariant violations", str(len(soak.violations))),
+        ("kubelet exits unasked, started again 10 s later as systemd does",
+         str(len(soak.node.kubelet_exits()))),
         ("longest fault -> settled node",
          f"{longest[3]:.1f} s ({longest[1]})" if longest else "-"),
     ]
@@ -1063,6 +1065,8 @@ def main():
 
     def body(cluster, node, check):
         check.note(f"soak: seed {seed}, {args.minutes:g} minutes")
+        # Its faults cross: a kubelet restarted while containerd restarts exits at its start.
+        node.kubelet_may_exit = True
         ran["soak"] = Soak(cluster, node, check, seed)
         try:
             ran["soak"].run(args.minutes, args.churn, args.fault_gap)
@@ -1078,7 +1082,10 @@ def main():
         for at, kind, detail, taken, n in soak.faults:
             check.note(f"fault at {at:6.0f} s: {kind:24} (1 of {n}) settled "
                        f"{taken:6.1f} s  {detail or ''}")
-        if args.benchmarks:
+        if args.benchmarks and check.failed:
+            # A run that ended on a failure is not a benchmark: its table stays in its report.
+            print(f"figures not written to {args.benchmarks}: the run failed", flush=True)
+        elif args.benchmarks:
             write_benchmarks(args.benchmarks, soak, rows, args.minutes, args.churn,
                              args.fault_gap)
             print(f"figures written to {args.benchmarks}", flush=True)
