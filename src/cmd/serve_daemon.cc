@@ -1,6 +1,7 @@
 #include "cmd/serve_daemon.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "base/clock.h"
 #include "base/file_io.h"
@@ -9,6 +10,7 @@
 #include "discovery/change_probe.h"
 #include "discovery/node_scan.h"
 #include "discovery/vgpu_gpu_sizes_file.h"
+#include "plugin/dead_sockets.h"
 #include "prepare/device_health.h"
 
 namespace vfio_dra::cmd {
@@ -368,6 +370,16 @@ Status ServeDaemon::Start() {
   for (const auto& more : {v1beta1_->Methods(), health_->Methods()}) {
     dra_methods.insert(dra_methods.end(), more.begin(), more.end());
   }
+  // What earlier pods of this driver left when they died: the kubelet retries a registration
+  // socket for as long as it exists. Before our own registration: a 1.32 kubelet de-registers
+  // the driver by name when any of its registration sockets goes, so afterwards it would drop us.
+  const plugin::DeadSocketSweep sweep =
+      plugin::RemoveDeadSockets(layout_, options_.driver_name, std::chrono::system_clock::now());
+  for (const std::string& path : sweep.removed) {
+    log_.Info("removed the socket of a plugin instance that died without stopping",
+              {{"path", path}});
+  }
+  for (const std::string& problem : sweep.problems) log_.Warn(problem, {});
   auto server = plugin::PluginServer::Start(
       layout_, dra_methods, registration_->Methods(), root_.WithComponent("server"),
       std::chrono::seconds(options_.close_idle_connections_seconds));

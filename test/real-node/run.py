@@ -635,11 +635,26 @@ def scenario_node(cluster, node, check):
     delete_pod(cluster, node, "vmm-after-restart")
 
     # 3. The plugin's pod is deleted while the VMM runs: the DaemonSet's next pod takes over.
+    # Beside it lie the sockets a plugin pod leaves when it dies without stopping (killed, then
+    # deleted before its container came back; the soak met four at once, each retried by the
+    # kubelet): the next pod removes them once they are older than a live instance's instant
+    # between its bind and its listen (30 s).
+    dead = ["/var/lib/kubelet/plugins_registry/vfio.dra.io-dead-pod-reg.sock",
+            "/var/lib/kubelet/plugins/vfio.dra.io/dra-dead-pod.sock"]
+    node.run("dead-sockets", "python3 -c 'import socket, sys\n"
+             "for p in sys.argv[1:]: socket.socket(socket.AF_UNIX).bind(p)' " + " ".join(dead) +
+             "\nuntil (( $(date +%s) - $(stat -c %Z " + dead[0] + ") > 31 )); do sleep 1; done",
+             timeout=120)
     old = plugin_pods(cluster)[0]["metadata"]["name"]
     cluster.kubectl("delete", "pod", "-n", "vfio-dra", old, "--wait=false")
     wait_for("a new plugin pod to be Ready", lambda: (node.check_alive(), [
         p for p in plugin_pods(cluster) if p["metadata"]["name"] != old and pod_ready(p)])[1],
         600, on_timeout=node.guest_log)
+    left = node.run("dead-sockets-left", f"ls {' '.join(dead)} 2>/dev/null; true").split()
+    removed = [line for line in plugin_logs(node).splitlines()
+               if "died without stopping" in line and "dead-pod" in line]
+    check(not left and len(removed) == 2, "the new plugin pod removed the sockets of a plugin pod "
+          "that died without stopping", {"left": left, "logged": removed})
     state = node_state(node, "state-plugin-restart")
     check(state["drivers"].get(GPU) == "vfio-pci" and mentions(state, uid),
           "after the plugin's pod was replaced the GPU is still on vfio-pci and still the claim's")
