@@ -54,9 +54,14 @@ void SweepDirectory(const std::string& dir, const OwnNames& names, const SocketL
     }
     return;
   }
-  for (const auto& entry : it) {
-    const std::string name = entry.path().filename().string();
-    const std::string path = entry.path().string();
+  // Incremented with an error code: the range-for's increment throws, and nothing here may.
+  for (; it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    if (ec) {
+      sweep.problems.push_back("cannot list " + dir + " for dead sockets: " + ec.message());
+      return;
+    }
+    const std::string name = it->path().filename().string();
+    const std::string path = it->path().string();
     if (!names.Match(name) || path == own.dra_socket || path == own.registration_socket) {
       continue;
     }
