@@ -4,8 +4,8 @@
 # Boots the real node (test/real-node, QEMU with the real kubelet and containerd, the real
 # control plane on this machine), runs a stream of VM pods with faults at random times for M
 # minutes (default 60), pausing the stream about every --churn seconds (default 300) to let the
-# node settle and check its invariants (and at the end); faults come on average --fault-gap
-# seconds apart (default 20) while pods stream. Prints the figures and writes them to
+# node settle and check its invariants (and at the end); faults come on their own clock, on
+# average --fault-gap seconds from one's start to the next's (default 25), while pods stream. Prints the figures and writes them to
 # docs/benchmarks.md. The seed is printed first; a failing run is replayed with --seed (and the
 # same --churn and --fault-gap). Needs a build (BUILD_DIR,
 # default build) with vfio-dra-plugin.

@@ -12,10 +12,11 @@ The node, the control plane and the DaemonSet are run.py's (make_node, bring_up)
 The run is a stream, in periods: for a random while (about --churn seconds) VM pods keep coming
 and going (each pod that has run is deleted after a random short dwell, a few are deleted while
 they start, and every free place is taken at once) while faults come at random moments of their
-own (on average --fault-gap seconds apart), none waiting for the node to recover from the one
-before: a plugin killed while the kubelet restarts, a rollout while containerd is down. Then the
-stream pauses and the node is let settle, and the invariants are checked. The faults, their order
-and their moments come from random.Random(seed) alone, and the workload's choices from a second
+own (on average --fault-gap seconds from one's start to the next's, so that a slow fault does not
+push the others back), none waiting for the node to recover from the one before: a plugin killed
+while the kubelet restarts, a rollout while containerd is down. Then the stream pauses and the
+node is let settle, and the invariants are checked. The faults, their order and their moments come
+from random.Random(seed) alone, and the workload's choices from a second
 generator of the same seed: the seed is printed first and a failing run is replayed with it (the
 machine's timing still varies, so a replay hits the same faults in the same order at the same
 moments, not always at the same instant of a pod's start).
@@ -53,9 +54,10 @@ DEVICE_FUNCTIONS = {"gpu-0000-01-00-0": ("0000:01:00.0", "0000:01:00.1"),
 SHARED_CLAIM = "shared-vgpu"
 # Workload kinds: the claim template (None: the ResourceClaim SHARED_CLAIM, by name) and how
 # many pods of the kind may exist at once (one GPU and one NIC on the node; mtty's 24 ports have
-# room for the mdevs of five pods and five being deleted, two ports each at most). A kind's pods
-# never wait for another's device, so Pending means something.
-KINDS = {"gpu": ("gpu", 1), "nic": ("nic", 1), "mdev": ("vgpu", 5), "shared": (None, 3)}
+# room for the mdevs of five pods and five being deleted, two ports each at most; the shared
+# claim's one mdev serves any number). A kind's pods never wait for another's device, so Pending
+# means something.
+KINDS = {"gpu": ("gpu", 1), "nic": ("nic", 1), "mdev": ("vgpu", 5), "shared": (None, 5)}
 # Kinds whose device a deleted pod still holds until it is gone; the others' new pods take the
 # place of deleted ones at once (a new mdev, the same shared claim).
 EXCLUSIVE = ("gpu", "nic")
@@ -63,8 +65,12 @@ FAULTS = ("plugin-sigkill", "plugin-pod-delete", "rolling-update", "kubelet-rest
           "containerd-restart", "apiserver-restart", "nic-remove-rescan", "vmm-holds-past-delete")
 # The workload's pods: how long one that has run stays before it is deleted (at most), and the
 # chance that a new one is deleted while it starts (after a random few seconds of its start).
-DWELL = 60  # s
+DWELL = 30  # s
 ABORT_CHANCE = 0.05
+# How often the workload is looked at through the API server (s): each look starts kubectl (a Go
+# process and a TLS handshake) on this machine's two cores, which the node's TCG and the control
+# plane share.
+LOOK_EVERY = 2.0
 # Faults that wait on pods of their own (the NIC's, the holding VMM's): one at a time.
 WAITING = ("nic-remove-rescan", "vmm-holds-past-delete")
 ABORT_AFTER = (5, 60)  # s
@@ -83,7 +89,7 @@ IGNORED_EVENTS = ("MissingClusterDNS",)
 # In the results directory (every soak pod's /results): the lock each vfio-check of a shared
 # claim's device takes, since a VFIO group opens in one process at a time (vfio_check.c).
 CHECK_LOCK = "vfio-check.lock"
-# The pods of the claim SHARED_CLAIM (up to three at once): the mdev's UUID from the metadata file
+# The pods of the claim SHARED_CLAIM (up to KINDS["shared"] at once): the mdev's UUID from the metadata file
 # of a claim by name, then what a VMM does with it (vfio-check), reported as vmm_pod's script does.
 SHARED_SCRIPT = (
     "exec >/results/$POD.txt 2>&1; "
@@ -215,6 +221,7 @@ class Soak:
         self.waiting_fault = None  # the fault of WAITING under way, if any
         self.period_faults = []  # (began, kind, detail) of the current period
         self.plugin_before = None  # the plugin pod a fault of the period replaced or restarted
+        self.looked_at = float("-inf")  # the workload's last look (churn)
 
     # ---- reporting ----
 
@@ -344,7 +351,9 @@ class Soak:
         churn, and the next fault once its moment has come."""
         self.node.check_alive()
         if self.streaming:
-            self.churn()
+            if time.monotonic() - self.looked_at >= LOOK_EVERY:
+                self.looked_at = time.monotonic()
+                self.churn()
             self.due_fault()
 
     def mark_gone(self, name):
@@ -400,7 +409,7 @@ class Soak:
                     self.pod_stuck(name, pod)
             if not waiting:
                 return
-            time.sleep(0.5)  # polling the API server, not a wait for something to happen
+            time.sleep(LOOK_EVERY)  # polling the API server, not a wait for something to happen
 
     def pod_ran(self, name):
         entry = self.pods[name]
@@ -589,6 +598,11 @@ class Soak:
                        if k not in WAITING or not self.waiting_fault]
         kind = self.deck.pop(allowed[-1])
         began = time.monotonic()
+        # The next moment counts from this fault's start, not its end: faults come on their own
+        # clock, and one that takes long (an API server restart, a VMM held through its grace)
+        # does not push the others back; past its moment, the next comes as soon as this returns
+        # (or meanwhile, while a fault of WAITING waits).
+        self.next_fault = began + self.fault_rng.expovariate(1 / self.fault_gap)
         self.step = f"{self.step.split(' ')[0]} (faults: " + " + ".join(
             [k for _, k, _ in self.period_faults] + [kind]) + ")"
         if kind in WAITING:
@@ -600,7 +614,6 @@ class Soak:
                 self.waiting_fault = None
         self.plugin_before = self.plugin_before or before
         self.period_faults.append((began, kind, detail))
-        self.next_fault = time.monotonic() + self.fault_rng.expovariate(1 / self.fault_gap)
 
     def fault_plugin_sigkill(self):
         # Right after another fault the plugin may be between processes: none to kill.
@@ -893,10 +906,11 @@ Written by `hack/soak.sh --minutes {minutes:g} --seed {soak.seed} --churn {churn
 (test/real-node/soak.py) on {datetime.date.today():%Y-%m-%d}: the real node (kubelet 1.37.2,
 containerd and runc in the QEMU node under TCG, the control plane on this machine, vfio-dra as its
 hardened DaemonSet) with a stream of VM pods (the GPU with its companion, up to five mtty mdevs
-from a template, a ResourceClaim by name shared by up to three pods, the e1000e as a host device:
-each pod that has run is deleted within a minute, one in twenty while it starts, and every free
-place is taken at once) and faults at random moments, on average {gap:g} s apart while pods
-stream, none waiting for the node to recover from the one before. About every {churn:g} s the
+from a template, a ResourceClaim by name shared by up to {KINDS["shared"][1]} pods, the e1000e as a
+host device: each pod that has run is deleted within {DWELL} s, one in twenty while it starts, and
+every free place is taken at once) and faults at random moments on their own clock, on average
+{gap:g} s apart from one's start to the next's while pods stream, none waiting for the node to
+recover from the one before. About every {churn:g} s the
 stream pauses and the node is let settle (the node Ready, one Ready plugin pod, deleted pods
 gone, the others Running, the slices as at the start); then, and at the end with every pod gone,
 the invariants of issue 57 are checked on the node and through the API server. On a shared
@@ -1005,6 +1019,32 @@ def self_test(work):
     return 1 if failures else 0
 
 
+def self_test_fault_clock(work):
+    """Faults come on their own clock: one that takes much longer than the gap (an API server
+    restart under load) does not push back the next, which comes as soon as it returns."""
+    clock = [1000.0]
+    injected = []
+
+    def fault(kind):
+        injected.append((clock[0], kind))
+        clock[0] += 100  # a fault that takes 100 s, against a gap of 1 s on average
+        return None, None
+    real = time.monotonic
+    time.monotonic = lambda: clock[0]
+    try:
+        soak = Soak(FakeCluster([]), FakeNode(""), rn.Checks(os.path.join(work, "clock.txt")), 7)
+        soak.fault = fault
+        soak.fault_gap, soak.next_fault, soak.pause_at = 1.0, clock[0], clock[0] + 1000
+        soak.due_fault()
+        soak.due_fault()
+    finally:
+        time.monotonic = real
+    right = [at for at, _ in injected] == [1000.0, 1100.0]
+    print(f"{'ok  ' if right else 'FAIL'} a fault longer than the gap does not delay the next: "
+          f"injected at {injected}", flush=True)
+    return 0 if right else 1
+
+
 # A run on_node makes, stopped by SIGTERM while its body runs: its node and control plane
 # (stand-ins here) must still be stopped.
 SIGTERM_CHILD = """
@@ -1044,7 +1084,7 @@ def self_test_sigterm(work):
 def main():
     if sys.argv[1:2] == ["--self-test"]:
         work = sys.argv[2] if len(sys.argv) > 2 else "/tmp"
-        return self_test(work) | self_test_sigterm(work)
+        return self_test(work) | self_test_fault_clock(work) | self_test_sigterm(work)
     parser = argparse.ArgumentParser()
     parser.add_argument("--release", default="1.37")
     parser.add_argument("--build-dir", required=True)
@@ -1053,8 +1093,9 @@ def main():
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--churn", type=float, default=300,
                         help="s of streaming pods and faults between settles (on average)")
-    parser.add_argument("--fault-gap", type=float, default=20,
-                        help="s between two faults while pods stream (on average)")
+    parser.add_argument("--fault-gap", type=float, default=25,
+                        help="s from one fault's start to the next's while pods stream (on "
+                             "average)")
     parser.add_argument("--benchmarks", help="docs/benchmarks.md to write the figures into")
     args = parser.parse_args()
     # The node lives for the run and its end (the last settle's bounds, every pod's deletion).
