@@ -5,7 +5,7 @@
 # control plane on this machine), runs a stream of VM pods with faults at random times for M
 # minutes (default 60), pausing the stream about every --churn seconds (default 300) to let the
 # node settle and check its invariants (and at the end); faults come on their own clock, on
-# average --fault-gap seconds from one's start to the next's (default 25), while pods stream. Prints the figures and writes them to
+# average --fault-gap seconds from one's start to the next's (default 18), while pods stream. Prints the figures and writes them to
 # docs/benchmarks.md. The seed is printed first; a failing run is replayed with --seed (and the
 # same --churn and --fault-gap). Needs a build (BUILD_DIR,
 # default build) with vfio-dra-plugin.

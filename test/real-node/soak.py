@@ -1093,7 +1093,7 @@ def main():
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--churn", type=float, default=300,
                         help="s of streaming pods and faults between settles (on average)")
-    parser.add_argument("--fault-gap", type=float, default=25,
+    parser.add_argument("--fault-gap", type=float, default=18,
                         help="s from one fault's start to the next's while pods stream (on "
                              "average)")
     parser.add_argument("--benchmarks", help="docs/benchmarks.md to write the figures into")
