@@ -89,8 +89,9 @@ IGNORED_EVENTS = ("MissingClusterDNS",)
 # In the results directory (every soak pod's /results): the lock each vfio-check of a shared
 # claim's device takes, since a VFIO group opens in one process at a time (vfio_check.c).
 CHECK_LOCK = "vfio-check.lock"
-# The pods of the claim SHARED_CLAIM (up to KINDS["shared"] at once): the mdev's UUID from the metadata file
-# of a claim by name, then what a VMM does with it (vfio-check), reported as vmm_pod's script does.
+# The pods of the claim SHARED_CLAIM (as many at once as KINDS gives): the mdev's UUID from the
+# metadata file of a claim by name, then what a VMM does with it (vfio-check), reported as
+# vmm_pod's script does.
 SHARED_SCRIPT = (
     "exec >/results/$POD.txt 2>&1; "
     f"meta=/var/run/kubernetes.io/dra-device-attributes/resourceclaims/{SHARED_CLAIM}/dev; "
